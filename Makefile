@@ -1,0 +1,46 @@
+# Wrappers for a newcomer: each target installs what is missing, configures,
+# builds and runs. CMake does the real work; see CMakeLists.txt.
+JOBS ?= 2
+SHARED ?= $(abspath ../shared)
+FUZZ_SECONDS ?= 30
+
+.PHONY: all deps build asan fuzz-build test run bench format lint clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps
+
+build: deps
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_SHARED_DIR=$(SHARED) >/dev/null
+	@cmake --build build -j$(JOBS)
+
+asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DK3_SANITIZE=ON -DK3_SHARED_DIR=$(SHARED) >/dev/null
+	@cmake --build build-asan -j$(JOBS)
+
+fuzz-build: deps
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_FUZZ=ON -DK3_SHARED_DIR=$(SHARED) >/dev/null
+	@cmake --build build-fuzz -j$(JOBS) --target fuzz_targets
+
+# Normal build + ctest, ASan/UBSan build + ctest, then every fuzz target.
+test: build asan fuzz-build
+	@bash scripts/test-all $(SHARED) $(FUZZ_SECONDS)
+
+run: build
+	@echo "k3cache: the daemon (k3cached) arrives in a later change."
+	@echo "Today you can run the offline tools, for example:"
+	@echo "  build/client/k3cachectl blob $(SHARED)/vectors/blobs/ok_kda.bin"
+	@echo "  build/client/k3cachectl model fingerprint $(SHARED)/models/tiny-hybrid.json"
+
+bench: build
+	@build/bench/bench_blob
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+lint: build
+	@bash scripts/lint
+
+clean:
+	rm -rf build build-asan build-fuzz

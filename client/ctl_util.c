@@ -1,0 +1,98 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+int ctl_file_open(const char *path, struct ctl_file *f, char *err, size_t errsz)
+{
+	memset(f, 0, sizeof(*f));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errsz, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errsz, "%s: not a regular file", path);
+		close(fd);
+		return -1;
+	}
+	f->size = (size_t)st.st_size;
+	if (f->size == 0) {
+		static const unsigned char empty[1];
+		f->data = empty;
+		close(fd);
+		return 0;
+	}
+	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (f->map == MAP_FAILED) {
+		snprintf(err, errsz, "%s: cannot map: %s", path, strerror(errno));
+		f->map = NULL;
+		return -1;
+	}
+	f->data = f->map;
+	return 0;
+}
+
+void ctl_file_close(struct ctl_file *f)
+{
+	if (f->map)
+		munmap(f->map, f->size);
+	memset(f, 0, sizeof(*f));
+}
+
+int ctl_parse_u32(const char *s, uint32_t *out)
+{
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -1;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || v > UINT32_MAX)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+int ctl_parse_tokens(const char *list, uint32_t **out, uint32_t *n, char *err, size_t errsz)
+{
+	size_t cap = 1;
+	for (const char *p = list; *p; p++)
+		cap += *p == ',';
+	uint32_t *t = malloc(cap * sizeof(*t));
+	char *copy = strdup(list);
+	if (!t || !copy) {
+		free(t);
+		free(copy);
+		snprintf(err, errsz, "out of memory");
+		return -1;
+	}
+	uint32_t k = 0;
+	char *save = NULL;
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (ctl_parse_u32(tok, &t[k]) != 0) {
+			snprintf(err, errsz, "token %u (\"%s\") is not a whole number from 0 to %u",
+			         k, tok, UINT32_MAX);
+			free(t);
+			free(copy);
+			return -1;
+		}
+		k++;
+	}
+	free(copy);
+	if (k == 0) {
+		snprintf(err, errsz, "no tokens given");
+		free(t);
+		return -1;
+	}
+	*out = t;
+	*n = k;
+	return 0;
+}

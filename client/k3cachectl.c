@@ -1,0 +1,70 @@
+/* k3cachectl: the operator's command-line tool. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+
+static const char usage[] =
+        "usage: k3cachectl [--socket PATH | --db DIR] [--json] COMMAND [ARGS]\n"
+        "\n"
+        "Commands that need no daemon:\n"
+        "  blob FILE [--model SPEC --layer I [--prefix-len P]]  parse and validate a blob\n"
+        "  model fingerprint SPEC.json                          print a model's fingerprint\n"
+        "  key --model SPEC [--salt S] --tokens 1,2,3           print an entry key\n"
+        "\n"
+        "Global options:\n"
+        "  --socket PATH  the daemon's socket (default $K3CACHE_SOCKET)\n"
+        "  --db DIR       read a store directly, read-only\n"
+        "  --json         print one JSON document\n"
+        "  --help         this text; COMMAND --help for a command's\n"
+        "\n"
+        "Exit: 0 ok, 1 error answer or invalid input, 2 usage, 3 daemon unreachable,\n"
+        "4 key not found.\n";
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
+	                                     {"db", required_argument, NULL, 'd'},
+	                                     {"json", no_argument, NULL, 'j'},
+	                                     {"help", no_argument, NULL, 'h'},
+	                                     {NULL, 0, NULL, 0}};
+	struct ctl_globals g = {.socket = getenv("K3CACHE_SOCKET")};
+	int c;
+	/* "+": stop at the first non-option, which is the command */
+	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			g.socket = optarg;
+			break;
+		case 'd':
+			g.db = optarg;
+			break;
+		case 'j':
+			g.json = 1;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return CTL_EXIT_OK;
+		default:
+			fputs(usage, stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		fputs(usage, stderr);
+		return CTL_EXIT_USAGE;
+	}
+	const char *cmd = argv[optind];
+	int sub_argc = argc - optind;
+	char **sub_argv = argv + optind;
+	if (!strcmp(cmd, "blob"))
+		return ctl_cmd_blob(&g, sub_argc, sub_argv);
+	if (!strcmp(cmd, "model"))
+		return ctl_cmd_model(&g, sub_argc, sub_argv);
+	if (!strcmp(cmd, "key"))
+		return ctl_cmd_key(&g, sub_argc, sub_argv);
+	fprintf(stderr, "k3cachectl: unknown command \"%s\"\n%s", cmd, usage);
+	return CTL_EXIT_USAGE;
+}

@@ -1,0 +1,290 @@
+#include "blob.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model.h"
+
+static const char *const class_names[] = {
+        [BLOB_OK] = "ok",
+        [BLOB_ERR_EMPTY] = "empty",
+        [BLOB_ERR_TAG] = "tag",
+        [BLOB_ERR_TRUNCATED] = "truncated",
+        [BLOB_ERR_TRAILING] = "trailing",
+        [BLOB_ERR_SLOT] = "slot",
+        [BLOB_ERR_SHAPE] = "shape",
+        [BLOB_ERR_SEQ_LEN] = "seq_len",
+        [BLOB_ERR_NONFINITE] = "nonfinite",
+};
+
+const char *blob_class_name(enum blob_class cls)
+{
+	if ((unsigned)cls < sizeof(class_names) / sizeof(class_names[0]))
+		return class_names[cls];
+	return "unknown";
+}
+
+const char *blob_tag_name(unsigned tag)
+{
+	switch (tag) {
+	case BLOB_TAG_KDA:
+		return "KDA";
+	case BLOB_TAG_MLA:
+		return "MLA";
+	default:
+		return "unknown";
+	}
+}
+
+__attribute__((format(printf, 3, 4))) static enum blob_class
+fail(struct blob_error *err, enum blob_class cls, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		err->cls = cls;
+		vsnprintf(err->message, sizeof(err->message), fmt, ap);
+		va_end(ap);
+	}
+	return cls;
+}
+
+static uint32_t load_u32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void store_u32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16);
+	p[3] = (unsigned char)(v >> 24);
+}
+
+/* Takes one f32vec from [*pos, len). `what` names it in messages. */
+static enum blob_class take_vec(const unsigned char *base, size_t len, size_t *pos, const char *tag,
+                                const char *what, struct blob_f32vec *out, struct blob_error *err)
+{
+	size_t left = len - *pos;
+	if (left < 4)
+		return fail(err, BLOB_ERR_TRUNCATED,
+		            "%s %s count truncated: %zu of 4 bytes present", tag, what, left);
+	uint32_t count = load_u32(base + *pos);
+	uint64_t need = (uint64_t)count * 4u; /* cannot wrap: count < 2^32 */
+	left -= 4;
+	if (need > left)
+		return fail(err, BLOB_ERR_TRUNCATED,
+		            "%s %s says %" PRIu32 " floats (%" PRIu64
+		            " bytes), only %zu bytes follow",
+		            tag, what, count, need, left);
+	out->data = base + *pos + 4;
+	out->count = count;
+	*pos += 4 + (size_t)need;
+	return BLOB_OK;
+}
+
+enum blob_class blob_parse(const void *bytes, size_t len, struct blob_view *out,
+                           struct blob_error *err)
+{
+	const unsigned char *b = bytes;
+	if (len == 0)
+		return fail(err, BLOB_ERR_EMPTY, "empty blob: zero bytes");
+	struct blob_view v = {.tag = b[0]};
+	size_t pos = 1;
+	enum blob_class rc;
+	switch (b[0]) {
+	case BLOB_TAG_KDA:
+		if ((rc = take_vec(b, len, &pos, "KDA", "conv", &v.v0, err)) != BLOB_OK)
+			return rc;
+		if ((rc = take_vec(b, len, &pos, "KDA", "recurrent", &v.v1, err)) != BLOB_OK)
+			return rc;
+		break;
+	case BLOB_TAG_MLA:
+		if (len - pos < 4)
+			return fail(err, BLOB_ERR_TRUNCATED,
+			            "MLA seq_len truncated: %zu of 4 bytes present", len - pos);
+		v.seq_len = load_u32(b + pos);
+		pos += 4;
+		if ((rc = take_vec(b, len, &pos, "MLA", "k", &v.v0, err)) != BLOB_OK)
+			return rc;
+		if ((rc = take_vec(b, len, &pos, "MLA", "v", &v.v1, err)) != BLOB_OK)
+			return rc;
+		break;
+	default:
+		return fail(err, BLOB_ERR_TAG, "unknown tag %u: expected 1 (KDA) or 2 (MLA)",
+		            (unsigned)b[0]);
+	}
+	if (pos != len)
+		return fail(err, BLOB_ERR_TRAILING,
+		            "%s blob has %zu trailing bytes after its last vector",
+		            blob_tag_name(v.tag), len - pos);
+	if (out)
+		*out = v;
+	return BLOB_OK;
+}
+
+size_t blob_encoded_size(const struct blob_view *view)
+{
+	size_t head = view->tag == BLOB_TAG_MLA ? 5 : 1;
+	return head + 8 + ((size_t)view->v0.count + view->v1.count) * 4u;
+}
+
+static unsigned char *put_vec(unsigned char *p, const struct blob_f32vec *vec)
+{
+	store_u32(p, vec->count);
+	if (vec->count)
+		memcpy(p + 4, vec->data, (size_t)vec->count * 4u);
+	return p + 4 + (size_t)vec->count * 4u;
+}
+
+size_t blob_encode(const struct blob_view *view, void *out)
+{
+	unsigned char *p = out;
+	*p++ = (unsigned char)view->tag;
+	if (view->tag == BLOB_TAG_MLA) {
+		store_u32(p, view->seq_len);
+		p += 4;
+	}
+	p = put_vec(p, &view->v0);
+	p = put_vec(p, &view->v1);
+	return (size_t)(p - (unsigned char *)out);
+}
+
+/* A float is non-finite when all its exponent bits are set. The inner loop is
+ * branch-free over blocks so that the compiler vectorises it; only a block
+ * with a hit is searched again for the index. */
+#define EXP_MASK   0x7f800000u
+#define SCAN_BLOCK 4096u
+
+/* Counts the non-finite floats of exactly SCAN_BLOCK words. The fixed trip
+ * count lets the compiler vectorise at -O2; on x86-64 an AVX2 clone is picked
+ * at load time where the CPU has it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SCAN_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SCAN_CLONES
+#endif
+
+SCAN_CLONES static uint32_t count_nonfinite_block(const unsigned char *p)
+{
+	uint32_t hits = 0;
+	for (size_t i = 0; i < SCAN_BLOCK; i++) {
+		uint32_t w;
+		memcpy(&w, p + i * 4u, 4);
+		hits += (w & EXP_MASK) == EXP_MASK;
+	}
+	return hits;
+}
+
+static uint32_t count_nonfinite(const unsigned char *p, size_t n)
+{
+	if (n == SCAN_BLOCK)
+		return count_nonfinite_block(p);
+	uint32_t hits = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t w;
+		memcpy(&w, p + i * 4u, 4);
+		hits += (w & EXP_MASK) == EXP_MASK;
+	}
+	return hits;
+}
+
+int64_t blob_first_nonfinite(const struct blob_f32vec *vec)
+{
+	size_t n = vec->count;
+	for (size_t start = 0; start < n; start += SCAN_BLOCK) {
+		size_t m = n - start < SCAN_BLOCK ? n - start : SCAN_BLOCK;
+		const unsigned char *p = vec->data + start * 4u;
+		if (!count_nonfinite(p, m))
+			continue;
+		for (size_t i = 0; i < m; i++) {
+			uint32_t w;
+			memcpy(&w, p + i * 4u, 4);
+			if ((w & EXP_MASK) == EXP_MASK)
+				return (int64_t)(start + i);
+		}
+	}
+	return -1;
+}
+
+static enum blob_class check_finite(const struct blob_f32vec *vec, uint32_t layer, const char *tag,
+                                    const char *what, struct blob_error *err)
+{
+	int64_t at = blob_first_nonfinite(vec);
+	if (at < 0)
+		return BLOB_OK;
+	float f;
+	memcpy(&f, vec->data + (size_t)at * 4u, 4);
+	return fail(err, BLOB_ERR_NONFINITE, "layer %" PRIu32 ": %s %s[%" PRId64 "] is %s", layer,
+	            tag, what, at, f != f ? "NaN" : (f > 0 ? "+Inf" : "-Inf"));
+}
+
+enum blob_class blob_validate(const struct blob_view *view, const struct model_spec *model,
+                              uint32_t layer, uint32_t prefix_len, struct blob_error *err)
+{
+	if (layer >= model->n_layers)
+		return fail(err, BLOB_ERR_SLOT,
+		            "layer %" PRIu32 ": model %s has %" PRIu32 " layers (0..%" PRIu32 ")",
+		            layer, model->name, model->n_layers, model->n_layers - 1);
+	const struct model_layer *ml = &model->layers[layer];
+	const char *tag = blob_tag_name(view->tag);
+	if ((unsigned)ml->mixer != (unsigned)view->tag)
+		return fail(err, BLOB_ERR_SLOT, "layer %" PRIu32 ": model says %s, blob is %s",
+		            layer, model_mixer_name(ml->mixer), tag);
+	enum blob_class rc;
+	if (view->tag == BLOB_TAG_KDA) {
+		if (view->v0.count != ml->conv_len)
+			return fail(err, BLOB_ERR_SHAPE,
+			            "layer %" PRIu32 ": KDA conv has %" PRIu32
+			            " floats, model says %" PRIu32,
+			            layer, view->v0.count, ml->conv_len);
+		if (view->v1.count != ml->recurrent_len)
+			return fail(err, BLOB_ERR_SHAPE,
+			            "layer %" PRIu32 ": KDA recurrent has %" PRIu32
+			            " floats, model says %" PRIu32,
+			            layer, view->v1.count, ml->recurrent_len);
+		if ((rc = check_finite(&view->v0, layer, tag, "conv", err)) != BLOB_OK)
+			return rc;
+		return check_finite(&view->v1, layer, tag, "recurrent", err);
+	}
+	uint64_t want_k = (uint64_t)view->seq_len * ml->k_row;
+	uint64_t want_v = (uint64_t)view->seq_len * ml->v_row;
+	if (view->v0.count != want_k)
+		return fail(err, BLOB_ERR_SHAPE,
+		            "layer %" PRIu32 ": MLA k has %" PRIu32 " floats, expected %" PRIu32
+		            " tokens x %" PRIu32,
+		            layer, view->v0.count, view->seq_len, ml->k_row);
+	if (view->v1.count != want_v)
+		return fail(err, BLOB_ERR_SHAPE,
+		            "layer %" PRIu32 ": MLA v has %" PRIu32 " floats, expected %" PRIu32
+		            " tokens x %" PRIu32,
+		            layer, view->v1.count, view->seq_len, ml->v_row);
+	if (prefix_len != BLOB_PREFIX_ANY && view->seq_len != prefix_len)
+		return fail(err, BLOB_ERR_SEQ_LEN,
+		            "layer %" PRIu32 ": MLA seq_len is %" PRIu32
+		            ", the entry's prefix is %" PRIu32 " tokens",
+		            layer, view->seq_len, prefix_len);
+	if ((rc = check_finite(&view->v0, layer, tag, "k", err)) != BLOB_OK)
+		return rc;
+	return check_finite(&view->v1, layer, tag, "v", err);
+}
+
+enum blob_class blob_check(const void *bytes, size_t len, const struct model_spec *model,
+                           uint32_t layer, uint32_t prefix_len, struct blob_error *err)
+{
+	struct blob_view v;
+	enum blob_class rc = blob_parse(bytes, len, &v, err);
+	if (rc != BLOB_OK) {
+		if (err) {
+			char tmp[BLOB_MESSAGE_MAX];
+			memcpy(tmp, err->message, sizeof(tmp));
+			snprintf(err->message, sizeof(err->message), "layer %" PRIu32 ": %.*s",
+			         layer, (int)sizeof(tmp) - 24, tmp);
+		}
+		return rc;
+	}
+	return blob_validate(&v, model, layer, prefix_len, err);
+}

@@ -1,0 +1,28 @@
+#include "checksum.h"
+
+#include <xxhash.h>
+
+uint64_t checksum_blob(const void *bytes, size_t len, uint32_t layer)
+{
+	return XXH3_64bits_withSeed(bytes, len, layer);
+}
+
+struct checksum_state *checksum_begin(uint32_t layer)
+{
+	XXH3_state_t *st = XXH3_createState();
+	if (st)
+		XXH3_64bits_reset_withSeed(st, layer);
+	return (struct checksum_state *)st;
+}
+
+void checksum_update(struct checksum_state *st, const void *bytes, size_t len)
+{
+	XXH3_64bits_update((XXH3_state_t *)st, bytes, len);
+}
+
+uint64_t checksum_end(struct checksum_state *st)
+{
+	uint64_t h = XXH3_64bits_digest((XXH3_state_t *)st);
+	XXH3_freeState((XXH3_state_t *)st);
+	return h;
+}

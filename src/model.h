@@ -1,0 +1,66 @@
+/* model: model specs and their fingerprints (contract: DESIGN.md "Model spec
+ * and fingerprint").
+ *
+ * A spec is JSON: name, revision, state_layout and layers, each layer
+ * {"mixer":"kda","conv_len":N,"recurrent_len":N} or
+ * {"mixer":"mla","k_row":N,"v_row":N}. Loading rejects anything else with a
+ * message a person can act on. The fingerprint is SHA-256 over a fixed byte
+ * layout, so two workers agree on it only when they agree on every field. */
+#ifndef K3_MODEL_H
+#define K3_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MODEL_FINGERPRINT_LEN 32
+#define MODEL_MAX_LAYERS      65536u
+#define MODEL_ERROR_MAX       256
+
+enum model_mixer {
+	MODEL_MIXER_KDA = 1,
+	MODEL_MIXER_MLA = 2,
+};
+
+struct model_layer {
+	enum model_mixer mixer;
+	uint32_t conv_len;      /* KDA: floats in the conv window */
+	uint32_t recurrent_len; /* KDA: floats in the recurrent state */
+	uint32_t k_row;         /* MLA: floats of k per token */
+	uint32_t v_row;         /* MLA: floats of v per token */
+};
+
+struct model_spec {
+	char *name;
+	char *revision;
+	char *state_layout;
+	uint32_t n_layers;
+	struct model_layer *layers;
+	uint8_t fingerprint[MODEL_FINGERPRINT_LEN];
+};
+
+/* Parses a spec from JSON text. Returns NULL with a message in err
+ * (MODEL_ERROR_MAX bytes) when the text is not a valid spec. */
+struct model_spec *model_from_json(const char *text, size_t len, char *err);
+
+/* Reads and parses a spec file. Returns NULL with a message in err. */
+struct model_spec *model_load_file(const char *path, char *err);
+
+/* Builds a spec from fields (copied); validates them like model_from_json().
+ * Returns NULL with a message in err. */
+struct model_spec *model_new(const char *name, const char *revision, const char *state_layout,
+                             const struct model_layer *layers, uint32_t n_layers, char *err);
+
+void model_free(struct model_spec *spec);
+
+/* Computes the fingerprint of the spec's fields (also stored in spec->fingerprint). */
+void model_fingerprint(const struct model_spec *spec, uint8_t out[MODEL_FINGERPRINT_LEN]);
+
+/* Serialises a spec to compact JSON (caller frees). NULL on allocation failure. */
+char *model_to_json(const struct model_spec *spec);
+
+/* Bytes of one layer's blob for an entry of prefix_len tokens. */
+uint64_t model_layer_blob_size(const struct model_layer *layer, uint32_t prefix_len);
+
+const char *model_mixer_name(enum model_mixer mixer);
+
+#endif

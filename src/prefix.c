@@ -1,0 +1,98 @@
+#include "prefix.h"
+
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+static void le32(unsigned char b[4], uint32_t v)
+{
+	b[0] = (unsigned char)v;
+	b[1] = (unsigned char)(v >> 8);
+	b[2] = (unsigned char)(v >> 16);
+	b[3] = (unsigned char)(v >> 24);
+}
+
+void prefix_key(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
+                const uint32_t *tokens, uint32_t n, uint8_t out[PREFIX_KEY_LEN])
+{
+	static const char magic[] = "k3cache-prefix-v1"; /* hashed with its NUL */
+	unsigned char b[4];
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (!ctx)
+		abort();
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	EVP_DigestUpdate(ctx, magic, sizeof(magic));
+	EVP_DigestUpdate(ctx, fingerprint, 32);
+	le32(b, (uint32_t)salt_len);
+	EVP_DigestUpdate(ctx, b, 4);
+	if (salt_len)
+		EVP_DigestUpdate(ctx, salt, salt_len);
+	le32(b, n);
+	EVP_DigestUpdate(ctx, b, 4);
+	/* Tokens are u32 little-endian; the host is little-endian (CMake checks). */
+	if (n)
+		EVP_DigestUpdate(ctx, tokens, (size_t)n * 4u);
+	unsigned int len = 0;
+	EVP_DigestFinal_ex(ctx, out, &len);
+	EVP_MD_CTX_free(ctx);
+}
+
+static unsigned truncate_bits;
+
+void prefix_test_truncate_node_hash(unsigned bits)
+{
+	truncate_bits = bits;
+}
+
+static void put_hash(XXH128_hash_t h, uint8_t out[PREFIX_NODE_LEN])
+{
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, h);
+	memcpy(out, c.digest, PREFIX_NODE_LEN);
+	if (truncate_bits) {
+		/* keep the last `truncate_bits` bits; zero the rest */
+		unsigned keep = truncate_bits;
+		for (int i = PREFIX_NODE_LEN - 1; i >= 0; i--) {
+			if (keep >= 8) {
+				keep -= 8;
+				continue;
+			}
+			out[i] &= (uint8_t)((1u << keep) - 1u);
+			keep = 0;
+		}
+	}
+}
+
+uint32_t prefix_block_hashes(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
+                             const uint32_t *tokens, uint32_t n, uint8_t (*out)[PREFIX_NODE_LEN])
+{
+	static const char magic[] = "k3cache-block-v1";
+	unsigned char b[4];
+	XXH3_state_t *st = XXH3_createState();
+	if (!st)
+		abort();
+	XXH3_128bits_reset(st);
+	XXH3_128bits_update(st, magic, sizeof(magic));
+	XXH3_128bits_update(st, fingerprint, 32);
+	le32(b, (uint32_t)salt_len);
+	XXH3_128bits_update(st, b, 4);
+	if (salt_len)
+		XXH3_128bits_update(st, salt, salt_len);
+	le32(b, PREFIX_BLOCK);
+	XXH3_128bits_update(st, b, 4);
+	XXH128_hash_t h = XXH3_128bits_digest(st);
+	XXH3_freeState(st);
+
+	uint32_t k = n / PREFIX_BLOCK;
+	unsigned char buf[16 + PREFIX_BLOCK * 4];
+	for (uint32_t d = 0; d < k; d++) {
+		XXH128_canonical_t c;
+		XXH128_canonicalFromHash(&c, h);
+		memcpy(buf, c.digest, 16);
+		memcpy(buf + 16, tokens + (size_t)d * PREFIX_BLOCK, PREFIX_BLOCK * 4);
+		h = XXH3_128bits(buf, sizeof(buf));
+		put_hash(h, out[d]);
+	}
+	return k;
+}

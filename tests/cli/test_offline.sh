@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The offline k3cachectl commands, run as a user would, against shared/.
+set -u
+ctl=$1
+shared=$2
+fail=0
+pass=0
+check() { # name, condition result
+  if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi
+}
+
+# structural vectors: exit code and the class word on stderr
+while IFS=$'\037' read -r file expect _; do
+  [ "$file" = file ] && continue
+  err=$("$ctl" blob "$shared/vectors/$file" 2>&1 >/dev/null); rc=$?
+  case $expect in
+    ok:*) [ $rc = 0 ] && [ -z "$err" ]; check "blob $file ok" $? ;;
+    error:*) cls=${expect#error:}
+      [ $rc = 1 ] && [[ $err == "invalid ($cls): "* ]]; check "blob $file -> $cls (rc $rc, $err)" $? ;;
+  esac
+done < <(tr "\t" "\037" < "$shared/vectors/structural.tsv")
+
+# semantic vectors, human and JSON
+while IFS=$'\037' read -r file model layer plen expect _; do
+  [ "$file" = file ] && continue
+  out=$("$ctl" --json blob "$shared/vectors/$file" --model "$shared/$model" --layer "$layer" --prefix-len "$plen" 2>/dev/null); rc=$?
+  case $expect in
+    ok) [ $rc = 0 ] && grep -q '"valid": true' <<<"$out"; check "json blob $file ok" $? ;;
+    error:*) cls=${expect#error:}
+      [ $rc = 1 ] && grep -q "\"class\": \"$cls\"" <<<"$out" && grep -q '"valid": false' <<<"$out"
+      check "json blob $file -> $cls" $? ;;
+  esac
+done < <(tr "\t" "\037" < "$shared/vectors/semantic.tsv")
+
+# human output names the fields
+out=$("$ctl" blob "$shared/vectors/blobs/ok_mla_3tok.bin")
+grep -q '^tag  *MLA (2)' <<<"$out" && grep -q '^seq_len  *3' <<<"$out" && grep -q '^k  *18 floats' <<<"$out"
+check "blob human fields" $?
+# the checksum is seeded by --layer
+a=$("$ctl" --json blob "$shared/vectors/blobs/sem_ok_kda_layer0.bin" | grep xxh3)
+b=$("$ctl" --json blob "$shared/vectors/blobs/sem_ok_kda_layer0.bin" --model "$shared/models/tiny-hybrid.json" --layer 1 | grep xxh3)
+[ -n "$a" ] && [ "$a" != "$b" ]; check "checksum seeded by layer" $?
+
+# fingerprints and keys from the fixture
+while IFS=$'\037' read -r kind model salt tokens sha; do
+  [ "$kind" = kind ] && continue
+  if [ "$kind" = fingerprint ]; then
+    got=$("$ctl" model fingerprint "$shared/models/$model")
+  else
+    got=$("$ctl" key --model "$shared/models/$model" --salt "$salt" --tokens "$tokens")
+  fi
+  [ "$got" = "$sha" ]; check "$kind $model $salt $tokens" $?
+done < <(tr "\t" "\037" < "$shared/models/FINGERPRINTS.tsv")
+
+# usage errors exit 2, missing files exit 1
+"$ctl" blob >/dev/null 2>&1; [ $? = 2 ]; check "blob without FILE is a usage error" $?
+"$ctl" nosuch >/dev/null 2>&1; [ $? = 2 ]; check "unknown command is a usage error" $?
+"$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens 1,x >/dev/null 2>&1; [ $? = 2 ]; check "bad token list" $?
+"$ctl" blob /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing blob file" $?
+"$ctl" model fingerprint /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing spec" $?
+"$ctl" --help | grep -q 'usage: k3cachectl'; check "--help" $?
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]

@@ -1,0 +1,296 @@
+/* Blob codec and validation against the shared conformance vectors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "blob.h"
+#include "checksum.h"
+#include "model.h"
+#include "testutil.h"
+
+static void test_structural_vectors(void **state)
+{
+	(void)state;
+	char *rows[TESTUTIL_MAX_ROWS][TESTUTIL_MAX_COLS];
+	int n;
+	char *text = testutil_tsv("vectors/structural.tsv", rows, &n);
+	assert_true(n >= 18);
+	for (int i = 0; i < n; i++) {
+		size_t len;
+		char rel[512];
+		snprintf(rel, sizeof(rel), "vectors/%s", rows[i][0]);
+		unsigned char *b = testutil_read(rel, &len);
+		struct blob_view v;
+		struct blob_error err = {0};
+		enum blob_class rc = blob_parse(b, len, &v, &err);
+		char got[64];
+		if (rc == BLOB_OK)
+			snprintf(got, sizeof(got), "ok:%s", v.tag == BLOB_TAG_KDA ? "kda" : "mla");
+		else
+			snprintf(got, sizeof(got), "error:%s", blob_class_name(rc));
+		if (strcmp(got, rows[i][1]) != 0)
+			fail_msg("%s: expected %s, got %s (%s)", rows[i][0], rows[i][1], got,
+			         err.message);
+		if (rc != BLOB_OK) {
+			assert_int_equal(err.cls, rc);
+			assert_true(strlen(err.message) > 10);
+		}
+		free(b);
+	}
+	free(text);
+}
+
+static void test_semantic_vectors(void **state)
+{
+	(void)state;
+	char *rows[TESTUTIL_MAX_ROWS][TESTUTIL_MAX_COLS];
+	int n;
+	char *text = testutil_tsv("vectors/semantic.tsv", rows, &n);
+	assert_true(n >= 12);
+	for (int i = 0; i < n; i++) {
+		char path[1024], merr[MODEL_ERROR_MAX];
+		snprintf(path, sizeof(path), "%s/%s", K3_SHARED_DIR, rows[i][1]);
+		struct model_spec *m = model_load_file(path, merr);
+		assert_non_null(m);
+		uint32_t layer = (uint32_t)strtoul(rows[i][2], NULL, 10);
+		uint32_t plen = (uint32_t)strtoul(rows[i][3], NULL, 10);
+		size_t len;
+		char rel[512];
+		snprintf(rel, sizeof(rel), "vectors/%s", rows[i][0]);
+		unsigned char *b = testutil_read(rel, &len);
+		struct blob_error err = {0};
+		enum blob_class rc = blob_check(b, len, m, layer, plen, &err);
+		char got[64];
+		snprintf(got, sizeof(got), rc == BLOB_OK ? "ok" : "error:%s", blob_class_name(rc));
+		if (strcmp(got, rows[i][4]) != 0)
+			fail_msg("%s: expected %s, got %s (%s)", rows[i][0], rows[i][4], got,
+			         err.message);
+		if (rc != BLOB_OK) {
+			/* every message names the layer */
+			char want[32];
+			snprintf(want, sizeof(want), "layer %u", layer);
+			assert_non_null(strstr(err.message, want));
+		}
+		free(b);
+		model_free(m);
+	}
+	free(text);
+}
+
+static void test_roundtrip_ok_vectors(void **state)
+{
+	(void)state;
+	static const char *const ok[] = {"vectors/blobs/ok_kda.bin",
+	                                 "vectors/blobs/ok_mla_3tok.bin",
+	                                 "vectors/blobs/ok_mla_empty.bin",
+	                                 "vectors/blobs/ok_kda_empty_vectors.bin",
+	                                 "vectors/blobs/sem_ok_kda_layer0.bin",
+	                                 "vectors/blobs/sem_ok_mla_layer3.bin"};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		size_t len;
+		unsigned char *b = testutil_read(ok[i], &len);
+		struct blob_view v;
+		assert_int_equal(blob_parse(b, len, &v, NULL), BLOB_OK);
+		assert_int_equal(blob_encoded_size(&v), len);
+		unsigned char *out = malloc(len);
+		assert_int_equal(blob_encode(&v, out), len);
+		assert_memory_equal(out, b, len);
+		free(out);
+		free(b);
+	}
+}
+
+static void test_messages_name_numbers(void **state)
+{
+	(void)state;
+	char path[1024], merr[MODEL_ERROR_MAX];
+	snprintf(path, sizeof(path), "%s/models/tiny-hybrid.json", K3_SHARED_DIR);
+	struct model_spec *m = model_load_file(path, merr);
+	assert_non_null(m);
+	size_t len;
+	struct blob_error err;
+	unsigned char *b = testutil_read("vectors/blobs/sem_mla_k_row.bin", &len);
+	assert_int_equal(blob_check(b, len, m, 3, 3, &err), BLOB_ERR_SHAPE);
+	assert_string_equal(err.message, "layer 3: MLA k has 15 floats, expected 3 tokens x 6");
+	free(b);
+	b = testutil_read("vectors/blobs/sem_kda_in_mla_slot.bin", &len);
+	assert_int_equal(blob_check(b, len, m, 3, 3, &err), BLOB_ERR_SLOT);
+	assert_string_equal(err.message, "layer 3: model says MLA, blob is KDA");
+	free(b);
+	b = testutil_read("vectors/blobs/sem_kda_nan.bin", &len);
+	assert_int_equal(blob_check(b, len, m, 0, 3, &err), BLOB_ERR_NONFINITE);
+	assert_string_equal(err.message, "layer 0: KDA recurrent[5] is NaN");
+	free(b);
+	/* a structural failure through blob_check also names the layer */
+	b = testutil_read("vectors/blobs/err_kda_trailing_1.bin", &len);
+	assert_int_equal(blob_check(b, len, m, 2, 3, &err), BLOB_ERR_TRAILING);
+	assert_non_null(strstr(err.message, "layer 2: "));
+	free(b);
+	model_free(m);
+}
+
+/* A count that cannot fit must be refused before anything reads its body,
+ * including counts whose byte size wraps 32 bits. */
+static void test_huge_counts(void **state)
+{
+	(void)state;
+	unsigned char b[1 + 4 + 8] = {1, 0xff, 0xff, 0xff, 0xff};
+	struct blob_error err;
+	assert_int_equal(blob_parse(b, sizeof(b), NULL, &err), BLOB_ERR_TRUNCATED);
+	/* 0x40000001 * 4 wraps to 4 in 32 bits: exactly the bytes that follow */
+	unsigned char w[1 + 4 + 4 + 4] = {1, 0x01, 0x00, 0x00, 0x40};
+	assert_int_equal(blob_parse(w, sizeof(w), NULL, &err), BLOB_ERR_TRUNCATED);
+}
+
+/* ---- the seed's known-bad mutants ---------------------------------------- */
+
+static struct model_spec *twin(void)
+{
+	char path[1024], merr[MODEL_ERROR_MAX];
+	snprintf(path, sizeof(path), "%s/models/kimi-k3-0.40b-twin.json", K3_SHARED_DIR);
+	struct model_spec *m = model_load_file(path, merr);
+	assert_non_null(m);
+	return m;
+}
+
+static unsigned char *make_kda(const struct model_layer *l, float base, size_t *len)
+{
+	float *conv = malloc(l->conv_len * sizeof(float));
+	float *rec = malloc(l->recurrent_len * sizeof(float));
+	for (uint32_t i = 0; i < l->conv_len; i++)
+		conv[i] = base + (float)i * 0.001f;
+	for (uint32_t i = 0; i < l->recurrent_len; i++)
+		rec[i] = base - (float)i * 0.002f;
+	struct blob_view v = {.tag = BLOB_TAG_KDA,
+	                      .v0 = {(const unsigned char *)conv, l->conv_len},
+	                      .v1 = {(const unsigned char *)rec, l->recurrent_len}};
+	*len = blob_encoded_size(&v);
+	unsigned char *b = malloc(*len);
+	blob_encode(&v, b);
+	free(conv);
+	free(rec);
+	return b;
+}
+
+static unsigned char *make_mla(const struct model_layer *l, uint32_t tokens, size_t *len)
+{
+	size_t nk = (size_t)tokens * l->k_row, nv = (size_t)tokens * l->v_row;
+	float *k = malloc(nk * sizeof(float)), *v = malloc(nv * sizeof(float));
+	for (size_t i = 0; i < nk; i++)
+		k[i] = (float)i;
+	for (size_t i = 0; i < nv; i++)
+		v[i] = -(float)i;
+	struct blob_view view = {.tag = BLOB_TAG_MLA,
+	                         .seq_len = tokens,
+	                         .v0 = {(const unsigned char *)k, (uint32_t)nk},
+	                         .v1 = {(const unsigned char *)v, (uint32_t)nv}};
+	*len = blob_encoded_size(&view);
+	unsigned char *b = malloc(*len);
+	blob_encode(&view, b);
+	free(k);
+	free(v);
+	return b;
+}
+
+/* C4: KDA state written into the MLA slot. */
+static void test_mutant_kda_in_mla_slot(void **state)
+{
+	(void)state;
+	struct model_spec *m = twin();
+	size_t len;
+	unsigned char *b = make_kda(&m->layers[0], 0.5f, &len);
+	struct blob_error err;
+	assert_int_equal(blob_check(b, len, m, 0, 5, &err), BLOB_OK);
+	assert_int_equal(blob_check(b, len, m, 3, 5, &err), BLOB_ERR_SLOT);
+	assert_string_equal(err.message, "layer 3: model says MLA, blob is KDA");
+	free(b);
+	model_free(m);
+}
+
+/* Two MLA rows swapped: shapes still agree, the published checksum does not. */
+static void test_mutant_swapped_mla_row(void **state)
+{
+	(void)state;
+	struct model_spec *m = twin();
+	const struct model_layer *l = &m->layers[3];
+	size_t len;
+	unsigned char *b = make_mla(l, 4, &len);
+	uint64_t published = checksum_blob(b, len, 3);
+	/* swap k rows 0 and 3 (k starts after tag, seq_len and count) */
+	size_t row = (size_t)l->k_row * 4u;
+	unsigned char *k = b + 1 + 4 + 4;
+	unsigned char *tmp = malloc(row);
+	memcpy(tmp, k, row);
+	memcpy(k, k + 3 * row, row);
+	memcpy(k + 3 * row, tmp, row);
+	free(tmp);
+	struct blob_error err;
+	assert_int_equal(blob_check(b, len, m, 3, 4, &err), BLOB_OK); /* shape alone can't see it */
+	assert_int_not_equal(checksum_blob(b, len, 3), published);
+	free(b);
+	model_free(m);
+}
+
+/* Two same-shape KDA layers swapped: each blob is valid in either slot, but the
+ * checksum is bound to the layer index. Even identical bytes differ by slot. */
+static void test_mutant_swapped_kda_layers(void **state)
+{
+	(void)state;
+	struct model_spec *m = twin();
+	size_t l0, l1;
+	unsigned char *b0 = make_kda(&m->layers[0], 0.25f, &l0);
+	unsigned char *b1 = make_kda(&m->layers[1], 0.75f, &l1);
+	uint64_t sum0 = checksum_blob(b0, l0, 0), sum1 = checksum_blob(b1, l1, 1);
+	struct blob_error err;
+	assert_int_equal(blob_check(b1, l1, m, 0, 5, &err), BLOB_OK);
+	assert_int_equal(blob_check(b0, l0, m, 1, 5, &err), BLOB_OK);
+	assert_int_not_equal(checksum_blob(b1, l1, 0), sum0);
+	assert_int_not_equal(checksum_blob(b0, l0, 1), sum1);
+	assert_int_not_equal(checksum_blob(b0, l0, 0), checksum_blob(b0, l0, 1));
+	/* the streaming form agrees with the one-shot form */
+	struct checksum_state *st = checksum_begin(1);
+	checksum_update(st, b1, 7);
+	checksum_update(st, b1 + 7, l1 - 7);
+	assert_int_equal(checksum_end(st), sum1);
+	free(b0);
+	free(b1);
+	model_free(m);
+}
+
+static void test_nonfinite_positions(void **state)
+{
+	(void)state;
+	struct model_spec *m = twin();
+	size_t len;
+	unsigned char *b = make_kda(&m->layers[0], 0.1f, &len);
+	struct blob_view v;
+	assert_int_equal(blob_parse(b, len, &v, NULL), BLOB_OK);
+	assert_int_equal(blob_first_nonfinite(&v.v1), -1);
+	/* -Inf at the very last recurrent float, past several scan blocks */
+	float ninf = -__builtin_inff();
+	memcpy(b + len - 4, &ninf, 4);
+	struct blob_error err;
+	assert_int_equal(blob_validate(&v, m, 0, BLOB_PREFIX_ANY, &err), BLOB_ERR_NONFINITE);
+	assert_string_equal(err.message, "layer 0: KDA recurrent[8191] is -Inf");
+	free(b);
+	model_free(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_structural_vectors),
+	        cmocka_unit_test(test_semantic_vectors),
+	        cmocka_unit_test(test_roundtrip_ok_vectors),
+	        cmocka_unit_test(test_messages_name_numbers),
+	        cmocka_unit_test(test_huge_counts),
+	        cmocka_unit_test(test_mutant_kda_in_mla_slot),
+	        cmocka_unit_test(test_mutant_swapped_mla_row),
+	        cmocka_unit_test(test_mutant_swapped_kda_layers),
+	        cmocka_unit_test(test_nonfinite_positions),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

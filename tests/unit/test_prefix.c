@@ -1,0 +1,98 @@
+/* Entry keys against the fixture, and the chained block hashes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "hexutil.h"
+#include "model.h"
+#include "prefix.h"
+#include "testutil.h"
+
+static uint32_t parse_tokens(char *list, uint32_t *out, uint32_t cap)
+{
+	uint32_t n = 0;
+	char *save = NULL;
+	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		assert_true(n < cap);
+		out[n++] = (uint32_t)strtoul(t, NULL, 10);
+	}
+	return n;
+}
+
+static void test_keys_match_fixture(void **state)
+{
+	(void)state;
+	char *rows[TESTUTIL_MAX_ROWS][TESTUTIL_MAX_COLS];
+	int n, seen = 0;
+	char *text = testutil_tsv("models/FINGERPRINTS.tsv", rows, &n);
+	for (int i = 0; i < n; i++) {
+		if (strcmp(rows[i][0], "key") != 0)
+			continue;
+		char path[1024], err[MODEL_ERROR_MAX], hex[65];
+		snprintf(path, sizeof(path), "%s/models/%s", K3_SHARED_DIR, rows[i][1]);
+		struct model_spec *m = model_load_file(path, err);
+		assert_non_null(m);
+		uint32_t toks[1024];
+		uint32_t nt = parse_tokens(rows[i][3], toks, 1024);
+		uint8_t key[PREFIX_KEY_LEN];
+		prefix_key(m->fingerprint, rows[i][2], strlen(rows[i][2]), toks, nt, key);
+		hexutil_encode(key, sizeof(key), hex);
+		assert_string_equal(hex, rows[i][4]);
+		seen++;
+		model_free(m);
+	}
+	assert_int_equal(seen, 4);
+	free(text);
+}
+
+static void test_block_hashes_chain(void **state)
+{
+	(void)state;
+	uint8_t fp[32] = {1, 2, 3};
+	uint32_t a[64], b[64];
+	for (uint32_t i = 0; i < 64; i++)
+		a[i] = b[i] = i * 7;
+	b[40] = 999; /* diverges in block 2 */
+	uint8_t ha[4][PREFIX_NODE_LEN], hb[4][PREFIX_NODE_LEN];
+	assert_int_equal(prefix_block_hashes(fp, "", 0, a, 64, ha), 4);
+	assert_int_equal(prefix_block_hashes(fp, "", 0, b, 63, hb), 3); /* only full blocks */
+	assert_memory_equal(ha[0], hb[0], PREFIX_NODE_LEN);
+	assert_memory_equal(ha[1], hb[1], PREFIX_NODE_LEN);
+	assert_memory_not_equal(ha[2], hb[2], PREFIX_NODE_LEN);
+	/* chaining: block 3 is equal in both, but its node differs */
+	prefix_block_hashes(fp, "", 0, b, 64, hb);
+	assert_memory_not_equal(ha[3], hb[3], PREFIX_NODE_LEN);
+	/* salt and model separate the chains */
+	uint8_t hs[4][PREFIX_NODE_LEN];
+	prefix_block_hashes(fp, "t", 1, a, 64, hs);
+	assert_memory_not_equal(ha[0], hs[0], PREFIX_NODE_LEN);
+	fp[0] = 9;
+	prefix_block_hashes(fp, "", 0, a, 64, hs);
+	assert_memory_not_equal(ha[0], hs[0], PREFIX_NODE_LEN);
+}
+
+static void test_truncation_hook(void **state)
+{
+	(void)state;
+	uint8_t fp[32] = {0};
+	uint32_t a[16] = {0};
+	uint8_t h[1][PREFIX_NODE_LEN];
+	prefix_test_truncate_node_hash(16);
+	prefix_block_hashes(fp, "", 0, a, 16, h);
+	prefix_test_truncate_node_hash(0);
+	for (int i = 0; i < PREFIX_NODE_LEN - 2; i++)
+		assert_int_equal(h[0][i], 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_keys_match_fixture),
+	        cmocka_unit_test(test_block_hashes_chain),
+	        cmocka_unit_test(test_truncation_hook),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
