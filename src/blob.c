@@ -214,7 +214,7 @@ static enum blob_class check_finite(const struct blob_f32vec *vec, uint32_t laye
                                     const char *what, struct blob_error *err)
 {
 	int64_t at = blob_first_nonfinite(vec);
-	if (at < 0)
+	if (at < 0 || !vec->data)
 		return BLOB_OK;
 	float f;
 	memcpy(&f, vec->data + (size_t)at * 4u, 4);
@@ -275,7 +275,7 @@ enum blob_class blob_validate(const struct blob_view *view, const struct model_s
 enum blob_class blob_check(const void *bytes, size_t len, const struct model_spec *model,
                            uint32_t layer, uint32_t prefix_len, struct blob_error *err)
 {
-	struct blob_view v;
+	struct blob_view v = {0};
 	enum blob_class rc = blob_parse(bytes, len, &v, err);
 	if (rc != BLOB_OK) {
 		if (err) {

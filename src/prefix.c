@@ -90,7 +90,7 @@ uint32_t prefix_block_hashes(const uint8_t fingerprint[32], const void *salt, si
 		XXH128_canonical_t c;
 		XXH128_canonicalFromHash(&c, h);
 		memcpy(buf, c.digest, 16);
-		memcpy(buf + 16, tokens + (size_t)d * PREFIX_BLOCK, PREFIX_BLOCK * 4);
+		memcpy(buf + 16, tokens + (size_t)d * PREFIX_BLOCK, (size_t)PREFIX_BLOCK * 4u);
 		h = XXH3_128bits(buf, sizeof(buf));
 		put_hash(h, out[d]);
 	}
