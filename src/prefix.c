@@ -86,13 +86,14 @@ uint32_t prefix_block_hashes(const uint8_t fingerprint[32], const void *salt, si
 
 	uint32_t k = n / PREFIX_BLOCK;
 	unsigned char buf[16 + PREFIX_BLOCK * 4];
+	put_hash(h, out[0]);
 	for (uint32_t d = 0; d < k; d++) {
 		XXH128_canonical_t c;
 		XXH128_canonicalFromHash(&c, h);
 		memcpy(buf, c.digest, 16);
 		memcpy(buf + 16, tokens + (size_t)d * PREFIX_BLOCK, (size_t)PREFIX_BLOCK * 4u);
 		h = XXH3_128bits(buf, sizeof(buf));
-		put_hash(h, out[d]);
+		put_hash(h, out[d + 1]);
 	}
 	return k;
 }

@@ -25,9 +25,9 @@
 void prefix_key(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
                 const uint32_t *tokens, uint32_t n, uint8_t out[PREFIX_KEY_LEN]);
 
-/* Node hashes h_1..h_k for k = n / PREFIX_BLOCK full blocks of tokens, written
- * to out[0..k-1] (PREFIX_NODE_LEN bytes each). Returns k. `out` must hold
- * n / PREFIX_BLOCK entries. */
+/* Node hashes h_0..h_k for k = n / PREFIX_BLOCK full blocks of tokens, written
+ * to out[0..k] (PREFIX_NODE_LEN bytes each; h_0 is the root of this model and
+ * salt). Returns k. `out` must hold n / PREFIX_BLOCK + 1 entries. */
 uint32_t prefix_block_hashes(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
                              const uint32_t *tokens, uint32_t n, uint8_t (*out)[PREFIX_NODE_LEN]);
 

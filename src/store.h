@@ -1,0 +1,265 @@
+/* store: the persistent snapshot store over LMDB. No sockets: the daemon and
+ * the offline CLI both call it.
+ *
+ * An entry is one snapshot: a model fingerprint, a salt, the first P tokens
+ * and one blob per layer of the model. Its key is prefix_key() (DESIGN.md).
+ *
+ * Layout (one LMDB environment, named databases):
+ *   meta     "format" -> u32 version; "totals" -> entry bytes, LRU clock
+ *   models   fingerprint -> model spec JSON
+ *   entries  key -> entry record (store_record.c; checked on every decode)
+ *   tokens   key -> P x u32 tokens
+ *   chunks   key | u32 chunk (BE) -> u64 xxh3(chunk, seed chunk) | bytes
+ *            the layers' blobs laid end to end and cut into equal chunks of
+ *            256 pages, so freed runs fit new chunks exactly
+ *   nodes    block-hash node -> u32 count of entries whose path passes it
+ *   attach   node (DUPSORT) -> u32 P (BE) | u64 tail hash | key
+ *   lru      u64 use sequence (BE) | key -> ""
+ *
+ * Longest-prefix lookup hashes the prompt in blocks (prefix.h), binary-searches
+ * the deepest node present, then checks the entries attached at and above it,
+ * deepest first, comparing tokens one by one. Nothing is scanned or rebuilt
+ * at open.
+ *
+ * Thread safety: any thread may call any function; LMDB serialises writers. */
+#ifndef K3_STORE_H
+#define K3_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "status.h"
+
+#define STORE_KEY_LEN        32
+#define STORE_FORMAT_VERSION 1u
+
+enum store_durability {
+	STORE_SAFE = 0, /* MDB_NOMETASYNC: a power loss may drop the last commit */
+	STORE_STRICT,   /* full sync on every commit */
+	STORE_FAST,     /* MDB_NOSYNC; store_sync() from a timer */
+};
+
+struct store_options {
+	uint64_t max_bytes; /* capacity for blob bytes; 0: 1 GiB */
+	uint64_t map_size;  /* LMDB map size; 0: derived from max_bytes */
+	enum store_durability durability;
+	int read_only;           /* open an existing store without writing */
+	uint64_t (*clock)(void); /* unix seconds; NULL: the real clock (tests set it) */
+};
+
+struct store;
+
+/* Parses "safe", "strict" or "fast". Returns 0 or -1. */
+int store_durability_parse(const char *s, enum store_durability *out);
+const char *store_durability_name(enum store_durability d);
+
+enum status_code store_open(const char *dir, const struct store_options *opt, struct store **out,
+                            struct status *st);
+/* Writes batched last-used times, then closes. NULL is a no-op. */
+void store_close(struct store *s);
+
+/* ---- models ---- */
+
+/* Stores a spec (idempotent by fingerprint). *created (may be NULL) says
+ * whether it was new. */
+enum status_code store_put_model(struct store *s, const struct model_spec *spec, int *created,
+                                 struct status *st);
+/* Returns a copy of the spec (caller frees with model_free), or NULL with
+ * UNKNOWN_MODEL. */
+struct model_spec *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN],
+                                   struct status *st);
+/* Calls fn for every stored spec; stops early when fn returns non-zero. */
+enum status_code store_list_models(struct store *s,
+                                   int (*fn)(const struct model_spec *spec, void *ctx), void *ctx,
+                                   struct status *st);
+
+/* ---- publish ---- */
+
+struct store_blob {
+	const void *data;
+	uint64_t size;
+	uint64_t xxh3; /* checksum_blob(data, size, layer); 0: not given, computed */
+};
+
+struct store_publish_req {
+	const uint8_t *fingerprint; /* 32 bytes */
+	const void *salt;
+	size_t salt_len;
+	const uint32_t *tokens;
+	uint32_t n_tokens;              /* P >= 1 */
+	const struct store_blob *blobs; /* one per layer of the model, in index order */
+	uint32_t n_blobs;
+};
+
+struct store_publish_res {
+	uint8_t key[STORE_KEY_LEN];
+	int created;      /* 0: the entry existed already; nothing was written */
+	uint64_t bytes;   /* blob bytes of the entry */
+	uint32_t evicted; /* entries evicted to make room */
+};
+
+/* Validates every blob against the model (slot, shape, seq_len == P, finite,
+ * checksum when given), then writes the whole entry in one transaction, or
+ * nothing. Evicts least-recently-used entries first when over capacity. */
+enum status_code store_publish(struct store *s, const struct store_publish_req *req,
+                               struct store_publish_res *res, struct status *st);
+
+/* The same for several requests sharing one commit. Each gets its own result
+ * and status; returns OK when all succeeded, otherwise the first failure. */
+enum status_code store_publish_batch(struct store *s, const struct store_publish_req *reqs,
+                                     struct store_publish_res *res, struct status *sts, uint32_t n);
+
+/* ---- lookup and restore ---- */
+
+struct store_lookup_req {
+	const uint8_t *fingerprint;
+	const void *salt;
+	size_t salt_len;
+	const uint32_t *tokens;
+	uint32_t n_tokens;
+	uint32_t limit; /* largest usable P; 0: N-1 (one token left to feed) */
+};
+
+struct store_lookup_res {
+	uint32_t prefix_len; /* P; 0 on a miss */
+	uint8_t key[STORE_KEY_LEN];
+	uint64_t bytes;
+	uint32_t hint; /* the junction: the largest block boundary at which the
+	                  prompt still follows a stored path */
+};
+
+/* Longest stored prefix of the prompt with P <= limit, its tokens compared one
+ * by one. A miss is OK with prefix_len 0. A hit counts as a use. */
+enum status_code store_lookup(struct store *s, const struct store_lookup_req *req,
+                              struct store_lookup_res *res, struct status *st);
+
+struct store_segment {
+	const unsigned char *data;
+	size_t len;
+};
+
+struct store_layer {
+	uint32_t index;
+	uint8_t tag; /* blob tag: 1 KDA, 2 MLA */
+	uint64_t size;
+	uint64_t xxh3;
+	uint32_t n_segments;
+	struct store_segment *segments; /* the blob, in order, inside the map */
+};
+
+/* A restored entry: zero-copy views inside a read transaction that lives until
+ * store_snapshot_release(). Every chunk's checksum has been verified. */
+struct store_snapshot {
+	uint8_t key[STORE_KEY_LEN];
+	uint8_t fingerprint[MODEL_FINGERPRINT_LEN];
+	uint32_t prefix_len;
+	uint32_t n_layers;
+	uint64_t bytes;
+	struct store_layer *layers;
+	struct store_snapshot_priv *priv;
+};
+
+/* NOT_FOUND when absent or quarantined; CORRUPT (and the entry is
+ * quarantined) when a checksum does not match. */
+enum status_code store_restore(struct store *s, const uint8_t key[STORE_KEY_LEN],
+                               struct store_snapshot **out, struct status *st);
+void store_snapshot_release(struct store_snapshot *snap);
+
+/* ---- administration ---- */
+
+struct store_layer_info {
+	uint8_t tag;
+	uint64_t size;
+	uint64_t xxh3;
+};
+
+struct store_entry_info {
+	uint8_t key[STORE_KEY_LEN];
+	uint8_t fingerprint[MODEL_FINGERPRINT_LEN];
+	uint8_t *salt;
+	uint32_t salt_len;
+	uint32_t prefix_len;
+	uint32_t n_layers;
+	uint64_t bytes;
+	uint64_t created;   /* unix seconds */
+	uint64_t last_used; /* unix seconds */
+	uint64_t hits;
+	int quarantined;
+	struct store_layer_info *layers;
+	uint32_t *tokens; /* store_inspect only; NULL from store_list */
+};
+
+void store_entry_info_free(struct store_entry_info *info);
+
+/* Entries in key order after `after` (NULL: from the start), optionally only
+ * one model's; at most `limit` (0: all). fn gets an info it must not keep;
+ * a non-zero return stops. */
+enum status_code store_list(struct store *s, const uint8_t *model_fp, const uint8_t *after,
+                            uint32_t limit,
+                            int (*fn)(const struct store_entry_info *info, void *ctx), void *ctx,
+                            struct status *st);
+
+/* One entry with its tokens and layers (caller frees). NOT_FOUND if absent. */
+enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN],
+                               struct store_entry_info **out, struct status *st);
+
+/* Resolves a hex key prefix (at least 1 digit) to the one key it names.
+ * NOT_FOUND when none does; INVALID when several do (the message lists them). */
+enum status_code store_resolve_key(struct store *s, const char *hex, uint8_t key[STORE_KEY_LEN],
+                                   struct status *st);
+
+struct store_evict_req {
+	const uint8_t (*keys)[STORE_KEY_LEN]; /* these entries */
+	uint32_t n_keys;
+	const uint8_t *model;  /* every entry of this model */
+	uint64_t idle_seconds; /* unused for longer than this (0: not this selector) */
+	int to_bytes_set;      /* least recently used first, down to to_bytes */
+	uint64_t to_bytes;
+	int all;
+	int dry_run; /* report what would go, change nothing */
+};
+
+struct store_evict_res {
+	uint32_t entries;
+	uint64_t bytes;
+};
+
+/* Evicts by exactly one selector. fn (may be NULL) is told each key. */
+enum status_code store_evict(struct store *s, const struct store_evict_req *req,
+                             void (*fn)(const uint8_t key[STORE_KEY_LEN], uint64_t bytes,
+                                        void *ctx),
+                             void *ctx, struct store_evict_res *res, struct status *st);
+
+/* Re-checks every entry's chunks and records. fn (may be NULL) is told each
+ * damaged key with the reason; damaged entries are quarantined unless the
+ * store is read-only. */
+enum status_code store_verify(struct store *s,
+                              void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
+                                         void *ctx),
+                              void *ctx, uint64_t *checked, uint64_t *damaged, struct status *st);
+
+struct store_stats {
+	uint64_t entries;
+	uint64_t bytes;
+	uint64_t models;
+	uint64_t max_bytes;
+	/* since open */
+	uint64_t hits, misses, hit_tokens, publishes, publish_exists, evictions, quarantined,
+	        restores, corrupt, map_full_retries;
+	/* the map */
+	uint64_t map_size, map_used_pages, free_pages, page_size, file_bytes;
+};
+
+enum status_code store_get_stats(struct store *s, struct store_stats *out, struct status *st);
+
+/* Writes batched last-used times and hit counts. */
+enum status_code store_flush(struct store *s, struct status *st);
+
+/* Forces the data to disk (for `fast` durability). */
+enum status_code store_sync(struct store *s, struct status *st);
+
+/* Checks for readers left by dead processes; returns how many were cleared. */
+int store_reader_check(struct store *s);
+
+#endif

@@ -1,0 +1,373 @@
+/* store_admin: list, inspect, resolve key prefixes, evict, verify. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checksum.h"
+#include "hexutil.h"
+#include "store_internal.h"
+
+enum status_code store_list(struct store *s, const uint8_t *model_fp, const uint8_t *after,
+                            uint32_t limit,
+                            int (*fn)(const struct store_entry_info *info, void *ctx), void *ctx,
+                            struct status *st)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "list");
+	if ((rc = mdb_cursor_open(txn, s->entries, &cur)) != 0) {
+		mdb_txn_abort(txn);
+		return store_mdb_error(st, rc, "list");
+	}
+	MDB_val k, v;
+	if (after) {
+		k.mv_size = STORE_KEY_LEN;
+		k.mv_data = (void *)after;
+		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		if (rc == 0 && k.mv_size == STORE_KEY_LEN &&
+		    !memcmp(k.mv_data, after, STORE_KEY_LEN))
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	} else {
+		rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+	}
+	uint32_t n = 0;
+	enum status_code code = STATUS_OK;
+	for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct store_record r;
+		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0)
+			continue; /* verify reports damaged records */
+		if (model_fp && memcmp(r.fingerprint, model_fp, MODEL_FINGERPRINT_LEN) != 0)
+			continue;
+		struct store_entry_info info;
+		if (store_info_from_record(&r, &info) != 0) {
+			code = status_set(st, STATUS_INTERNAL, "out of memory");
+			break;
+		}
+		int stop = fn(&info, ctx);
+		free(info.salt);
+		free(info.layers);
+		if (stop || (limit && ++n >= limit))
+			break;
+	}
+	mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return code;
+}
+
+enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN],
+                               struct store_entry_info **out, struct status *st)
+{
+	*out = NULL;
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "inspect");
+	struct store_record r;
+	rc = store_read_record(s, txn, key, &r);
+	enum status_code code = STATUS_OK;
+	struct store_entry_info *info = NULL;
+	if (rc == MDB_NOTFOUND) {
+		code = status_set(st, STATUS_NOT_FOUND, "no such entry");
+	} else if (rc) {
+		code = status_set(st, STATUS_CORRUPT, "the entry's record is damaged");
+	} else if (!(info = malloc(sizeof(*info))) || store_info_from_record(&r, info) != 0) {
+		free(info);
+		info = NULL;
+		code = status_set(st, STATUS_INTERNAL, "out of memory");
+	} else {
+		MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
+		if (mdb_get(txn, s->tokens, &k, &v) == 0 &&
+		    v.mv_size == (size_t)r.prefix_len * 4u &&
+		    (info->tokens = malloc(v.mv_size)) != NULL)
+			memcpy(info->tokens, v.mv_data, v.mv_size);
+		*out = info;
+	}
+	mdb_txn_abort(txn);
+	return code;
+}
+
+enum status_code store_resolve_key(struct store *s, const char *hex, uint8_t key[STORE_KEY_LEN],
+                                   struct status *st)
+{
+	size_t n = strlen(hex);
+	if (n == 0 || n > (size_t)2 * STORE_KEY_LEN)
+		return status_set(st, STATUS_INVALID, "a key is 1 to 64 hex digits");
+	uint8_t start[STORE_KEY_LEN] = {0};
+	char norm[2 * STORE_KEY_LEN + 1] = {0};
+	for (size_t i = 0; i < n; i++) {
+		char c = hex[i];
+		if (c >= 'A' && c <= 'F')
+			c = (char)(c - 'A' + 'a');
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return status_set(st, STATUS_INVALID, "\"%s\" is not a hex key", hex);
+		norm[i] = c;
+		uint8_t nib = (uint8_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+		start[i / 2] |= (uint8_t)(i % 2 ? nib : nib << 4);
+	}
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "resolve key");
+	if ((rc = mdb_cursor_open(txn, s->entries, &cur)) != 0) {
+		mdb_txn_abort(txn);
+		return store_mdb_error(st, rc, "resolve key");
+	}
+	MDB_val k = {STORE_KEY_LEN, start}, v;
+	int found = 0;
+	char list[STATUS_MESSAGE_MAX - 64] = "";
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		if (k.mv_size != STORE_KEY_LEN)
+			continue;
+		char full[2 * STORE_KEY_LEN + 1];
+		hexutil_encode(k.mv_data, STORE_KEY_LEN, full);
+		if (strncmp(full, norm, n) != 0)
+			break;
+		if (found == 0)
+			memcpy(key, k.mv_data, STORE_KEY_LEN);
+		if (found < 4) {
+			size_t used = strlen(list);
+			snprintf(list + used, sizeof(list) - used, "%s%.16s", found ? ", " : "",
+			         full);
+		}
+		found++;
+	}
+	mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	if (found == 0)
+		return status_set(st, STATUS_NOT_FOUND, "no entry has a key starting with %s",
+		                  norm);
+	if (found > 1)
+		return status_set(st, STATUS_INVALID,
+		                  "key prefix %s is ambiguous: %d entries (%s%s)", norm, found,
+		                  list, found > 4 ? ", ..." : "");
+	return STATUS_OK;
+}
+
+/* ---- evict ---------------------------------------------------------------- */
+
+struct keylist {
+	uint8_t (*keys)[STORE_KEY_LEN];
+	size_t n, cap;
+};
+
+static int keylist_add(struct keylist *l, const uint8_t *key)
+{
+	if (l->n == l->cap) {
+		size_t ncap = l->cap ? l->cap * 2 : 64;
+		uint8_t(*nk)[STORE_KEY_LEN] = realloc(l->keys, ncap * (size_t)STORE_KEY_LEN);
+		if (!nk)
+			return ENOMEM;
+		l->keys = nk;
+		l->cap = ncap;
+	}
+	memcpy(l->keys[l->n++], key, STORE_KEY_LEN);
+	return 0;
+}
+
+/* Collects the keys of entries matching the model / idle / all selector. */
+static int select_keys(struct store *s, MDB_txn *txn, const struct store_evict_req *req,
+                       struct keylist *out)
+{
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->entries, &cur);
+	if (rc)
+		return rc;
+	uint64_t now = store_now(s);
+	MDB_val k, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct store_record r;
+		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0)
+			continue;
+		int pick = req->all;
+		if (req->model)
+			pick = !memcmp(r.fingerprint, req->model, MODEL_FINGERPRINT_LEN);
+		if (req->idle_seconds)
+			pick = r.last_used + req->idle_seconds < now;
+		if (pick && (rc = keylist_add(out, r.key)) != 0)
+			break;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+enum status_code store_evict(struct store *s, const struct store_evict_req *req,
+                             void (*fn)(const uint8_t key[STORE_KEY_LEN], uint64_t bytes,
+                                        void *ctx),
+                             void *ctx, struct store_evict_res *res, struct status *st)
+{
+	memset(res, 0, sizeof(*res));
+	int selectors = (req->n_keys > 0) + (req->model != NULL) + (req->idle_seconds > 0) +
+	                (req->to_bytes_set != 0) + (req->all != 0);
+	if (selectors != 1)
+		return status_set(
+		        st, STATUS_INVALID,
+		        "evict takes exactly one selector: keys, model, idle, to-size or all");
+	if (s->opt.read_only && !req->dry_run)
+		return status_set(st, STATUS_UNSUPPORTED, "the store is open read-only");
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, s->opt.read_only ? MDB_RDONLY : 0, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "evict");
+	struct store_totals t;
+	if ((!s->opt.read_only && (rc = store_apply_touches(s, txn)) != 0) ||
+	    (rc = store_totals_get(s, txn, &t)) != 0) {
+		mdb_txn_abort(txn);
+		return store_mdb_error(st, rc, "evict");
+	}
+	if (req->to_bytes_set) {
+		rc = store_evict_lru(s, txn, &t, req->to_bytes, req->dry_run, fn, ctx,
+		                     &res->entries);
+		/* bytes freed: the difference, or for a dry run what would go */
+	} else {
+		struct keylist keys = {0};
+		if (req->n_keys) {
+			for (uint32_t i = 0; i < req->n_keys && !rc; i++)
+				rc = keylist_add(&keys, req->keys[i]);
+		} else {
+			rc = select_keys(s, txn, req, &keys);
+		}
+		for (size_t i = 0; i < keys.n && !rc; i++) {
+			struct store_record r;
+			int got = store_read_record(s, txn, keys.keys[i], &r);
+			if (got == MDB_NOTFOUND)
+				continue;
+			if (got) {
+				rc = got < 0 ? MDB_CORRUPTED : got;
+				break;
+			}
+			if (fn)
+				fn(r.key, r.bytes, ctx);
+			res->entries++;
+			res->bytes += r.bytes;
+			if (!req->dry_run) {
+				rc = store_delete_entry(s, txn, &r, &t);
+				atomic_fetch_add(&s->evictions, 1);
+			}
+		}
+		free(keys.keys);
+		if (!rc && req->n_keys && res->entries == 0) {
+			mdb_txn_abort(txn);
+			return status_set(st, STATUS_NOT_FOUND, "no such entry");
+		}
+	}
+	if (rc) {
+		mdb_txn_abort(txn);
+		return store_mdb_error(st, rc, "evict");
+	}
+	if (req->dry_run) {
+		mdb_txn_abort(txn);
+		return STATUS_OK;
+	}
+	struct store_totals before;
+	store_totals_get(s, txn, &before);
+	if (req->to_bytes_set)
+		res->bytes = before.bytes - t.bytes;
+	if ((rc = store_totals_put(s, txn, &t)) != 0 || (rc = mdb_txn_commit(txn)) != 0) {
+		if (rc)
+			return store_mdb_error(st, rc, "evict");
+	}
+	return STATUS_OK;
+}
+
+/* ---- verify --------------------------------------------------------------- */
+
+static const char *check_layers(const struct store_snapshot *snap, char *why, size_t whysz)
+{
+	for (uint32_t i = 0; i < snap->n_layers; i++) {
+		const struct store_layer *l = &snap->layers[i];
+		struct checksum_state *cs = checksum_begin(i);
+		if (!cs)
+			return "out of memory";
+		uint64_t size = 0;
+		for (uint32_t j = 0; j < l->n_segments; j++) {
+			checksum_update(cs, l->segments[j].data, l->segments[j].len);
+			size += l->segments[j].len;
+		}
+		uint64_t sum = checksum_end(cs);
+		if (size != l->size || sum != l->xxh3) {
+			snprintf(why, whysz, "layer %u fails its checksum", i);
+			return why;
+		}
+	}
+	return NULL;
+}
+
+enum status_code store_verify(struct store *s,
+                              void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
+                                         void *ctx),
+                              void *ctx, uint64_t *checked, uint64_t *damaged, struct status *st)
+{
+	*checked = *damaged = 0;
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "verify");
+	if ((rc = mdb_cursor_open(txn, s->entries, &cur)) != 0) {
+		mdb_txn_abort(txn);
+		return store_mdb_error(st, rc, "verify");
+	}
+	struct keylist keys = {0};
+	struct keylist bad = {0};
+	MDB_val k, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct store_record r;
+		if (k.mv_size != STORE_KEY_LEN)
+			continue;
+		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0 ||
+		    memcmp(r.key, k.mv_data, STORE_KEY_LEN) != 0) {
+			(*checked)++;
+			(*damaged)++;
+			if (fn)
+				fn(k.mv_data, "the entry record is damaged", ctx);
+			continue;
+		}
+		MDB_val tv;
+		if (mdb_get(txn, s->tokens, &k, &tv) != 0 ||
+		    tv.mv_size != (size_t)r.prefix_len * 4u)
+			keylist_add(&bad, r.key);
+		else
+			keylist_add(&keys, r.key);
+	}
+	mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	for (size_t i = 0; i < bad.n; i++) {
+		(*checked)++;
+		(*damaged)++;
+		if (fn)
+			fn(bad.keys[i], "the entry's tokens are missing or damaged", ctx);
+		store_quarantine(s, bad.keys[i]);
+	}
+	for (size_t i = 0; i < keys.n; i++) {
+		struct store_snapshot *snap;
+		struct status rst;
+		char why[STATUS_MESSAGE_MAX];
+		(*checked)++;
+		enum status_code code = store_restore_opt(s, keys.keys[i], 0, &snap, &rst);
+		if (code == STATUS_OK) {
+			const char *bad_layer = check_layers(snap, why, sizeof(why));
+			store_snapshot_release(snap);
+			if (!bad_layer)
+				continue;
+			store_quarantine(s, keys.keys[i]);
+			snprintf(rst.message, sizeof(rst.message),
+			         "%.200s; the entry is quarantined", bad_layer);
+		} else if (code != STATUS_CORRUPT && !strstr(rst.message, "quarantined")) {
+			(*checked)--;
+			continue; /* evicted meanwhile */
+		}
+		(*damaged)++;
+		if (fn)
+			fn(keys.keys[i], rst.message, ctx);
+	}
+	free(keys.keys);
+	free(bad.keys);
+	return STATUS_OK;
+}

@@ -1,0 +1,141 @@
+/* store_internal: what the store's files share. Not for use outside src/store*. */
+#ifndef K3_STORE_INTERNAL_H
+#define K3_STORE_INTERNAL_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "prefix.h"
+#include "store.h"
+
+/* A chunk value is an 8-byte XXH3 of its data (seed: chunk number) followed by
+ * the data. 1 MiB - 16 bytes of value fill 256 pages exactly (LMDB adds a
+ * 16-byte header to an overflow run). */
+#define STORE_CHUNK_VALUE   (1048576u - 16u)
+#define STORE_CHUNK_DATA    (STORE_CHUNK_VALUE - 8u)
+#define STORE_CHUNK_KEY_LEN (STORE_KEY_LEN + 4)
+
+/* Tail hash of an attach record: XXH3-64 of tokens [depth*B, P). */
+#define STORE_ATTACH_LEN (4 + 8 + STORE_KEY_LEN)
+
+#define STORE_FLAG_QUARANTINED 1u
+
+/* The decoded entry record. */
+struct store_record {
+	uint8_t key[STORE_KEY_LEN];
+	uint8_t fingerprint[MODEL_FINGERPRINT_LEN];
+	uint32_t prefix_len;
+	uint32_t n_layers;
+	uint32_t flags;
+	uint64_t created;
+	uint64_t last_used;
+	uint64_t lru_seq;
+	uint64_t hits;
+	uint64_t bytes;
+	uint32_t salt_len;
+	const uint8_t *salt;         /* points into the encoded record */
+	const unsigned char *layers; /* n_layers x (u8 tag | u64 size | u64 xxh3) */
+};
+
+#define STORE_RECORD_LAYER_LEN 17u
+
+/* Encoded size of a record with these counts. */
+size_t store_record_size(uint32_t salt_len, uint32_t n_layers);
+/* Encodes r (with layer triples from tags/sizes/sums) into out. */
+void store_record_encode(const struct store_record *r, const uint8_t *tags, const uint64_t *sizes,
+                         const uint64_t *sums, unsigned char *out);
+/* Decodes and checks a record read from disk. -1 when damaged. */
+int store_record_decode(const void *data, size_t len, struct store_record *r);
+/* Layer i of a decoded record. */
+void store_record_layer(const struct store_record *r, uint32_t i, uint8_t *tag, uint64_t *size,
+                        uint64_t *sum);
+/* Rewrites the mutable fields (flags, last_used, lru_seq, hits) of an encoded record in place. */
+void store_record_patch(unsigned char *enc, const struct store_record *r);
+
+struct store_touch {
+	uint8_t key[STORE_KEY_LEN];
+	uint64_t seq;
+	uint64_t when;
+	uint64_t hits;
+};
+
+struct store {
+	MDB_env *env;
+	MDB_dbi meta, models, entries, tokens, chunks, nodes, attach, lru;
+	struct store_options opt;
+	char *dir;
+
+	pthread_mutex_t mu; /* guards the fields below */
+	struct store_touch *touches;
+	size_t n_touches, cap_touches;
+	struct model_cache_entry *model_cache;
+	size_t n_models_cached;
+
+	atomic_uint_fast64_t lru_clock;
+	atomic_int open_snapshots;
+	atomic_uint_fast64_t hits, misses, hit_tokens, publishes, publish_exists, evictions,
+	        quarantined, restores, corrupt, map_full_retries;
+};
+
+struct model_cache_entry {
+	uint8_t fp[MODEL_FINGERPRINT_LEN];
+	struct model_spec *spec;
+};
+
+uint64_t store_now(const struct store *s);
+
+/* Maps an LMDB error to a status. */
+enum status_code store_mdb_error(struct status *st, int rc, const char *what);
+
+/* meta "totals": entry bytes and the LRU clock. */
+struct store_totals {
+	uint64_t bytes;
+	uint64_t lru_clock;
+};
+int store_totals_get(struct store *s, MDB_txn *txn, struct store_totals *t);
+int store_totals_put(struct store *s, MDB_txn *txn, const struct store_totals *t);
+
+/* Big-endian helpers for keys that must sort. */
+void store_be32(unsigned char *p, uint32_t v);
+uint32_t store_get_be32(const unsigned char *p);
+void store_be64(unsigned char *p, uint64_t v);
+uint64_t store_get_be64(const unsigned char *p);
+
+/* Deletes one entry and everything it owns inside txn (nodes, attach, lru,
+ * tokens, chunks) and subtracts its bytes from *totals. */
+int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record *r,
+                       struct store_totals *totals);
+
+/* Records a use. Held in memory and written by the next write transaction or
+ * store_flush(); when the buffer is full, uses are dropped until then (the LRU
+ * order is then approximate, never wrong about what exists). */
+void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN]);
+
+/* Evicts least-recently-used entries inside txn until totals->bytes <= target
+ * or nothing is left. Reports each to fn. Returns an LMDB code. */
+int store_evict_lru(struct store *s, MDB_txn *txn, struct store_totals *totals, uint64_t target,
+                    int dry_run, void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx),
+                    void *ctx, uint32_t *n_evicted);
+
+/* Writes pending touches inside txn. */
+int store_apply_touches(struct store *s, MDB_txn *txn);
+
+/* Marks an entry quarantined (own write transaction). */
+void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN]);
+
+/* Reads a record by key inside txn. MDB_NOTFOUND, 0, or -1 (damaged). */
+int store_read_record(struct store *s, MDB_txn *txn, const uint8_t key[STORE_KEY_LEN],
+                      struct store_record *r);
+
+/* store_restore(); `use` says whether it counts as a use (verify's do not). */
+enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN], int use,
+                                   struct store_snapshot **out, struct status *st);
+
+/* Tail hash for attach records. */
+uint64_t store_tail_hash(const uint32_t *tokens, uint32_t from, uint32_t to);
+
+/* Fills an info from a record (salt and layers copied). */
+int store_info_from_record(const struct store_record *r, struct store_entry_info *info);
+
+#endif

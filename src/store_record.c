@@ -1,0 +1,127 @@
+/* The entry record: its byte layout, and a decoder that trusts nothing.
+ *
+ *   u32 version | key[32] | fingerprint[32] | u32 prefix_len | u32 n_layers |
+ *   u32 flags | u64 created | u64 last_used | u64 lru_seq | u64 hits |
+ *   u64 bytes | u32 salt_len | salt | n_layers x (u8 tag | u64 size | u64 xxh3)
+ * all little-endian. */
+#include <string.h>
+
+#include "store_internal.h"
+
+#define REC_VERSION 1u
+#define OFF_FLAGS   (4 + 32 + 32 + 4 + 4)
+#define REC_FIXED   (OFF_FLAGS + 4 + 8 * 5 + 4)
+
+static void le32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void le64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+size_t store_record_size(uint32_t salt_len, uint32_t n_layers)
+{
+	return REC_FIXED + (size_t)salt_len + (size_t)n_layers * STORE_RECORD_LAYER_LEN;
+}
+
+void store_record_patch(unsigned char *enc, const struct store_record *r)
+{
+	unsigned char *p = enc + OFF_FLAGS;
+	le32(p, r->flags);
+	le64(p + 4, r->created);
+	le64(p + 12, r->last_used);
+	le64(p + 20, r->lru_seq);
+	le64(p + 28, r->hits);
+	le64(p + 36, r->bytes);
+}
+
+void store_record_encode(const struct store_record *r, const uint8_t *tags, const uint64_t *sizes,
+                         const uint64_t *sums, unsigned char *out)
+{
+	unsigned char *p = out;
+	le32(p, REC_VERSION);
+	memcpy(p + 4, r->key, 32);
+	memcpy(p + 36, r->fingerprint, 32);
+	le32(p + 68, r->prefix_len);
+	le32(p + 72, r->n_layers);
+	store_record_patch(out, r);
+	p = out + REC_FIXED - 4;
+	le32(p, r->salt_len);
+	p += 4;
+	if (r->salt_len)
+		memcpy(p, r->salt, r->salt_len);
+	p += r->salt_len;
+	for (uint32_t i = 0; i < r->n_layers; i++) {
+		p[0] = tags[i];
+		le64(p + 1, sizes[i]);
+		le64(p + 9, sums[i]);
+		p += STORE_RECORD_LAYER_LEN;
+	}
+}
+
+int store_record_decode(const void *data, size_t len, struct store_record *r)
+{
+	const unsigned char *p = data;
+	if (len < REC_FIXED || get32(p) != REC_VERSION)
+		return -1;
+	memcpy(r->key, p + 4, 32);
+	memcpy(r->fingerprint, p + 36, 32);
+	r->prefix_len = get32(p + 68);
+	r->n_layers = get32(p + 72);
+	r->flags = get32(p + OFF_FLAGS);
+	r->created = get64(p + OFF_FLAGS + 4);
+	r->last_used = get64(p + OFF_FLAGS + 12);
+	r->lru_seq = get64(p + OFF_FLAGS + 20);
+	r->hits = get64(p + OFF_FLAGS + 28);
+	r->bytes = get64(p + OFF_FLAGS + 36);
+	r->salt_len = get32(p + REC_FIXED - 4);
+	if (r->n_layers == 0 || r->n_layers > MODEL_MAX_LAYERS || r->prefix_len == 0)
+		return -1;
+	/* 64-bit sums: no count read from disk can wrap the check */
+	if ((uint64_t)REC_FIXED + r->salt_len + (uint64_t)r->n_layers * STORE_RECORD_LAYER_LEN !=
+	    len)
+		return -1;
+	r->salt = p + REC_FIXED;
+	r->layers = p + REC_FIXED + r->salt_len;
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < r->n_layers; i++) {
+		const unsigned char *l = r->layers + (size_t)i * STORE_RECORD_LAYER_LEN;
+		if (l[0] != 1 && l[0] != 2)
+			return -1;
+		uint64_t sz = get64(l + 1);
+		if (sz > (UINT64_C(1) << 40))
+			return -1;
+		total += sz;
+	}
+	return total == r->bytes ? 0 : -1;
+}
+
+void store_record_layer(const struct store_record *r, uint32_t i, uint8_t *tag, uint64_t *size,
+                        uint64_t *sum)
+{
+	const unsigned char *l = r->layers + (size_t)i * STORE_RECORD_LAYER_LEN;
+	*tag = l[0];
+	*size = get64(l + 1);
+	*sum = get64(l + 9);
+}

@@ -1,0 +1,818 @@
+/* The LMDB store: publish, exact longest-prefix lookup, restore, eviction,
+ * capacity, persistence, corruption. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <lmdb.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "prefix.h"
+#include "storeutil.h"
+
+struct fixture {
+	char *dir;
+	struct store *st;
+	struct model_spec *m;
+	struct model_spec *m2;
+};
+
+static uint64_t fake_now = 1000000;
+static uint64_t fake_clock(void)
+{
+	return fake_now;
+}
+
+static int open_store(struct fixture *f, uint64_t max_bytes, uint64_t map_size)
+{
+	struct store_options o = {.max_bytes = max_bytes,
+	                          .map_size = map_size,
+	                          .durability = STORE_FAST,
+	                          .clock = fake_clock};
+	struct status s;
+	if (store_open(f->dir, &o, &f->st, &s) != STATUS_OK) {
+		fprintf(stderr, "open: %s\n", s.message);
+		return -1;
+	}
+	return 0;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	f->dir = storeutil_tmpdir();
+	f->m = storeutil_model("test-a", 16);
+	f->m2 = storeutil_model("test-b", 16);
+	if (open_store(f, 0, 0))
+		return -1;
+	store_put_model(f->st, f->m, NULL, NULL);
+	store_put_model(f->st, f->m2, NULL, NULL);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	store_close(f->st);
+	model_free(f->m);
+	model_free(f->m2);
+	storeutil_rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+static void seq(uint32_t *t, uint32_t n, uint32_t base)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = base + i;
+}
+
+/* ---- publish / restore ---------------------------------------------------- */
+
+static void test_publish_restore_identical(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[40];
+	seq(t, 40, 100);
+	struct storeutil_snap s = storeutil_snap(f->m, 40, 7);
+	struct store_publish_req req = {f->m->fingerprint, "", 0, t, 40, s.blobs, s.n};
+	struct store_publish_res res;
+	struct status st;
+	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_OK);
+	assert_true(res.created);
+	uint8_t want[32];
+	prefix_key(f->m->fingerprint, "", 0, t, 40, want);
+	assert_memory_equal(res.key, want, 32);
+
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_OK);
+	assert_int_equal(snap->prefix_len, 40);
+	assert_int_equal(snap->n_layers, 4);
+	for (uint32_t i = 0; i < 4; i++) {
+		const struct store_layer *l = &snap->layers[i];
+		assert_int_equal(l->size, s.blobs[i].size);
+		assert_int_equal(l->xxh3, s.blobs[i].xxh3);
+		size_t off = 0;
+		for (uint32_t j = 0; j < l->n_segments; j++) {
+			assert_memory_equal(l->segments[j].data, s.bufs[i] + off,
+			                    l->segments[j].len);
+			off += l->segments[j].len;
+		}
+		assert_int_equal(off, l->size);
+	}
+	store_snapshot_release(snap);
+
+	/* the same key again stores nothing */
+	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_OK);
+	assert_false(res.created);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 1);
+	assert_int_equal(stats.publishes, 1);
+	assert_int_equal(stats.publish_exists, 1);
+	storeutil_snap_free(&s);
+}
+
+/* Multi-chunk entries: layers cross chunk boundaries and come back whole. */
+static void test_large_entry_spans_chunks(void **state)
+{
+	struct fixture *f = *state;
+	struct model_spec *big = storeutil_model("big", 700000); /* 2.8 MB per KDA layer */
+	store_put_model(f->st, big, NULL, NULL);
+	uint32_t t[20];
+	seq(t, 20, 5);
+	struct storeutil_snap s = storeutil_snap(big, 20, 3);
+	struct store_publish_req req = {big->fingerprint, "", 0, t, 20, s.blobs, s.n};
+	struct store_publish_res res;
+	struct status st;
+	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_OK);
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_OK);
+	uint32_t total_segments = 0;
+	for (uint32_t i = 0; i < 4; i++) {
+		size_t off = 0;
+		for (uint32_t j = 0; j < snap->layers[i].n_segments; j++) {
+			assert_memory_equal(snap->layers[i].segments[j].data, s.bufs[i] + off,
+			                    snap->layers[i].segments[j].len);
+			off += snap->layers[i].segments[j].len;
+		}
+		assert_int_equal(off, s.blobs[i].size);
+		total_segments += snap->layers[i].n_segments;
+	}
+	assert_true(total_segments > 4);
+	store_snapshot_release(snap);
+	storeutil_snap_free(&s);
+	model_free(big);
+}
+
+static void expect_rejected(struct fixture *f, struct store_publish_req *req, enum status_code code,
+                            const char *part)
+{
+	struct store_publish_res res;
+	struct status st;
+	assert_int_equal(store_publish(f->st, req, &res, &st), code);
+	if (!strstr(st.message, part))
+		fail_msg("message \"%s\" lacks \"%s\"", st.message, part);
+}
+
+static void test_publish_rejects_bad_input(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[8];
+	seq(t, 8, 1);
+	struct storeutil_snap s = storeutil_snap(f->m, 8, 1);
+	struct store_publish_req req = {f->m->fingerprint, "", 0, t, 8, s.blobs, s.n};
+
+	req.n_blobs = 3;
+	expect_rejected(f, &req, STATUS_INVALID, "3 layers");
+	req.n_blobs = 4;
+
+	/* C4: a KDA blob in the MLA slot */
+	struct store_blob swapped[4] = {s.blobs[0], s.blobs[1], s.blobs[0], s.blobs[3]};
+	swapped[2].xxh3 = 0;
+	req.blobs = swapped;
+	expect_rejected(f, &req, STATUS_INVALID, "layer 2: model says MLA, blob is KDA");
+	/* two same-shape KDA layers swapped: caught by the checksum bound to the slot */
+	struct store_blob kswap[4] = {s.blobs[1], s.blobs[0], s.blobs[2], s.blobs[3]};
+	req.blobs = kswap;
+	expect_rejected(f, &req, STATUS_INVALID, "layer 0: checksum mismatch");
+	req.blobs = s.blobs;
+
+	/* seq_len != P */
+	req.n_tokens = 7;
+	expect_rejected(f, &req, STATUS_INVALID, "(seq_len)");
+	req.n_tokens = 8;
+
+	/* NaN */
+	unsigned char *b = s.bufs[1];
+	unsigned char save[4];
+	memcpy(save, b + s.blobs[1].size - 4, 4);
+	uint32_t nan = 0x7fc00000u;
+	memcpy(b + s.blobs[1].size - 4, &nan, 4);
+	uint64_t sum = s.blobs[1].xxh3;
+	s.blobs[1].xxh3 = 0;
+	expect_rejected(f, &req, STATUS_INVALID, "(nonfinite)");
+	memcpy(b + s.blobs[1].size - 4, save, 4);
+	s.blobs[1].xxh3 = sum;
+
+	/* truncated blob */
+	s.blobs[3].size -= 1;
+	expect_rejected(f, &req, STATUS_INVALID, "(truncated)");
+	s.blobs[3].size += 1;
+
+	req.n_tokens = 0;
+	expect_rejected(f, &req, STATUS_INVALID, "P >= 1");
+	req.n_tokens = 8;
+
+	uint8_t unknown[32] = {9};
+	req.fingerprint = unknown;
+	expect_rejected(f, &req, STATUS_UNKNOWN_MODEL, "unknown model");
+
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 0);
+	assert_int_equal(stats.bytes, 0);
+	storeutil_snap_free(&s);
+}
+
+/* ---- lookup semantics ----------------------------------------------------- */
+
+static void test_default_limit_leaves_one_token(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[20];
+	seq(t, 20, 1);
+	assert_int_equal(storeutil_publish(f->st, f->m, "", t, 20, 1, NULL), STATUS_OK);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 20, 0, NULL), 0);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 20, 20, NULL), 20);
+	/* one more token and the default limit reaches it */
+	uint32_t u[21];
+	seq(u, 21, 1);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", u, 21, 0, NULL), 20);
+	/* a limit below P rules it out */
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", u, 21, 19, NULL), 0);
+}
+
+static void test_divergence(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[40];
+	seq(t, 40, 1);
+	assert_int_equal(storeutil_publish(f->st, f->m, "", t, 40, 1, NULL), STATUS_OK);
+	uint32_t p[50];
+	seq(p, 50, 1);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", p, 50, 0, NULL), 40);
+	p[0] = 999; /* first token */
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", p, 50, 0, NULL), 0);
+	p[0] = 1;
+	p[39] = 999; /* last token of the stored prefix */
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", p, 50, 0, NULL), 0);
+	p[39] = 40;
+	p[20] = 999; /* middle */
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", p, 50, 0, NULL), 0);
+	p[20] = 21;
+	p[45] = 999; /* after the prefix: still a hit */
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", p, 50, 0, NULL), 40);
+}
+
+static void test_shorter_prompt_misses(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[40];
+	seq(t, 40, 1);
+	assert_int_equal(storeutil_publish(f->st, f->m, "", t, 40, 1, NULL), STATUS_OK);
+	assert_int_equal(storeutil_publish(f->st, f->m, "", t, 33, 1, NULL), STATUS_OK);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 30, 30, NULL), 0);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 3, 0, NULL), 0);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.misses, 2);
+}
+
+static void test_longest_wins_and_hint(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[100];
+	seq(t, 100, 1);
+	static const uint32_t lens[] = {5, 16, 20, 37, 64, 70};
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		assert_int_equal(storeutil_publish(f->st, f->m, "", t, lens[i], (uint32_t)i, NULL),
+		                 STATUS_OK);
+	struct store_lookup_res res;
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 100, 0, &res), 70);
+	uint8_t want[32];
+	prefix_key(f->m->fingerprint, "", 0, t, 70, want);
+	assert_memory_equal(res.key, want, 32);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 69, 0, NULL), 64);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 64, 0, NULL), 37);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 37, 0, NULL), 20);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 17, 0, NULL), 16);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 16, 0, NULL), 5);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 100, 6, NULL), 5);
+	/* the junction: a prompt that follows the stored path for 50 tokens, then
+	 * leaves it, gets the block boundary 48 as its hint */
+	uint32_t p[90];
+	seq(p, 90, 1);
+	p[50] = 7777;
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", p, 90, 0, &res), 37);
+	assert_int_equal(res.hint, 48);
+	/* a prompt along the whole path: the hint is the deepest stored block */
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 100, 0, &res), 70);
+	assert_int_equal(res.hint, 64);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.hit_tokens, 70 + 64 + 37 + 20 + 16 + 5 + 5 + 37 + 70);
+}
+
+static void test_salts_and_models_never_cross(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[40];
+	seq(t, 40, 1);
+	assert_int_equal(storeutil_publish(f->st, f->m, "tenant-a", t, 30, 1, NULL), STATUS_OK);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "tenant-a", t, 40, 0, NULL), 30);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "tenant-b", t, 40, 0, NULL), 0);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 40, 0, NULL), 0);
+	assert_int_equal(storeutil_lookup(f->st, f->m2, "tenant-a", t, 40, 0, NULL), 0);
+	assert_int_equal(storeutil_publish(f->st, f->m2, "tenant-a", t, 20, 1, NULL), STATUS_OK);
+	assert_int_equal(storeutil_lookup(f->st, f->m2, "tenant-a", t, 40, 0, NULL), 20);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "tenant-a", t, 40, 0, NULL), 30);
+}
+
+static int next_rand(uint32_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 17;
+	*x ^= *x << 5;
+	return (int)(*x & 0x7fffffff);
+}
+
+/* With node hashes cut to a few bits, every path collides with every other;
+ * token comparison must still keep every answer exact. */
+static void check_collisions(struct fixture *f, unsigned bits)
+{
+	prefix_test_truncate_node_hash(bits);
+	uint32_t base[64];
+	seq(base, 64, 1);
+	const char *salts[] = {"", "x"};
+	for (uint32_t v = 0; v < 6; v++) {
+		uint32_t t[64];
+		memcpy(t, base, sizeof(t));
+		t[10 + v * 8] = 5000 + v; /* variant v diverges at 10 + 8v */
+		for (int si = 0; si < 2; si++)
+			assert_int_equal(storeutil_publish(f->st, si ? f->m2 : f->m, salts[si], t,
+			                                   20 + v * 7, v, NULL),
+			                 STATUS_OK);
+	}
+	uint32_t rng = bits * 2654435761u + 1u;
+	for (int q = 0; q < 300; q++) {
+		uint32_t p[64];
+		memcpy(p, base, sizeof(p));
+		uint32_t v = (uint32_t)next_rand(&rng) % 7;
+		if (v < 6)
+			p[10 + v * 8] = 5000 + v;
+		if (next_rand(&rng) % 2)
+			p[next_rand(&rng) % 64] = 9000;
+		int si = next_rand(&rng) % 2;
+		struct model_spec *m = si ? f->m2 : f->m;
+		struct store_lookup_res res;
+		uint32_t got = storeutil_lookup(f->st, m, salts[si], p, 64, 0, &res);
+		if (!got)
+			continue;
+		struct store_entry_info *info;
+		assert_int_equal(store_inspect(f->st, res.key, &info, NULL), STATUS_OK);
+		assert_int_equal(info->prefix_len, got);
+		assert_memory_equal(info->tokens, p, (size_t)got * 4);
+		assert_memory_equal(info->fingerprint, m->fingerprint, 32);
+		assert_int_equal(info->salt_len, strlen(salts[si]));
+		store_entry_info_free(info);
+	}
+	prefix_test_truncate_node_hash(0);
+}
+
+static void test_forced_collisions_16_bits(void **state)
+{
+	check_collisions(*state, 16);
+}
+
+static void test_forced_collisions_2_bits(void **state)
+{
+	check_collisions(*state, 2);
+}
+
+/* ---- persistence ---------------------------------------------------------- */
+
+static void test_reopen_keeps_everything(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[40];
+	seq(t, 40, 1);
+	assert_int_equal(storeutil_publish(f->st, f->m, "s", t, 33, 1, NULL), STATUS_OK);
+	store_close(f->st);
+	assert_int_equal(open_store(f, 0, 0), 0);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "s", t, 40, 0, NULL), 33);
+	struct model_spec *back = store_get_model(f->st, f->m->fingerprint, NULL);
+	assert_non_null(back);
+	assert_string_equal(back->name, "test-a");
+	model_free(back);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 1);
+	assert_int_equal(stats.models, 2);
+}
+
+static double open_seconds(const char *dir)
+{
+	struct timespec a, b;
+	double best = 1e9;
+	for (int i = 0; i < 5; i++) {
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		struct store *st;
+		struct store_options o = {.durability = STORE_FAST};
+		assert_int_equal(store_open(dir, &o, &st, NULL), STATUS_OK);
+		store_close(st);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+		best = s < best ? s : best;
+	}
+	return best;
+}
+
+static void fill(struct store *st, const struct model_spec *m, uint32_t n)
+{
+	enum { BATCH = 250 };
+	struct storeutil_snap s = storeutil_snap(m, 3, 1); /* MLA seq_len 3 */
+	uint32_t(*toks)[3] = malloc(sizeof(*toks) * BATCH);
+	struct store_publish_req reqs[BATCH];
+	struct store_publish_res res[BATCH];
+	for (uint32_t done = 0; done < n; done += BATCH) {
+		for (uint32_t i = 0; i < BATCH; i++) {
+			toks[i][0] = done + i;
+			toks[i][1] = 1;
+			toks[i][2] = 2;
+			reqs[i] = (struct store_publish_req){m->fingerprint, "", 0, toks[i], 3,
+			                                     s.blobs,        s.n};
+		}
+		assert_int_equal(store_publish_batch(st, reqs, res, NULL, BATCH), STATUS_OK);
+	}
+	free(toks);
+	storeutil_snap_free(&s);
+}
+
+/* No index is rebuilt at open: 10,000 entries open as fast as 10. The bound
+ * is loose on purpose (these machines are noisy); a scan of 10,000 records
+ * would still exceed it. */
+static void test_open_cost_flat(void **state)
+{
+	struct fixture *f = *state;
+	char *small = storeutil_tmpdir();
+	struct store *st;
+	struct store_options o = {.durability = STORE_FAST};
+	assert_int_equal(store_open(small, &o, &st, NULL), STATUS_OK);
+	store_put_model(st, f->m, NULL, NULL);
+	fill(st, f->m, 250);
+	store_close(st);
+	fill(f->st, f->m, 10000);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 10000);
+	store_close(f->st);
+	double t_small = open_seconds(small), t_big = open_seconds(f->dir);
+	printf("open: 250 entries %.3f ms, 10000 entries %.3f ms\n", t_small * 1e3, t_big * 1e3);
+	assert_true(t_big < t_small * 4 + 0.005);
+	assert_int_equal(open_store(f, 0, 0), 0);
+	storeutil_rmdir(small);
+}
+
+static void test_format_version_checked(void **state)
+{
+	struct fixture *f = *state;
+	store_close(f->st);
+	f->st = NULL;
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	mdb_env_create(&env);
+	mdb_env_set_maxdbs(env, 16);
+	assert_int_equal(mdb_env_open(env, f->dir, 0, 0640), 0);
+	mdb_txn_begin(env, NULL, 0, &txn);
+	mdb_dbi_open(txn, "meta", 0, &dbi);
+	unsigned char v99[4] = {0, 0, 0, 99};
+	MDB_val k = {6, "format"}, v = {4, v99};
+	mdb_put(txn, dbi, &k, &v, 0);
+	mdb_txn_commit(txn);
+	mdb_env_close(env);
+	struct status st;
+	struct store *s2;
+	assert_int_equal(store_open(f->dir, NULL, &s2, &st), STATUS_UNSUPPORTED);
+	assert_non_null(strstr(st.message, "format version 99"));
+	/* restore the version so teardown can reopen-free */
+	mdb_env_create(&env);
+	mdb_env_set_maxdbs(env, 16);
+	mdb_env_open(env, f->dir, 0, 0640);
+	mdb_txn_begin(env, NULL, 0, &txn);
+	mdb_dbi_open(txn, "meta", 0, &dbi);
+	v99[3] = 1;
+	mdb_put(txn, dbi, &k, &v, 0);
+	mdb_txn_commit(txn);
+	mdb_env_close(env);
+	assert_int_equal(open_store(f, 0, 0), 0);
+}
+
+/* ---- corruption ----------------------------------------------------------- */
+
+static void test_flipped_chunk_quarantines(void **state)
+{
+	struct fixture *f = *state;
+	struct model_spec *big = storeutil_model("big", 300000);
+	store_put_model(f->st, big, NULL, NULL);
+	uint32_t t[3][20];
+	struct store_publish_res res[3];
+	for (int e = 0; e < 3; e++) {
+		seq(t[e], 20, 1000u * (uint32_t)e);
+		assert_int_equal(
+		        storeutil_publish(f->st, big, "", t[e], 20, 11 + (uint32_t)e, &res[e]),
+		        STATUS_OK);
+	}
+	/* find entry 1's bytes in the file: its layer 1 recurrent data */
+	struct storeutil_snap s = storeutil_snap(big, 20, 12);
+	const unsigned char *needle = s.bufs[1] + 1000;
+	store_close(f->st);
+	f->st = NULL;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/data.mdb", f->dir);
+	FILE *fp = fopen(path, "r+b");
+	assert_non_null(fp);
+	fseek(fp, 0, SEEK_END);
+	long size = ftell(fp);
+	unsigned char *file = malloc((size_t)size);
+	fseek(fp, 0, SEEK_SET);
+	assert_int_equal(fread(file, 1, (size_t)size, fp), (size_t)size);
+	long at = -1;
+	for (long i = 0; i + 64 <= size; i++)
+		if (file[i] == needle[0] && !memcmp(file + i, needle, 64)) {
+			at = i;
+			break;
+		}
+	assert_true(at >= 0);
+	fseek(fp, at + 10, SEEK_SET);
+	unsigned char flipped = (unsigned char)(file[at + 10] ^ 0x40);
+	fwrite(&flipped, 1, 1, fp);
+	fclose(fp);
+	free(file);
+	storeutil_snap_free(&s);
+
+	assert_int_equal(open_store(f, 0, 0), 0);
+	struct store_snapshot *snap;
+	struct status st;
+	assert_int_equal(store_restore(f->st, res[1].key, &snap, &st), STATUS_CORRUPT);
+	assert_non_null(strstr(st.message, "quarantined"));
+	/* quarantined: no longer served, by restore or by lookup */
+	assert_int_equal(store_restore(f->st, res[1].key, &snap, &st), STATUS_NOT_FOUND);
+	uint32_t p[21];
+	memcpy(p, t[1], sizeof(t[1]));
+	p[20] = 1;
+	assert_int_equal(storeutil_lookup(f->st, big, "", p, 21, 0, NULL), 0);
+	/* the others still restore */
+	for (int e = 0; e < 3; e += 2) {
+		assert_int_equal(store_restore(f->st, res[e].key, &snap, &st), STATUS_OK);
+		store_snapshot_release(snap);
+	}
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, NULL, NULL, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(checked, 3);
+	assert_int_equal(damaged, 1);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_true(stats.quarantined >= 1);
+	assert_int_equal(stats.corrupt, 1);
+	struct store_entry_info *info;
+	assert_int_equal(store_inspect(f->st, res[1].key, &info, NULL), STATUS_OK);
+	assert_true(info->quarantined);
+	store_entry_info_free(info);
+	model_free(big);
+}
+
+/* ---- eviction and capacity ------------------------------------------------ */
+
+static uint64_t entry_bytes(const struct model_spec *m, uint32_t p)
+{
+	uint64_t b = 0;
+	for (uint32_t i = 0; i < m->n_layers; i++)
+		b += model_layer_blob_size(&m->layers[i], p);
+	return b;
+}
+
+static void test_lru_order_and_capacity(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t one = entry_bytes(f->m, 20);
+	store_close(f->st);
+	assert_int_equal(open_store(f, one * 3, 0), 0);
+	uint32_t t[5][21];
+	for (uint32_t e = 0; e < 5; e++) {
+		seq(t[e], 21, 100 * e);
+		t[e][20] = 1;
+	}
+	for (uint32_t e = 0; e < 3; e++)
+		assert_int_equal(storeutil_publish(f->st, f->m, "", t[e], 20, e, NULL), STATUS_OK);
+	/* use entry 0: entry 1 is now the least recently used */
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t[0], 21, 0, NULL), 20);
+	struct store_publish_res res;
+	assert_int_equal(storeutil_publish(f->st, f->m, "", t[3], 20, 3, &res), STATUS_OK);
+	assert_int_equal(res.evicted, 1);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t[1], 21, 0, NULL), 0);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t[0], 21, 0, NULL), 20);
+	assert_int_equal(storeutil_publish(f->st, f->m, "", t[4], 20, 4, NULL), STATUS_OK);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t[2], 21, 0, NULL), 0);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 3);
+	assert_true(stats.bytes <= one * 3);
+	assert_int_equal(stats.evictions, 2);
+	/* an entry larger than the whole capacity is refused, and evicts nothing */
+	struct model_spec *big = storeutil_model("big", 100000);
+	store_put_model(f->st, big, NULL, NULL);
+	assert_int_equal(storeutil_publish(f->st, big, "", t[0], 20, 1, NULL), STATUS_TOO_LARGE);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 3);
+	model_free(big);
+}
+
+/* A map far smaller than the capacity fills up; publishes keep succeeding by
+ * evicting, as long as anything can be evicted. */
+static void test_map_full_evicts(void **state)
+{
+	struct fixture *f = *state;
+	store_close(f->st);
+	assert_int_equal(open_store(f, UINT64_C(1) << 40, 6u << 20), 0);
+	struct model_spec *big = storeutil_model("big", 150000); /* ~1.8 MB per entry */
+	store_put_model(f->st, big, NULL, NULL);
+	for (uint32_t e = 0; e < 12; e++) {
+		uint32_t t[20];
+		seq(t, 20, 100 * e);
+		assert_int_equal(storeutil_publish(f->st, big, "", t, 20, e, NULL), STATUS_OK);
+		uint32_t p[21];
+		memcpy(p, t, sizeof(t));
+		p[20] = 0;
+		assert_int_equal(storeutil_lookup(f->st, big, "", p, 21, 0, NULL), 20);
+	}
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_true(stats.evictions > 0);
+	assert_true(stats.map_full_retries > 0);
+	model_free(big);
+}
+
+/* ---- administration ------------------------------------------------------- */
+
+static void count_cb(const uint8_t *key, uint64_t bytes, void *ctx)
+{
+	(void)key;
+	(void)bytes;
+	(*(int *)ctx)++;
+}
+
+static int list_cb(const struct store_entry_info *info, void *ctx)
+{
+	(void)info;
+	(*(int *)ctx)++;
+	return 0;
+}
+
+static void test_evict_selectors(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[6][20];
+	struct store_publish_res res[6];
+	for (uint32_t e = 0; e < 6; e++) {
+		seq(t[e], 20, 1000 * e);
+		fake_now = 1000000 + e * 100;
+		assert_int_equal(
+		        storeutil_publish(f->st, e < 4 ? f->m : f->m2, "", t[e], 20, e, &res[e]),
+		        STATUS_OK);
+	}
+	fake_now = 1000600;
+	struct store_evict_res er;
+	int seen = 0;
+	/* dry run changes nothing */
+	struct store_evict_req req = {.model = f->m2->fingerprint, .dry_run = 1};
+	assert_int_equal(store_evict(f->st, &req, count_cb, &seen, &er, NULL), STATUS_OK);
+	assert_int_equal(er.entries, 2);
+	assert_int_equal(seen, 2);
+	int listed = 0;
+	store_list(f->st, NULL, NULL, 0, list_cb, &listed, NULL);
+	assert_int_equal(listed, 6);
+	/* by model */
+	req.dry_run = 0;
+	assert_int_equal(store_evict(f->st, &req, NULL, NULL, &er, NULL), STATUS_OK);
+	assert_int_equal(er.entries, 2);
+	/* by key */
+	struct store_evict_req kreq = {.keys = (const uint8_t(*)[32])res[0].key, .n_keys = 1};
+	assert_int_equal(store_evict(f->st, &kreq, NULL, NULL, &er, NULL), STATUS_OK);
+	assert_int_equal(er.entries, 1);
+	assert_int_equal(store_evict(f->st, &kreq, NULL, NULL, &er, NULL), STATUS_NOT_FOUND);
+	/* idle: entries 1..3 were last used at +100, +200, +300; now is +600 */
+	struct store_evict_req ireq = {.idle_seconds = 450};
+	assert_int_equal(store_evict(f->st, &ireq, NULL, NULL, &er, NULL), STATUS_OK);
+	assert_int_equal(er.entries, 1); /* entry 1 (idle 500); 2 and 3 are idle 400, 300 */
+	/* to size: down to one entry's bytes */
+	struct store_evict_req sreq = {.to_bytes_set = 1, .to_bytes = entry_bytes(f->m, 20)};
+	assert_int_equal(store_evict(f->st, &sreq, NULL, NULL, &er, NULL), STATUS_OK);
+	assert_int_equal(er.entries, 1);
+	assert_int_equal(er.bytes, entry_bytes(f->m, 20));
+	listed = 0;
+	store_list(f->st, NULL, NULL, 0, list_cb, &listed, NULL);
+	assert_int_equal(listed, 1);
+	/* all */
+	struct store_evict_req areq = {.all = 1};
+	assert_int_equal(store_evict(f->st, &areq, NULL, NULL, &er, NULL), STATUS_OK);
+	assert_int_equal(er.entries, 1);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 0);
+	assert_int_equal(stats.bytes, 0);
+	/* two selectors at once are refused */
+	struct store_evict_req both = {.all = 1, .idle_seconds = 5};
+	assert_int_equal(store_evict(f->st, &both, NULL, NULL, &er, NULL), STATUS_INVALID);
+	/* nothing dangles in the index: the prompts miss and a republish works */
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t[3], 20, 20, NULL), 0);
+	assert_int_equal(storeutil_publish(f->st, f->m, "", t[3], 20, 3, NULL), STATUS_OK);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t[3], 20, 20, NULL), 20);
+}
+
+static void test_list_inspect_resolve(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[40];
+	seq(t, 40, 1);
+	struct store_publish_res r1, r2;
+	assert_int_equal(storeutil_publish(f->st, f->m, "salt", t, 30, 1, &r1), STATUS_OK);
+	assert_int_equal(storeutil_publish(f->st, f->m2, "", t, 12, 1, &r2), STATUS_OK);
+	int listed = 0;
+	store_list(f->st, f->m->fingerprint, NULL, 0, list_cb, &listed, NULL);
+	assert_int_equal(listed, 1);
+	listed = 0;
+	store_list(f->st, NULL, NULL, 1, list_cb, &listed, NULL);
+	assert_int_equal(listed, 1);
+	/* a cursor after the first key gives the second */
+	const uint8_t *first = memcmp(r1.key, r2.key, 32) < 0 ? r1.key : r2.key;
+	listed = 0;
+	store_list(f->st, NULL, first, 0, list_cb, &listed, NULL);
+	assert_int_equal(listed, 1);
+
+	struct store_entry_info *info;
+	assert_int_equal(store_inspect(f->st, r1.key, &info, NULL), STATUS_OK);
+	assert_int_equal(info->prefix_len, 30);
+	assert_int_equal(info->n_layers, 4);
+	assert_int_equal(info->salt_len, 4);
+	assert_memory_equal(info->salt, "salt", 4);
+	assert_int_equal(info->tokens[29], 30);
+	assert_int_equal(info->layers[2].tag, 2);
+	assert_int_equal(info->bytes, entry_bytes(f->m, 30));
+	store_entry_info_free(info);
+
+	char hex[65];
+	static const char digits[] = "0123456789abcdef";
+	for (int i = 0; i < 32; i++) {
+		hex[(size_t)i * 2] = digits[r1.key[i] >> 4];
+		hex[(size_t)i * 2 + 1] = digits[r1.key[i] & 15];
+	}
+	hex[64] = 0;
+	uint8_t got[32];
+	hex[10] = 0;
+	assert_int_equal(store_resolve_key(f->st, hex, got, NULL), STATUS_OK);
+	assert_memory_equal(got, r1.key, 32);
+	struct status st;
+	assert_int_equal(store_resolve_key(f->st, "zz", got, &st), STATUS_INVALID);
+	/* ambiguous: the empty-ish prefix of one digit may name both or one; a
+	 * prefix that names no key is NOT_FOUND */
+	char none[3] = {hex[0], hex[1], 0};
+	none[1] = none[1] == '0' ? '1' : '0';
+	enum status_code c = store_resolve_key(f->st, none, got, &st);
+	assert_true(c == STATUS_NOT_FOUND || c == STATUS_OK);
+	/* publish keys until two share a first digit; that digit is ambiguous */
+	for (uint32_t e = 2; e < 40; e++) {
+		uint32_t u[5] = {e, e, e, e, e};
+		storeutil_publish(f->st, f->m, "", u, 5, e, NULL);
+	}
+	int ambiguous = 0;
+	for (int d = 0; d < 16 && !ambiguous; d++) {
+		char one[2] = {digits[d], 0};
+		if (store_resolve_key(f->st, one, got, &st) == STATUS_INVALID) {
+			ambiguous = 1;
+			assert_non_null(strstr(st.message, "ambiguous"));
+		}
+	}
+	assert_true(ambiguous);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_setup_teardown(test_publish_restore_identical, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_large_entry_spans_chunks, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_publish_rejects_bad_input, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_default_limit_leaves_one_token, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_divergence, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_shorter_prompt_misses, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_longest_wins_and_hint, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_salts_and_models_never_cross, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_forced_collisions_16_bits, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_forced_collisions_2_bits, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_open_cost_flat, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_format_version_checked, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_flipped_chunk_quarantines, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_map_full_evicts, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_evict_selectors, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_list_inspect_resolve, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
