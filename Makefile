@@ -35,6 +35,7 @@ run: build
 
 bench: build
 	@build/bench/bench_blob
+	@build/bench/bench_store build/bench-store.tmp
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')

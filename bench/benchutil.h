@@ -2,7 +2,10 @@
 #ifndef K3_BENCHUTIL_H
 #define K3_BENCHUTIL_H
 
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 static inline double benchutil_now(void)
@@ -16,6 +19,21 @@ static inline double benchutil_now(void)
 static inline void benchutil_keep(const void *p)
 {
 	__asm__ volatile("" : : "r"(p) : "memory");
+}
+
+static inline int benchutil_rm_one(const char *path, const struct stat *sb, int flag,
+                                   struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/* Removes a directory tree (rm -rf), without a shell. */
+static inline void benchutil_rm_rf(const char *dir)
+{
+	nftw(dir, benchutil_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checksum.h"
 #include "model.h"
 
 static const char *const class_names[] = {
@@ -222,19 +223,18 @@ static enum blob_class check_finite(const struct blob_f32vec *vec, uint32_t laye
 	            tag, what, at, f != f ? "NaN" : (f > 0 ? "+Inf" : "-Inf"));
 }
 
-enum blob_class blob_validate(const struct blob_view *view, const struct model_spec *model,
-                              uint32_t layer, uint32_t prefix_len, struct blob_error *err)
+/* Slot, shape and position: everything but the finite scan. */
+static enum blob_class validate_shape(const struct blob_view *view, const struct model_spec *model,
+                                      uint32_t layer, uint32_t prefix_len, struct blob_error *err)
 {
 	if (layer >= model->n_layers)
 		return fail(err, BLOB_ERR_SLOT,
 		            "layer %" PRIu32 ": model %s has %" PRIu32 " layers (0..%" PRIu32 ")",
 		            layer, model->name, model->n_layers, model->n_layers - 1);
 	const struct model_layer *ml = &model->layers[layer];
-	const char *tag = blob_tag_name(view->tag);
 	if ((unsigned)ml->mixer != (unsigned)view->tag)
 		return fail(err, BLOB_ERR_SLOT, "layer %" PRIu32 ": model says %s, blob is %s",
-		            layer, model_mixer_name(ml->mixer), tag);
-	enum blob_class rc;
+		            layer, model_mixer_name(ml->mixer), blob_tag_name(view->tag));
 	if (view->tag == BLOB_TAG_KDA) {
 		if (view->v0.count != ml->conv_len)
 			return fail(err, BLOB_ERR_SHAPE,
@@ -246,9 +246,7 @@ enum blob_class blob_validate(const struct blob_view *view, const struct model_s
 			            "layer %" PRIu32 ": KDA recurrent has %" PRIu32
 			            " floats, model says %" PRIu32,
 			            layer, view->v1.count, ml->recurrent_len);
-		if ((rc = check_finite(&view->v0, layer, tag, "conv", err)) != BLOB_OK)
-			return rc;
-		return check_finite(&view->v1, layer, tag, "recurrent", err);
+		return BLOB_OK;
 	}
 	uint64_t want_k = (uint64_t)view->seq_len * ml->k_row;
 	uint64_t want_v = (uint64_t)view->seq_len * ml->v_row;
@@ -267,13 +265,99 @@ enum blob_class blob_validate(const struct blob_view *view, const struct model_s
 		            "layer %" PRIu32 ": MLA seq_len is %" PRIu32
 		            ", the entry's prefix is %" PRIu32 " tokens",
 		            layer, view->seq_len, prefix_len);
-	if ((rc = check_finite(&view->v0, layer, tag, "k", err)) != BLOB_OK)
+	return BLOB_OK;
+}
+
+static const char *vec_name(const struct blob_view *view, int second)
+{
+	if (view->tag == BLOB_TAG_KDA)
+		return second ? "recurrent" : "conv";
+	return second ? "v" : "k";
+}
+
+enum blob_class blob_validate(const struct blob_view *view, const struct model_spec *model,
+                              uint32_t layer, uint32_t prefix_len, struct blob_error *err)
+{
+	enum blob_class rc = validate_shape(view, model, layer, prefix_len, err);
+	if (rc != BLOB_OK)
 		return rc;
-	return check_finite(&view->v1, layer, tag, "v", err);
+	const char *tag = blob_tag_name(view->tag);
+	if ((rc = check_finite(&view->v0, layer, tag, vec_name(view, 0), err)) != BLOB_OK)
+		return rc;
+	return check_finite(&view->v1, layer, tag, vec_name(view, 1), err);
+}
+
+/* Scans one vector for non-finite floats in cache-sized blocks, feeding each
+ * block to the checksum while it is still in cache. */
+#define SUM_BLOCK ((size_t)SCAN_BLOCK * 16u)
+
+static enum blob_class scan_and_sum(const struct blob_f32vec *vec, uint32_t layer, const char *tag,
+                                    const char *what, struct checksum_state *cs,
+                                    struct blob_error *err)
+{
+	for (size_t start = 0; start < vec->count; start += SUM_BLOCK) {
+		size_t m = vec->count - start < SUM_BLOCK ? vec->count - start : SUM_BLOCK;
+		struct blob_f32vec part = {vec->data + start * 4u, (uint32_t)m};
+		int64_t at = blob_first_nonfinite(&part);
+		if (at >= 0) {
+			struct blob_f32vec one = {vec->data + (start + (size_t)at) * 4u, 1};
+			enum blob_class rc = check_finite(&one, layer, tag, what, err);
+			/* name the index within the whole vector */
+			if (err)
+				fail(err, rc, "layer %" PRIu32 ": %s %s[%zu] is %s", layer, tag,
+				     what, start + (size_t)at,
+				     strstr(err->message, "NaN")    ? "NaN"
+				     : strstr(err->message, "+Inf") ? "+Inf"
+				                                    : "-Inf");
+			return rc;
+		}
+		checksum_update(cs, part.data, m * 4u);
+	}
+	return BLOB_OK;
+}
+
+enum blob_class blob_check_sum(const void *bytes, size_t len, const struct model_spec *model,
+                               uint32_t layer, uint32_t prefix_len, uint64_t *xxh3,
+                               struct blob_error *err)
+{
+	struct blob_view v = {0};
+	enum blob_class rc = blob_check_shape(bytes, len, model, layer, prefix_len, &v, err);
+	if (rc != BLOB_OK)
+		return rc;
+	const unsigned char *b = bytes;
+	struct checksum_state *cs = checksum_begin(layer);
+	if (!cs)
+		return fail(err, BLOB_ERR_EMPTY, "layer %" PRIu32 ": out of memory", layer);
+	const char *tag = blob_tag_name(v.tag);
+	/* in byte order: header and count, v0, count, v1 */
+	checksum_update(cs, b, (size_t)(v.v0.data - b));
+	rc = scan_and_sum(&v.v0, layer, tag, vec_name(&v, 0), cs, err);
+	if (rc == BLOB_OK) {
+		checksum_update(cs, v.v0.data + (size_t)v.v0.count * 4u, 4);
+		rc = scan_and_sum(&v.v1, layer, tag, vec_name(&v, 1), cs, err);
+	}
+	uint64_t sum = checksum_end(cs);
+	if (rc == BLOB_OK && xxh3)
+		*xxh3 = sum;
+	return rc;
 }
 
 enum blob_class blob_check(const void *bytes, size_t len, const struct model_spec *model,
                            uint32_t layer, uint32_t prefix_len, struct blob_error *err)
+{
+	struct blob_view v = {0};
+	enum blob_class rc = blob_check_shape(bytes, len, model, layer, prefix_len, &v, err);
+	if (rc != BLOB_OK)
+		return rc;
+	const char *tag = blob_tag_name(v.tag);
+	if ((rc = check_finite(&v.v0, layer, tag, vec_name(&v, 0), err)) != BLOB_OK)
+		return rc;
+	return check_finite(&v.v1, layer, tag, vec_name(&v, 1), err);
+}
+
+enum blob_class blob_check_shape(const void *bytes, size_t len, const struct model_spec *model,
+                                 uint32_t layer, uint32_t prefix_len, struct blob_view *out,
+                                 struct blob_error *err)
 {
 	struct blob_view v = {0};
 	enum blob_class rc = blob_parse(bytes, len, &v, err);
@@ -286,5 +370,6 @@ enum blob_class blob_check(const void *bytes, size_t len, const struct model_spe
 		}
 		return rc;
 	}
-	return blob_validate(&v, model, layer, prefix_len, err);
+	*out = v;
+	return validate_shape(&v, model, layer, prefix_len, err);
 }

@@ -90,6 +90,18 @@ enum blob_class blob_validate(const struct blob_view *view, const struct model_s
 enum blob_class blob_check(const void *bytes, size_t len, const struct model_spec *model,
                            uint32_t layer, uint32_t prefix_len, struct blob_error *err);
 
+/* Parses and checks slot, shape and seq_len, but not finiteness; fills *out. */
+enum blob_class blob_check_shape(const void *bytes, size_t len, const struct model_spec *model,
+                                 uint32_t layer, uint32_t prefix_len, struct blob_view *out,
+                                 struct blob_error *err);
+
+/* blob_check() and checksum_blob() in one pass over the bytes: each block is
+ * scanned for non-finite floats and hashed while it is in cache. On success
+ * *xxh3 is the blob's checksum seeded with `layer`. */
+enum blob_class blob_check_sum(const void *bytes, size_t len, const struct model_spec *model,
+                               uint32_t layer, uint32_t prefix_len, uint64_t *xxh3,
+                               struct blob_error *err);
+
 /* Index of the first non-finite float of a vector, or -1 when all are finite. */
 int64_t blob_first_nonfinite(const struct blob_f32vec *vec);
 

@@ -1,6 +1,8 @@
 /* store_publish: validate outside any transaction, make room, then write each
  * entry whole in one transaction. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -22,6 +24,67 @@ struct pending {
 	uint8_t *tags;
 	uint64_t *sizes;
 };
+
+/* Validation of every layer of one publish: one pass over the bytes (scan and
+ * checksum together), split across two threads for large snapshots so that
+ * both cores read memory. */
+#define PARALLEL_MIN_BYTES (32u << 20)
+
+struct check_job {
+	const struct store_publish_req *r;
+	const struct model_spec *m;
+	uint64_t *sums;
+	pthread_mutex_t mu;
+	uint32_t first_bad; /* lowest failing layer, UINT32_MAX when none */
+	char message[STATUS_MESSAGE_MAX];
+};
+
+struct check_range {
+	struct check_job *job;
+	uint32_t from, to;
+};
+
+static void *check_range_run(void *arg)
+{
+	struct check_range *cr = arg;
+	struct check_job *job = cr->job;
+	for (uint32_t i = cr->from; i < cr->to; i++) {
+		const struct store_blob *b = &job->r->blobs[i];
+		struct blob_error berr;
+		if (blob_check_sum(b->data, b->size, job->m, i, job->r->n_tokens, &job->sums[i],
+		                   &berr) == BLOB_OK)
+			continue;
+		pthread_mutex_lock(&job->mu);
+		if (i < job->first_bad) {
+			job->first_bad = i;
+			snprintf(job->message, sizeof(job->message), "%.200s (%s)", berr.message,
+			         blob_class_name(berr.cls));
+		}
+		pthread_mutex_unlock(&job->mu);
+		break;
+	}
+	return NULL;
+}
+
+static void check_layers_parallel(struct check_job *job, uint64_t total)
+{
+	pthread_mutex_init(&job->mu, NULL);
+	uint32_t n = job->r->n_blobs, split = n;
+	if (total >= PARALLEL_MIN_BYTES && n > 1) {
+		uint64_t acc = 0;
+		for (split = 0; split < n && acc < total / 2; split++)
+			acc += job->r->blobs[split].size;
+	}
+	struct check_range a = {job, 0, split}, b = {job, split, n};
+	pthread_t th;
+	int threaded = split < n && pthread_create(&th, NULL, check_range_run, &b) == 0;
+	check_range_run(&a);
+	if (threaded)
+		pthread_join(th, NULL);
+	else if (split < n)
+		check_range_run(&b);
+	pthread_mutex_destroy(&job->mu);
+}
 
 static enum status_code validate(struct store *s, struct pending *p)
 {
@@ -54,27 +117,26 @@ static enum status_code validate(struct store *s, struct pending *p)
 		goto out;
 	}
 	uint64_t total = 0;
+	for (uint32_t i = 0; i < r->n_blobs; i++)
+		total += r->blobs[i].size;
+	struct check_job job = {.r = r, .m = m, .sums = p->sums, .first_bad = UINT32_MAX};
+	check_layers_parallel(&job, total);
+	if (job.first_bad != UINT32_MAX) {
+		code = status_set(st, STATUS_INVALID, "%s", job.message);
+		goto out;
+	}
 	for (uint32_t i = 0; i < r->n_blobs; i++) {
 		const struct store_blob *b = &r->blobs[i];
-		struct blob_error berr;
-		if (blob_check(b->data, b->size, m, i, r->n_tokens, &berr) != BLOB_OK) {
-			code = status_set(st, STATUS_INVALID, "%s (%s)", berr.message,
-			                  blob_class_name(berr.cls));
-			goto out;
-		}
-		uint64_t sum = checksum_blob(b->data, b->size, i);
-		if (b->xxh3 && b->xxh3 != sum) {
+		if (b->xxh3 && b->xxh3 != p->sums[i]) {
 			code = status_set(
 			        st, STATUS_INVALID,
 			        "layer %u: checksum mismatch: given %016llx, the bytes hash to "
 			        "%016llx",
-			        i, (unsigned long long)b->xxh3, (unsigned long long)sum);
+			        i, (unsigned long long)b->xxh3, (unsigned long long)p->sums[i]);
 			goto out;
 		}
-		p->sums[i] = sum;
 		p->tags[i] = ((const unsigned char *)b->data)[0];
 		p->sizes[i] = b->size;
-		total += b->size;
 	}
 	if (total > s->opt.max_bytes) {
 		code = status_set(st, STATUS_TOO_LARGE,

@@ -2,10 +2,12 @@
 #ifndef K3_STOREUTIL_H
 #define K3_STOREUTIL_H
 
+#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "blob.h"
@@ -86,12 +88,19 @@ static inline char *storeutil_tmpdir(void)
 	return strdup(d);
 }
 
+static inline int storeutil_rm_one(const char *path, const struct stat *sb, int flag,
+                                   struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/* Removes a temporary store (rm -rf, without a shell) and frees the name. */
 static inline void storeutil_rmdir(char *dir)
 {
-	char cmd[512];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
+	nftw(dir, storeutil_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	free(dir);
 }
 
