@@ -1,0 +1,524 @@
+/* conn: one client connection as an explicit state machine (as memcached's
+ * conn_states): read the length, read the header, wait for memory, read the
+ * payload (straight into its buffer), hand the request over, write the reply
+ * (restores stream from the map by reference), and back.
+ *
+ * Backpressure: a connection whose replies are not drained is not read, and a
+ * publish waits before its payload is read while the daemon holds more than
+ * --max-inflight bytes for publishes. */
+#include <errno.h>
+#include <event2/buffer.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+#define OUT_HIGH_WATER (8u << 20)
+
+static void on_read(evutil_socket_t fd, short what, void *arg);
+static void on_write(evutil_socket_t fd, short what, void *arg);
+static void process(struct k3d_conn *c);
+
+static void set_reading(struct k3d_conn *c, int on)
+{
+	if (on == c->reading || c->dead)
+		return;
+	c->reading = on;
+	if (on)
+		event_add(c->rev, NULL);
+	else
+		event_del(c->rev);
+}
+
+static void want_write(struct k3d_conn *c)
+{
+	if (evbuffer_get_length(c->out) > 0)
+		event_add(c->wev, NULL);
+}
+
+void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer)
+{
+	struct k3d_conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return;
+	}
+	evutil_make_socket_nonblocking(fd);
+	int big = 4 << 20;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+	c->srv = srv;
+	c->fd = fd;
+	c->id = ++srv->next_conn_id;
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	c->out = evbuffer_new();
+	c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_read, c);
+	c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+	if (!c->out || !c->rev || !c->wev) {
+		if (c->out)
+			evbuffer_free(c->out);
+		if (c->rev)
+			event_free(c->rev);
+		if (c->wev)
+			event_free(c->wev);
+		free(c);
+		close(fd);
+		return;
+	}
+	c->next = srv->conns;
+	if (srv->conns)
+		srv->conns->prev = c;
+	srv->conns = c;
+	c->last_progress = c->last_request = srv->ticks;
+	srv->connections_total++;
+	srv->connections_open++;
+	set_reading(c, 1);
+	k3d_log(K3D_LOG_DEBUG, "conn %llu: open (%s)", (unsigned long long)c->id, peer);
+}
+
+static void release_reservation(struct k3d_conn *c)
+{
+	if (c->reserved) {
+		c->srv->inflight_bytes -= c->reserved;
+		c->reserved = 0;
+	}
+}
+
+static void reset_request(struct k3d_conn *c)
+{
+	free(c->hdr);
+	c->hdr = NULL;
+	frame_request_free(c->req);
+	c->req = NULL;
+	free(c->payload);
+	c->payload = NULL;
+	c->hlen = c->hgot = 0;
+	c->plen = c->pgot = 0;
+	release_reservation(c);
+	c->state = K3D_READ_LEN;
+}
+
+static void conn_free(struct k3d_conn *c)
+{
+	struct k3d_server *srv = c->srv;
+	reset_request(c);
+	event_free(c->rev);
+	event_free(c->wev);
+	evbuffer_free(c->out); /* releases any snapshot still being streamed */
+	close(c->fd);
+	free(c);
+	k3d_conn_resume_waiting(srv);
+}
+
+void k3d_conn_close(struct k3d_conn *c)
+{
+	struct k3d_server *srv = c->srv;
+	if (c->dead)
+		return;
+	if (c->state == K3D_READ_HEADER || c->state == K3D_READ_PAYLOAD ||
+	    c->state == K3D_DISCARD || (c->state == K3D_READ_LEN && c->in_end > c->in_start))
+		srv->closed_mid_frame++;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		srv->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+	srv->connections_open--;
+	k3d_log(K3D_LOG_DEBUG, "conn %llu: closed", (unsigned long long)c->id);
+	event_del(c->rev);
+	event_del(c->wev);
+	if (c->state == K3D_BUSY) {
+		/* the writer holds our request: free us when it hands it back */
+		c->dead = 1;
+		return;
+	}
+	conn_free(c);
+}
+
+void k3d_conn_request_done(struct k3d_conn *c)
+{
+	if (c->dead) {
+		c->state = K3D_READ_LEN;
+		conn_free(c);
+		return;
+	}
+	reset_request(c);
+	k3d_conn_resume_waiting(c->srv);
+	process(c);
+}
+
+static void queue_response(struct k3d_conn *c, frame_response *resp)
+{
+	struct k3d_server *srv = c->srv;
+	unsigned char *buf = NULL;
+	size_t n = frame_encode_response(resp, &buf);
+	if (!n) {
+		k3d_log(K3D_LOG_ERROR, "conn %llu: cannot encode a response",
+		        (unsigned long long)c->id);
+		c->closing = 1;
+		return;
+	}
+	evbuffer_add(c->out, buf, n);
+	free(buf);
+	if ((unsigned)resp->code < STATUS_N_CODES && resp->code != 0)
+		srv->errors[resp->code]++;
+	if (c->req && c->t_request > 0) {
+		k3d_metrics_observe(srv, k3d_op_index(c->req), k3d_now() - c->t_request);
+		c->t_request = 0;
+	}
+	want_write(c);
+}
+
+void k3d_conn_respond(struct k3d_conn *c, frame_response *resp)
+{
+	queue_response(c, resp);
+}
+
+void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st)
+{
+	frame_response resp = K3CACHE__V1__RESPONSE__INIT;
+	resp.id = id;
+	resp.code = (K3cache__V1__Code)st->code;
+	resp.message = (char *)st->message;
+	k3d_log(K3D_LOG_INFO, "conn %llu (%s): %s: %s", (unsigned long long)c->id, c->peer,
+	        status_code_name(st->code), st->message);
+	queue_response(c, &resp);
+}
+
+struct stream_ref {
+	struct k3d_server *srv;
+	struct store_snapshot *snap;
+};
+
+static void release_snapshot(const void *data, size_t len, void *arg)
+{
+	(void)data;
+	(void)len;
+	struct stream_ref *ref = arg;
+	ref->srv->restores_active--;
+	store_snapshot_release(ref->snap);
+	free(ref);
+}
+
+void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
+{
+	struct stream_ref *ref = malloc(sizeof(*ref));
+	if (!ref) {
+		store_snapshot_release(snap);
+		struct status st;
+		status_set(&st, STATUS_BUSY, "out of memory; retry later");
+		k3d_conn_error(c, resp->id, &st);
+		return;
+	}
+	ref->srv = c->srv;
+	ref->snap = snap;
+	c->srv->restores_active++;
+	queue_response(c, resp);
+	/* the blobs go out by reference, straight from the map; the read
+	 * transaction ends when the last of them has been sent (or dropped) */
+	const struct store_segment *last = NULL;
+	for (uint32_t i = 0; i < snap->n_layers; i++)
+		for (uint32_t j = 0; j < snap->layers[i].n_segments; j++)
+			last = &snap->layers[i].segments[j];
+	for (uint32_t i = 0; i < snap->n_layers; i++) {
+		for (uint32_t j = 0; j < snap->layers[i].n_segments; j++) {
+			const struct store_segment *sg = &snap->layers[i].segments[j];
+			evbuffer_add_reference(c->out, sg->data, sg->len,
+			                       sg == last ? release_snapshot : NULL,
+			                       sg == last ? ref : NULL);
+		}
+	}
+	if (!last)
+		release_snapshot(NULL, 0, ref);
+	want_write(c);
+}
+
+/* ---- reading --------------------------------------------------------------- */
+
+static int take(struct k3d_conn *c, unsigned char *dst, size_t want)
+{
+	size_t have = c->in_end - c->in_start;
+	size_t n = have < want ? have : want;
+	if (n) {
+		if (dst)
+			memcpy(dst, c->in + c->in_start, n);
+		c->in_start += n;
+		if (c->in_start == c->in_end)
+			c->in_start = c->in_end = 0;
+	}
+	return (int)n;
+}
+
+static void fatal_frame(struct k3d_conn *c, const struct status *st)
+{
+	/* the stream cannot be trusted past this point: answer, then close */
+	k3d_conn_error(c, 0, st);
+	c->closing = 1;
+	c->in_start = c->in_end = 0;
+	set_reading(c, 0);
+	want_write(c);
+}
+
+static void header_done(struct k3d_conn *c)
+{
+	struct k3d_server *srv = c->srv;
+	struct status st;
+	c->req = frame_decode_request(c->hdr, c->hlen, &st);
+	free(c->hdr);
+	c->hdr = NULL;
+	if (!c->req) {
+		fatal_frame(c, &st);
+		return;
+	}
+	c->t_request = k3d_now();
+	c->last_request = srv->ticks;
+	srv->requests[k3d_op_index(c->req)]++;
+	enum status_code code = frame_check_request(c->req, srv->cfg.max_payload, &st);
+	if (code == STATUS_TOO_LARGE) {
+		st.code = code;
+		k3d_conn_error(c, c->req->id, &st);
+		c->closing = 1;
+		c->in_start = c->in_end = 0;
+		set_reading(c, 0);
+		return;
+	}
+	if (code != STATUS_OK) {
+		c->pending = st;
+		c->plen = c->req->payload_len;
+		c->pgot = 0;
+		c->state = K3D_DISCARD;
+		return;
+	}
+	if (c->req->payload_len == 0) {
+		k3d_handle(c);
+		return;
+	}
+	c->plen = c->req->payload_len;
+	c->pgot = 0;
+	c->state = K3D_WAIT_MEMORY;
+}
+
+/* Reserves in-flight bytes and allocates the payload buffer; 0 when it must
+ * wait. A payload larger than the whole cap is let through alone. */
+static int reserve_payload(struct k3d_conn *c)
+{
+	struct k3d_server *srv = c->srv;
+	if (srv->inflight_bytes > 0 && srv->inflight_bytes + c->plen > srv->cfg.max_inflight) {
+		srv->busy_pauses++;
+		return 0;
+	}
+	c->payload = malloc(c->plen);
+	if (!c->payload) {
+		struct status st;
+		status_set(&st, STATUS_BUSY, "cannot hold a payload of %llu bytes now; retry later",
+		           (unsigned long long)c->plen);
+		c->pending = st;
+		c->state = K3D_DISCARD;
+		return 1;
+	}
+	c->reserved = c->plen;
+	srv->inflight_bytes += c->plen;
+	c->state = K3D_READ_PAYLOAD;
+	return 1;
+}
+
+void k3d_conn_resume_waiting(struct k3d_server *srv)
+{
+	for (struct k3d_conn *c = srv->conns; c; c = c->next)
+		if (c->state == K3D_WAIT_MEMORY && !c->dead)
+			process(c);
+}
+
+/* Parses what is buffered, as far as the state allows. */
+static void process(struct k3d_conn *c)
+{
+	for (;;) {
+		if (c->closing || c->dead)
+			return;
+		/* backpressure: do not take new requests while replies pile up */
+		if (c->state == K3D_READ_LEN && evbuffer_get_length(c->out) > OUT_HIGH_WATER) {
+			set_reading(c, 0);
+			return;
+		}
+		switch (c->state) {
+		case K3D_READ_LEN:
+			if (c->in_end == c->in_start) {
+				set_reading(c, 1);
+				return;
+			}
+			c->hgot +=
+			        (uint32_t)take(c, c->lenbuf + c->hgot, FRAME_PREFIX_LEN - c->hgot);
+			if (c->hgot < FRAME_PREFIX_LEN)
+				continue;
+			c->hlen = frame_get_len(c->lenbuf);
+			c->hgot = 0;
+			{
+				struct status st;
+				if (frame_check_header_len(c->hlen, &st) != STATUS_OK) {
+					fatal_frame(c, &st);
+					return;
+				}
+			}
+			c->hdr = malloc(c->hlen);
+			if (!c->hdr) {
+				struct status st;
+				status_set(&st, STATUS_BUSY, "out of memory for a header");
+				fatal_frame(c, &st);
+				return;
+			}
+			c->state = K3D_READ_HEADER;
+			break;
+		case K3D_READ_HEADER:
+			if (c->in_end == c->in_start) {
+				set_reading(c, 1);
+				return;
+			}
+			c->hgot += (uint32_t)take(c, c->hdr + c->hgot, c->hlen - c->hgot);
+			if (c->hgot == c->hlen)
+				header_done(c);
+			break;
+		case K3D_WAIT_MEMORY:
+			if (!reserve_payload(c)) {
+				set_reading(c, 0);
+				return;
+			}
+			break;
+		case K3D_READ_PAYLOAD:
+			if (c->in_end == c->in_start) {
+				set_reading(c, 1);
+				return;
+			}
+			c->pgot += (uint64_t)take(c, c->payload + c->pgot,
+			                          (size_t)(c->plen - c->pgot));
+			if (c->pgot == c->plen)
+				k3d_handle(c);
+			break;
+		case K3D_DISCARD:
+			if (c->pgot == c->plen) {
+				k3d_conn_error(c, c->req ? c->req->id : 0, &c->pending);
+				reset_request(c);
+				break;
+			}
+			if (c->in_end == c->in_start) {
+				set_reading(c, 1);
+				return;
+			}
+			c->pgot += (uint64_t)take(c, NULL, (size_t)(c->plen - c->pgot));
+			break;
+		case K3D_BUSY:
+			set_reading(c, 0);
+			return;
+		}
+	}
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+	(void)what;
+	struct k3d_conn *c = arg;
+	struct k3d_server *srv = c->srv;
+	for (int rounds = 0; rounds < 64; rounds++) {
+		ssize_t n;
+		if (c->state == K3D_READ_PAYLOAD && c->in_end == c->in_start &&
+		    c->plen - c->pgot >= K3D_INBUF) {
+			/* large payloads go straight into their buffer */
+			size_t want = (size_t)(c->plen - c->pgot);
+			n = recv(fd, c->payload + c->pgot, want, 0);
+			if (n > 0) {
+				c->pgot += (uint64_t)n;
+				srv->bytes_in += (uint64_t)n;
+				c->last_progress = srv->ticks;
+				if (c->pgot == c->plen) {
+					k3d_handle(c);
+					process(c);
+				}
+				if (!c->reading || c->dead || c->closing)
+					return;
+				continue;
+			}
+		} else {
+			if (c->in_end == sizeof(c->in)) {
+				process(c);
+				if (c->in_end == sizeof(c->in))
+					return; /* buffered input is waiting for a reply to drain */
+				continue;
+			}
+			n = recv(fd, c->in + c->in_end, sizeof(c->in) - c->in_end, 0);
+			if (n > 0) {
+				c->in_end += (size_t)n;
+				srv->bytes_in += (uint64_t)n;
+				c->last_progress = srv->ticks;
+				process(c);
+				if (!c->reading || c->dead || c->closing)
+					return;
+				continue;
+			}
+		}
+		if (n == 0) {
+			k3d_conn_close(c);
+			return;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			k3d_log(K3D_LOG_DEBUG, "conn %llu: read: %s", (unsigned long long)c->id,
+			        strerror(errno));
+			k3d_conn_close(c);
+		}
+		return;
+	}
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+	(void)what;
+	struct k3d_conn *c = arg;
+	struct k3d_server *srv = c->srv;
+	while (evbuffer_get_length(c->out) > 0) {
+		int n = evbuffer_write_atmost(c->out, fd, 16 << 20);
+		if (n > 0) {
+			srv->bytes_out += (uint64_t)n;
+			c->last_progress = srv->ticks;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return;
+		k3d_conn_close(c); /* EPIPE, ECONNRESET */
+		return;
+	}
+	event_del(c->wev);
+	if (c->closing) {
+		k3d_conn_close(c);
+		return;
+	}
+	/* drained: take the next pipelined request */
+	process(c);
+}
+
+void k3d_conn_sweep_timeouts(struct k3d_server *srv)
+{
+	struct k3d_conn *next;
+	for (struct k3d_conn *c = srv->conns; c; c = next) {
+		next = c->next;
+		uint64_t still = srv->ticks - c->last_progress;
+		uint64_t idle = srv->ticks - c->last_request;
+		int mid_frame = c->state == K3D_READ_HEADER || c->state == K3D_READ_PAYLOAD ||
+		                c->state == K3D_DISCARD || (c->state == K3D_READ_LEN && c->hgot);
+		int sending = evbuffer_get_length(c->out) > 0;
+		const char *why = NULL;
+		if ((mid_frame || sending) && still >= srv->cfg.stall_timeout)
+			why = sending ? "stalled reading its reply" : "stalled mid-frame";
+		else if (c->state == K3D_READ_LEN && !sending && idle >= srv->cfg.idle_timeout)
+			why = "idle";
+		if (why) {
+			k3d_log(K3D_LOG_INFO, "conn %llu (%s): closed: %s",
+			        (unsigned long long)c->id, c->peer, why);
+			srv->timeouts++;
+			k3d_conn_close(c);
+		}
+	}
+}

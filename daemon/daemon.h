@@ -1,0 +1,178 @@
+/* k3cached internals: the server, its connections, the writer thread and the
+ * metrics. One libevent loop thread does all socket I/O and the reads of the
+ * store; one writer thread runs the store's write transactions. */
+#ifndef K3D_DAEMON_H
+#define K3D_DAEMON_H
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "status.h"
+#include "store.h"
+
+#define K3D_VERSION "k3cached 0.1.0"
+#define K3D_INBUF   65536u
+
+enum k3d_log { K3D_LOG_ERROR, K3D_LOG_WARN, K3D_LOG_INFO, K3D_LOG_DEBUG };
+
+struct k3d_config {
+	const char *db;
+	const char *socket;
+	const char *listen;  /* HOST:PORT or NULL */
+	const char *metrics; /* HOST:PORT or NULL */
+	uint64_t max_bytes;
+	uint64_t max_payload;
+	uint64_t max_inflight;  /* payload bytes held for publishes in flight */
+	uint32_t max_restores;  /* restores streaming at once */
+	uint64_t idle_timeout;  /* seconds without a request */
+	uint64_t stall_timeout; /* seconds without progress mid-frame or mid-send */
+	uint64_t sync_interval; /* seconds, durability fast */
+	enum store_durability durability;
+	enum k3d_log log_level;
+};
+
+/* Latency histogram bucket bounds, seconds. */
+#define K3D_N_BUCKETS 12
+#define K3D_N_OPS     13 /* frame ops + "unknown" */
+
+struct k3d_hist {
+	uint64_t counts[K3D_N_BUCKETS + 1]; /* last: +Inf */
+	uint64_t n;
+	double sum;
+};
+
+struct k3d_conn;
+struct k3d_writer;
+
+struct k3d_server {
+	struct k3d_config cfg;
+	struct event_base *base;
+	struct store *store;
+	struct k3d_writer *writer;
+	struct evconnlistener *unix_listener, *tcp_listener;
+	struct evhttp *http;
+	struct event *sig_term, *sig_int, *tick, *done_ev;
+	struct k3d_conn *conns; /* doubly linked */
+	uint64_t next_conn_id;
+	uint64_t inflight_bytes;
+	uint32_t restores_active;
+	int stopping;
+	uint64_t ticks;
+
+	/* counters (loop thread only) */
+	uint64_t connections_total, connections_open, connections_refused;
+	uint64_t requests[K3D_N_OPS];
+	uint64_t errors[STATUS_N_CODES];
+	uint64_t bytes_in, bytes_out;
+	uint64_t timeouts, closed_mid_frame, busy_pauses;
+	struct k3d_hist latency[K3D_N_OPS];
+};
+
+enum k3d_conn_state {
+	K3D_READ_LEN,
+	K3D_READ_HEADER,
+	K3D_WAIT_MEMORY, /* header read; waiting for in-flight bytes to free */
+	K3D_READ_PAYLOAD,
+	K3D_DISCARD, /* skipping the payload of a refused request */
+	K3D_BUSY,    /* a request is with the writer thread */
+};
+
+struct k3d_conn {
+	struct k3d_server *srv;
+	struct k3d_conn *prev, *next;
+	uint64_t id;
+	int fd;
+	struct event *rev, *wev;
+	struct evbuffer *out;
+	enum k3d_conn_state state;
+	int reading; /* read event enabled */
+	int closing; /* close once out is drained */
+	int dead;    /* closed while the writer holds a request of ours */
+	char peer[64];
+
+	unsigned char in[K3D_INBUF];
+	size_t in_start, in_end;
+
+	unsigned char lenbuf[FRAME_PREFIX_LEN];
+	uint32_t hlen, hgot;
+	unsigned char *hdr;
+	frame_request *req;
+	unsigned char *payload;
+	uint64_t plen, pgot;
+	uint64_t reserved;     /* in-flight bytes charged to this connection */
+	struct status pending; /* the error to answer after a discard */
+
+	double t_request;       /* when the current request's header completed */
+	uint64_t last_progress; /* tick count of the last byte moved */
+	uint64_t last_request;  /* tick count of the last request */
+};
+
+/* logging */
+void k3d_log(enum k3d_log level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void k3d_set_log_level(enum k3d_log level);
+
+/* server.c */
+int k3d_server_run(const struct k3d_config *cfg);
+double k3d_now(void);
+int k3d_op_index(const frame_request *req);
+
+/* conn.c */
+void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer);
+void k3d_conn_close(struct k3d_conn *c);
+/* Queues a response (and no payload); counts errors; resumes reading. */
+void k3d_conn_respond(struct k3d_conn *c, frame_response *resp);
+/* Queues an error response for request id (0 when unknown). */
+void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st);
+/* Called by the writer completion path when a queued request finished. */
+void k3d_conn_request_done(struct k3d_conn *c);
+/* Resumes connections waiting for in-flight memory. */
+void k3d_conn_resume_waiting(struct k3d_server *srv);
+void k3d_conn_sweep_timeouts(struct k3d_server *srv);
+/* Frees a snapshot when the last byte of it has been sent. */
+void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp,
+                              struct store_snapshot *snap);
+
+/* handlers.c: executes a complete request of connection c. */
+void k3d_handle(struct k3d_conn *c);
+/* Builds the Stat counters into resp (allocations freed by k3d_free_counters). */
+void k3d_fill_counters(struct k3d_server *srv, frame_response *resp);
+void k3d_free_counters(frame_response *resp);
+
+/* writer.c */
+struct k3d_job {
+	struct k3d_job *next;
+	struct k3d_conn *conn;
+	frame_request *req;
+	unsigned char *payload;
+	uint64_t plen;
+	double t_request;
+	/* results */
+	struct status st;
+	struct store_publish_res pub;
+	struct store_evict_res ev;
+	uint8_t fingerprint[32];
+	int created;
+	uint8_t (*evicted_keys)[32];
+	uint64_t *evicted_bytes;
+	size_t n_evicted;
+};
+
+struct k3d_writer *k3d_writer_start(struct k3d_server *srv);
+void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job);
+/* Takes the finished jobs (loop thread). */
+struct k3d_job *k3d_writer_take_done(struct k3d_writer *w);
+/* Finishes every queued job, then stops the thread (finished jobs stay to be
+ * taken); k3d_writer_free() afterwards. */
+void k3d_writer_stop(struct k3d_writer *w);
+void k3d_writer_free(struct k3d_writer *w);
+void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
+void k3d_job_free(struct k3d_job *job);
+
+/* metrics.c */
+int k3d_metrics_start(struct k3d_server *srv, const char *hostport);
+void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds);
+
+#endif

@@ -1,0 +1,197 @@
+/* metrics: the counters that `k3cachectl stat` and Prometheus (/metrics over
+ * evhttp) show, and request latency histograms. */
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+int k3d_split_hostport(const char *hostport, char *host, size_t hostsz, char *port, size_t portsz);
+
+static const char *const op_names[K3D_N_OPS] = {
+        "hello", "put_model", "publish",     "lookup", "restore", "list",   "inspect",
+        "evict", "stat",      "list_models", "verify", "resolve", "unknown"};
+
+static const double bucket_bounds[K3D_N_BUCKETS] = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                    0.025,  0.05,   0.1,   0.5,    1.0,   5.0};
+
+void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds)
+{
+	struct k3d_hist *h = &srv->latency[op];
+	int b = 0;
+	while (b < K3D_N_BUCKETS && seconds > bucket_bounds[b])
+		b++;
+	h->counts[b]++;
+	h->n++;
+	h->sum += seconds;
+}
+
+struct counter_list {
+	K3cache__V1__Counter **items;
+	size_t n, cap;
+};
+
+static void add(struct counter_list *l, const char *name, uint64_t value)
+{
+	if (l->n == l->cap) {
+		size_t ncap = l->cap ? l->cap * 2 : 64;
+		K3cache__V1__Counter **ni = realloc(l->items, ncap * sizeof(*ni));
+		if (!ni)
+			return;
+		l->items = ni;
+		l->cap = ncap;
+	}
+	K3cache__V1__Counter *c = calloc(1, sizeof(*c));
+	if (!c)
+		return;
+	k3cache__v1__counter__init(c);
+	c->name = strdup(name);
+	c->value = value;
+	l->items[l->n++] = c;
+}
+
+static void collect(struct k3d_server *srv, struct counter_list *l)
+{
+	struct store_stats s;
+	store_get_stats(srv->store, &s, NULL);
+	add(l, "entries", s.entries);
+	add(l, "bytes", s.bytes);
+	add(l, "max_bytes", s.max_bytes);
+	add(l, "models", s.models);
+	add(l, "hits", s.hits);
+	add(l, "misses", s.misses);
+	add(l, "hit_tokens", s.hit_tokens);
+	add(l, "publishes", s.publishes);
+	add(l, "publishes_existing", s.publish_exists);
+	add(l, "restores", s.restores);
+	add(l, "evictions", s.evictions);
+	add(l, "quarantined", s.quarantined);
+	add(l, "corrupt", s.corrupt);
+	add(l, "map_full_retries", s.map_full_retries);
+	add(l, "map_size", s.map_size);
+	add(l, "map_used_pages", s.map_used_pages);
+	add(l, "free_pages", s.free_pages);
+	add(l, "page_size", s.page_size);
+	add(l, "file_bytes", s.file_bytes);
+	add(l, "connections_open", srv->connections_open);
+	add(l, "connections_total", srv->connections_total);
+	add(l, "accept_errors", srv->connections_refused);
+	add(l, "inflight_bytes", srv->inflight_bytes);
+	add(l, "restores_streaming", srv->restores_active);
+	add(l, "bytes_in", srv->bytes_in);
+	add(l, "bytes_out", srv->bytes_out);
+	add(l, "timeouts", srv->timeouts);
+	add(l, "closed_mid_frame", srv->closed_mid_frame);
+	add(l, "inflight_waits", srv->busy_pauses);
+	for (int code = 1; code < STATUS_N_CODES; code++) {
+		char name[64];
+		snprintf(name, sizeof(name), "errors_%s", status_code_name((enum status_code)code));
+		for (char *p = name; *p; p++)
+			*p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+		add(l, name, srv->errors[code]);
+	}
+	for (int op = 0; op < K3D_N_OPS; op++) {
+		char name[64];
+		snprintf(name, sizeof(name), "requests_%s", op_names[op]);
+		add(l, name, srv->requests[op]);
+	}
+}
+
+void k3d_fill_counters(struct k3d_server *srv, frame_response *resp)
+{
+	struct counter_list l = {0};
+	collect(srv, &l);
+	resp->counters = l.items;
+	resp->n_counters = l.n;
+}
+
+void k3d_free_counters(frame_response *resp)
+{
+	for (size_t i = 0; i < resp->n_counters; i++) {
+		free(resp->counters[i]->name);
+		free(resp->counters[i]);
+	}
+	free(resp->counters);
+	resp->counters = NULL;
+	resp->n_counters = 0;
+}
+
+static int is_counter(const char *name)
+{
+	static const char *const gauges[] = {
+	        "entries",          "bytes",          "max_bytes",
+	        "models",           "map_size",       "map_used_pages",
+	        "free_pages",       "page_size",      "file_bytes",
+	        "connections_open", "inflight_bytes", "restores_streaming"};
+	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++)
+		if (!strcmp(gauges[i], name))
+			return 0;
+	return 1;
+}
+
+static void on_metrics(struct evhttp_request *req, void *arg)
+{
+	struct k3d_server *srv = arg;
+	struct evbuffer *b = evbuffer_new();
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	struct counter_list l = {0};
+	collect(srv, &l);
+	for (size_t i = 0; i < l.n; i++) {
+		const char *name = l.items[i]->name;
+		int counter = is_counter(name);
+		evbuffer_add_printf(b, "# TYPE k3cache_%s%s %s\nk3cache_%s%s %llu\n", name,
+		                    counter ? "_total" : "", counter ? "counter" : "gauge", name,
+		                    counter ? "_total" : "", (unsigned long long)l.items[i]->value);
+		free(l.items[i]->name);
+		free(l.items[i]);
+	}
+	free(l.items);
+	evbuffer_add_printf(b, "# TYPE k3cache_request_seconds histogram\n");
+	for (int op = 0; op < K3D_N_OPS; op++) {
+		const struct k3d_hist *h = &srv->latency[op];
+		if (!h->n)
+			continue;
+		uint64_t cum = 0;
+		for (int i = 0; i < K3D_N_BUCKETS; i++) {
+			cum += h->counts[i];
+			evbuffer_add_printf(
+			        b, "k3cache_request_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
+			        op_names[op], bucket_bounds[i], (unsigned long long)cum);
+		}
+		cum += h->counts[K3D_N_BUCKETS];
+		evbuffer_add_printf(b,
+		                    "k3cache_request_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n",
+		                    op_names[op], (unsigned long long)cum);
+		evbuffer_add_printf(b, "k3cache_request_seconds_sum{op=\"%s\"} %.6f\n",
+		                    op_names[op], h->sum);
+		evbuffer_add_printf(b, "k3cache_request_seconds_count{op=\"%s\"} %llu\n",
+		                    op_names[op], (unsigned long long)h->n);
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+	                  "text/plain; version=0.0.4");
+	evhttp_send_reply(req, 200, "OK", b);
+	evbuffer_free(b);
+}
+
+int k3d_metrics_start(struct k3d_server *srv, const char *hostport)
+{
+	char host[256], port[32];
+	if (k3d_split_hostport(hostport, host, sizeof(host), port, sizeof(port)) != 0) {
+		k3d_log(K3D_LOG_ERROR, "--metrics %s: expected HOST:PORT", hostport);
+		return -1;
+	}
+	srv->http = evhttp_new(srv->base);
+	if (!srv->http)
+		return -1;
+	evhttp_set_cb(srv->http, "/metrics", on_metrics, srv);
+	if (evhttp_bind_socket(srv->http, host, (ev_uint16_t)atoi(port)) != 0) {
+		k3d_log(K3D_LOG_ERROR, "--metrics %s: cannot bind", hostport);
+		return -1;
+	}
+	return 0;
+}

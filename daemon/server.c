@@ -1,0 +1,451 @@
+/* server: listeners, signals, the tick, and answering finished writer jobs. */
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/thread.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "paths.h"
+
+static enum k3d_log log_level = K3D_LOG_INFO;
+
+void k3d_set_log_level(enum k3d_log level)
+{
+	log_level = level;
+}
+
+void k3d_log(enum k3d_log level, const char *fmt, ...)
+{
+	static const char *const names[] = {"error", "warn", "info", "debug"};
+	if (level > log_level)
+		return;
+	char when[32];
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "%s k3cached %s: ", when, names[level]);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+double k3d_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int k3d_op_index(const frame_request *req)
+{
+	switch (req->op_case) {
+	case K3CACHE__V1__REQUEST__OP_HELLO:
+		return 0;
+	case K3CACHE__V1__REQUEST__OP_PUT_MODEL:
+		return 1;
+	case K3CACHE__V1__REQUEST__OP_PUBLISH:
+		return 2;
+	case K3CACHE__V1__REQUEST__OP_LOOKUP:
+		return 3;
+	case K3CACHE__V1__REQUEST__OP_RESTORE:
+		return 4;
+	case K3CACHE__V1__REQUEST__OP_LIST:
+		return 5;
+	case K3CACHE__V1__REQUEST__OP_INSPECT:
+		return 6;
+	case K3CACHE__V1__REQUEST__OP_EVICT:
+		return 7;
+	case K3CACHE__V1__REQUEST__OP_STAT:
+		return 8;
+	case K3CACHE__V1__REQUEST__OP_LIST_MODELS:
+		return 9;
+	case K3CACHE__V1__REQUEST__OP_VERIFY:
+		return 10;
+	case K3CACHE__V1__REQUEST__OP_RESOLVE:
+		return 11;
+	default:
+		return 12;
+	}
+}
+
+/* ---- answering finished jobs --------------------------------------------------- */
+
+static void answer_job(struct k3d_job *job)
+{
+	struct k3d_conn *c = job->conn;
+	frame_response r = K3CACHE__V1__RESPONSE__INIT;
+	r.id = job->req->id;
+	K3cache__V1__EntryInfo **entries = NULL;
+	K3cache__V1__EntryInfo *storage = NULL;
+	K3cache__V1__Damaged **damaged = NULL;
+	K3cache__V1__Damaged *dstorage = NULL;
+	if (job->st.code != STATUS_OK && job->req->op_case != K3CACHE__V1__REQUEST__OP_VERIFY) {
+		r.code = (K3cache__V1__Code)job->st.code;
+		r.message = job->st.message;
+		k3d_log(K3D_LOG_INFO, "conn %llu (%s): %s: %s: %s", (unsigned long long)c->id,
+		        c->peer, frame_op_name(job->req), status_code_name(job->st.code),
+		        job->st.message);
+	} else {
+		switch (job->req->op_case) {
+		case K3CACHE__V1__REQUEST__OP_PUT_MODEL:
+			r.fingerprint.data = job->fingerprint;
+			r.fingerprint.len = 32;
+			r.created = job->created;
+			break;
+		case K3CACHE__V1__REQUEST__OP_PUBLISH:
+			r.key.data = job->pub.key;
+			r.key.len = 32;
+			r.created = job->pub.created;
+			r.bytes = job->pub.bytes;
+			r.evicted = job->pub.evicted;
+			break;
+		case K3CACHE__V1__REQUEST__OP_EVICT:
+			r.evicted = job->ev.entries;
+			r.bytes = job->ev.bytes;
+			entries = calloc(job->n_evicted ? job->n_evicted : 1, sizeof(*entries));
+			storage = calloc(job->n_evicted ? job->n_evicted : 1, sizeof(*storage));
+			if (entries && storage) {
+				for (size_t i = 0; i < job->n_evicted; i++) {
+					k3cache__v1__entry_info__init(&storage[i]);
+					storage[i].key.data = job->evicted_keys[i];
+					storage[i].key.len = 32;
+					storage[i].bytes = job->evicted_bytes[i];
+					entries[i] = &storage[i];
+				}
+				r.entries = entries;
+				r.n_entries = job->n_evicted;
+			}
+			break;
+		case K3CACHE__V1__REQUEST__OP_VERIFY:
+			r.checked = job->ev.entries;
+			damaged = calloc(job->n_evicted ? job->n_evicted : 1, sizeof(*damaged));
+			dstorage = calloc(job->n_evicted ? job->n_evicted : 1, sizeof(*dstorage));
+			if (damaged && dstorage) {
+				for (size_t i = 0; i < job->n_evicted; i++) {
+					k3cache__v1__damaged__init(&dstorage[i]);
+					dstorage[i].key.data = job->evicted_keys[i];
+					dstorage[i].key.len = 32;
+					dstorage[i].why = (char *)"";
+					damaged[i] = &dstorage[i];
+				}
+				r.damaged = damaged;
+				r.n_damaged = job->n_evicted;
+			}
+			r.message = job->st.message;
+			break;
+		default:
+			break;
+		}
+	}
+	k3d_conn_respond(c, &r);
+	free(entries);
+	free(storage);
+	free(damaged);
+	free(dstorage);
+}
+
+static void on_done(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct k3d_server *srv = arg;
+	struct k3d_job *job = k3d_writer_take_done(srv->writer);
+	while (job) {
+		struct k3d_job *next = job->next;
+		struct k3d_conn *c = job->conn;
+		/* the connection's request is the job's: hand it back for metrics */
+		c->req = job->req;
+		if (!c->dead)
+			answer_job(job);
+		c->req = NULL;
+		k3d_job_free(job);
+		c->payload = NULL;
+		k3d_conn_request_done(c);
+		job = next;
+	}
+}
+
+/* ---- accepting ----------------------------------------------------------------- */
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int socklen, void *arg)
+{
+	(void)l;
+	(void)socklen;
+	struct k3d_server *srv = arg;
+	char peer[64] = "unix";
+	if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) {
+		char host[48], port[8];
+		if (getnameinfo(sa, (socklen_t)socklen, host, sizeof(host), port, sizeof(port),
+		                NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+			snprintf(peer, sizeof(peer), "%s:%s", host, port);
+	}
+	if (srv->stopping) {
+		close(fd);
+		return;
+	}
+	k3d_conn_accept(srv, fd, peer);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+	struct k3d_server *srv = arg;
+	int err = EVUTIL_SOCKET_ERROR();
+	srv->connections_refused++;
+	if (err == EMFILE || err == ENFILE) {
+		/* out of descriptors: pause accepting; the tick resumes it */
+		k3d_log(K3D_LOG_WARN, "accept: %s; pausing accepts for a second",
+		        evutil_socket_error_to_string(err));
+		evconnlistener_disable(l);
+		return;
+	}
+	k3d_log(K3D_LOG_WARN, "accept: %s", evutil_socket_error_to_string(err));
+}
+
+static int listen_unix(struct k3d_server *srv, const char *path)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		k3d_log(K3D_LOG_ERROR, "--socket %s: path too long", path);
+		return -1;
+	}
+	strcpy(sun.sun_path, path);
+	char dir[sizeof(sun.sun_path)];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		if (paths_mkdir_p(dir, 0750) != 0) {
+			k3d_log(K3D_LOG_ERROR, "--socket: cannot create %s: %s", dir,
+			        strerror(errno));
+			return -1;
+		}
+	}
+	/* a live socket is refused; a stale one (nobody answers) is replaced */
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (probe >= 0 && connect(probe, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
+		close(probe);
+		k3d_log(K3D_LOG_ERROR,
+		        "--socket %s: another daemon is listening there; stop it or choose "
+		        "another socket",
+		        path);
+		return -1;
+	}
+	if (probe >= 0)
+		close(probe);
+	unlink(path);
+	mode_t old = umask(0117);
+	srv->unix_listener = evconnlistener_new_bind(srv->base, on_accept, srv,
+	                                             LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_CLOSE_ON_FREE,
+	                                             128, (struct sockaddr *)&sun, sizeof(sun));
+	umask(old);
+	if (!srv->unix_listener) {
+		k3d_log(K3D_LOG_ERROR, "--socket %s: %s", path, strerror(errno));
+		return -1;
+	}
+	chmod(path, 0660);
+	evconnlistener_set_error_cb(srv->unix_listener, on_accept_error);
+	return 0;
+}
+
+int k3d_split_hostport(const char *hostport, char *host, size_t hostsz, char *port, size_t portsz);
+
+int k3d_split_hostport(const char *hostport, char *host, size_t hostsz, char *port, size_t portsz)
+{
+	const char *colon = strrchr(hostport, ':');
+	if (!colon) {
+		snprintf(host, hostsz, "127.0.0.1");
+		snprintf(port, portsz, "%s", hostport);
+	} else {
+		size_t n = (size_t)(colon - hostport);
+		if (n == 0)
+			snprintf(host, hostsz, "127.0.0.1");
+		else if (hostport[0] == '[' && n >= 2 && hostport[n - 1] == ']')
+			snprintf(host, hostsz, "%.*s", (int)(n - 2), hostport + 1);
+		else
+			snprintf(host, hostsz, "%.*s", (int)n, hostport);
+		snprintf(port, portsz, "%s", colon + 1);
+	}
+	return port[0] ? 0 : -1;
+}
+
+static int listen_tcp(struct k3d_server *srv, const char *hostport)
+{
+	char host[256], port[32];
+	if (k3d_split_hostport(hostport, host, sizeof(host), port, sizeof(port)) != 0) {
+		k3d_log(K3D_LOG_ERROR, "--listen %s: expected HOST:PORT", hostport);
+		return -1;
+	}
+	struct addrinfo hints = {
+	        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *ai;
+	int rc = getaddrinfo(host, port, &hints, &ai);
+	if (rc) {
+		k3d_log(K3D_LOG_ERROR, "--listen %s: %s", hostport, gai_strerror(rc));
+		return -1;
+	}
+	srv->tcp_listener = evconnlistener_new_bind(srv->base, on_accept, srv,
+	                                            LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_CLOSE_ON_FREE |
+	                                                    LEV_OPT_REUSEABLE,
+	                                            128, ai->ai_addr, (int)ai->ai_addrlen);
+	freeaddrinfo(ai);
+	if (!srv->tcp_listener) {
+		k3d_log(K3D_LOG_ERROR, "--listen %s: %s", hostport, strerror(errno));
+		return -1;
+	}
+	evconnlistener_set_error_cb(srv->tcp_listener, on_accept_error);
+	return 0;
+}
+
+/* ---- tick and signals ------------------------------------------------------------ */
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct k3d_server *srv = arg;
+	srv->ticks++;
+	store_flush(srv->store, NULL);
+	if (srv->cfg.durability == STORE_FAST && srv->ticks % srv->cfg.sync_interval == 0)
+		store_sync(srv->store, NULL);
+	if (srv->ticks % 10 == 0) {
+		int dead = store_reader_check(srv->store);
+		if (dead)
+			k3d_log(K3D_LOG_WARN, "cleared %d reader slots of dead processes", dead);
+	}
+	if (srv->unix_listener)
+		evconnlistener_enable(srv->unix_listener);
+	if (srv->tcp_listener)
+		evconnlistener_enable(srv->tcp_listener);
+	k3d_conn_sweep_timeouts(srv);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	(void)what;
+	struct k3d_server *srv = arg;
+	k3d_log(K3D_LOG_INFO, "%s: stopping (finishing queued commits)",
+	        sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	srv->stopping = 1;
+	if (srv->unix_listener) {
+		evconnlistener_free(srv->unix_listener);
+		srv->unix_listener = NULL;
+		unlink(srv->cfg.socket);
+	}
+	if (srv->tcp_listener) {
+		evconnlistener_free(srv->tcp_listener);
+		srv->tcp_listener = NULL;
+	}
+	event_base_loopexit(srv->base, NULL);
+}
+
+/* ---- run --------------------------------------------------------------------------- */
+
+int k3d_server_run(const struct k3d_config *cfg)
+{
+	struct k3d_server *srv = calloc(1, sizeof(*srv));
+	if (!srv)
+		return 1;
+	srv->cfg = *cfg;
+	k3d_set_log_level(cfg->log_level);
+	signal(SIGPIPE, SIG_IGN);
+	evthread_use_pthreads();
+
+	if (paths_mkdir_p(cfg->db, 0750) != 0) {
+		k3d_log(K3D_LOG_ERROR, "--db %s: %s", cfg->db, strerror(errno));
+		free(srv);
+		return 1;
+	}
+	struct store_options so = {.max_bytes = cfg->max_bytes, .durability = cfg->durability};
+	struct status st;
+	if (store_open(cfg->db, &so, &srv->store, &st) != STATUS_OK) {
+		k3d_log(K3D_LOG_ERROR, "--db %s: %s", cfg->db, st.message);
+		free(srv);
+		return 1;
+	}
+	int rc = 1;
+	srv->base = event_base_new();
+	if (!srv->base)
+		goto out;
+	srv->done_ev = event_new(srv->base, -1, 0, on_done, srv);
+	srv->writer = k3d_writer_start(srv);
+	if (!srv->writer || !srv->done_ev)
+		goto out;
+	if (listen_unix(srv, cfg->socket) != 0)
+		goto out;
+	if (cfg->listen && listen_tcp(srv, cfg->listen) != 0)
+		goto out;
+	if (cfg->metrics && k3d_metrics_start(srv, cfg->metrics) != 0)
+		goto out;
+	srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
+	srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
+	srv->tick = event_new(srv->base, -1, EV_PERSIST, on_tick, srv);
+	struct timeval one = {1, 0};
+	event_add(srv->sig_term, NULL);
+	event_add(srv->sig_int, NULL);
+	event_add(srv->tick, &one);
+
+	struct store_stats stats;
+	store_get_stats(srv->store, &stats, NULL);
+	char cap[32];
+	snprintf(cap, sizeof(cap), "%llu", (unsigned long long)cfg->max_bytes);
+	k3d_log(K3D_LOG_INFO,
+	        "%s ready: socket %s%s%s, store %s (%llu entries, %llu bytes of %s, durability "
+	        "%s)%s%s",
+	        K3D_VERSION, cfg->socket, cfg->listen ? ", tcp " : "",
+	        cfg->listen ? cfg->listen : "", cfg->db, (unsigned long long)stats.entries,
+	        (unsigned long long)stats.bytes, cap, store_durability_name(cfg->durability),
+	        cfg->metrics ? ", metrics " : "", cfg->metrics ? cfg->metrics : "");
+	event_base_dispatch(srv->base);
+
+	/* stopping: finish every queued commit and answer it if we still can */
+	k3d_writer_stop(srv->writer);
+	on_done(-1, 0, srv);
+	for (struct k3d_conn *c = srv->conns; c; c = c->next)
+		evbuffer_write(c->out, c->fd);
+	while (srv->conns)
+		k3d_conn_close(srv->conns);
+	rc = 0;
+	k3d_log(K3D_LOG_INFO, "stopped cleanly");
+out:
+	if (srv->writer) {
+		if (rc != 0)
+			k3d_writer_stop(srv->writer);
+		k3d_writer_free(srv->writer);
+	}
+	if (srv->unix_listener) {
+		evconnlistener_free(srv->unix_listener);
+		unlink(cfg->socket);
+	}
+	if (srv->tcp_listener)
+		evconnlistener_free(srv->tcp_listener);
+	if (srv->http)
+		evhttp_free(srv->http);
+	if (srv->sig_term)
+		event_free(srv->sig_term);
+	if (srv->sig_int)
+		event_free(srv->sig_int);
+	if (srv->tick)
+		event_free(srv->tick);
+	if (srv->done_ev)
+		event_free(srv->done_ev);
+	if (srv->base)
+		event_base_free(srv->base);
+	store_close(srv->store);
+	free(srv);
+	return rc;
+}

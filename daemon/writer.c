@@ -1,0 +1,205 @@
+/* writer: the one thread that runs the store's write transactions. Jobs queue
+ * in order; consecutive publishes share one commit. Finished jobs go back to
+ * the loop thread, which answers them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+#define BATCH_MAX 64
+
+struct k3d_writer {
+	struct k3d_server *srv;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct k3d_job *head, *tail; /* queued */
+	struct k3d_job *done_head, *done_tail;
+	int stop;
+};
+
+void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
+
+void k3d_job_free(struct k3d_job *job)
+{
+	frame_request_free(job->req);
+	free(job->payload);
+	free(job->evicted_keys);
+	free(job->evicted_bytes);
+	free(job);
+}
+
+static void run_publishes(struct k3d_server *srv, struct k3d_job **jobs, uint32_t n)
+{
+	struct store_publish_req reqs[BATCH_MAX] = {0};
+	struct store_publish_res res[BATCH_MAX] = {0};
+	struct status sts[BATCH_MAX];
+	struct store_blob *blobs[BATCH_MAX];
+	for (uint32_t i = 0; i < n; i++) {
+		const K3cache__V1__Publish *p = jobs[i]->req->publish;
+		blobs[i] = calloc(p->n_layers ? p->n_layers : 1, sizeof(struct store_blob));
+		uint64_t off = 0;
+		for (size_t l = 0; blobs[i] && l < p->n_layers; l++) {
+			blobs[i][l].data = jobs[i]->payload + off;
+			blobs[i][l].size = p->layers[l]->size;
+			blobs[i][l].xxh3 = p->layers[l]->xxh3;
+			off += p->layers[l]->size;
+		}
+		reqs[i] = (struct store_publish_req){
+		        .fingerprint = p->model.data,
+		        .salt = p->salt.data,
+		        .salt_len = p->salt.len,
+		        .tokens = p->tokens,
+		        .n_tokens = (uint32_t)p->n_tokens,
+		        .blobs = blobs[i],
+		        .n_blobs = blobs[i] ? (uint32_t)p->n_layers : 0,
+		};
+	}
+	store_publish_batch(srv->store, reqs, res, sts, n);
+	for (uint32_t i = 0; i < n; i++) {
+		jobs[i]->st = sts[i];
+		jobs[i]->pub = res[i];
+		free(blobs[i]);
+		/* the bytes are in the store (or refused): let the memory go now */
+		free(jobs[i]->payload);
+		jobs[i]->payload = NULL;
+	}
+}
+
+struct verify_ctx {
+	struct k3d_job *job;
+};
+
+static void verify_cb(const uint8_t key[32], const char *why, void *arg)
+{
+	struct k3d_job *job = ((struct verify_ctx *)arg)->job;
+	/* damaged keys ride in evicted_keys; reasons are summarised in the message */
+	uint8_t(*nk)[32] = realloc(job->evicted_keys, (job->n_evicted + 1) * 32);
+	if (!nk)
+		return;
+	job->evicted_keys = nk;
+	memcpy(job->evicted_keys[job->n_evicted++], key, 32);
+	size_t used = strlen(job->st.message);
+	if (used < sizeof(job->st.message) - 2)
+		snprintf(job->st.message + used, sizeof(job->st.message) - used, "%s%.60s",
+		         used ? "; " : "", why);
+}
+
+static void run_job(struct k3d_server *srv, struct k3d_job *job)
+{
+	if (job->req->op_case == K3CACHE__V1__REQUEST__OP_VERIFY) {
+		struct verify_ctx vc = {job};
+		uint64_t checked = 0, damaged = 0;
+		job->st.code = STATUS_OK;
+		job->st.message[0] = 0;
+		struct status st;
+		if (store_verify(srv->store, verify_cb, &vc, &checked, &damaged, &st) != STATUS_OK)
+			job->st = st;
+		job->ev.entries = (uint32_t)checked;
+		job->ev.bytes = damaged;
+		return;
+	}
+	k3d_writer_run_one(srv, job);
+}
+
+static void finish(struct k3d_writer *w, struct k3d_job *job)
+{
+	pthread_mutex_lock(&w->mu);
+	job->next = NULL;
+	if (w->done_tail)
+		w->done_tail->next = job;
+	else
+		w->done_head = job;
+	w->done_tail = job;
+	pthread_mutex_unlock(&w->mu);
+	event_active(w->srv->done_ev, EV_READ, 0);
+}
+
+static void *writer_main(void *arg)
+{
+	struct k3d_writer *w = arg;
+	for (;;) {
+		pthread_mutex_lock(&w->mu);
+		while (!w->head && !w->stop)
+			pthread_cond_wait(&w->cv, &w->mu);
+		if (!w->head && w->stop) {
+			pthread_mutex_unlock(&w->mu);
+			break;
+		}
+		/* take a run of publishes (one commit), or one other job */
+		struct k3d_job *batch[BATCH_MAX];
+		uint32_t n = 0;
+		while (w->head && n < BATCH_MAX) {
+			int pub = w->head->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH;
+			if (n > 0 && !pub)
+				break;
+			batch[n++] = w->head;
+			w->head = w->head->next;
+			if (!w->head)
+				w->tail = NULL;
+			if (!pub)
+				break;
+		}
+		pthread_mutex_unlock(&w->mu);
+		if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
+			run_publishes(w->srv, batch, n);
+		else
+			run_job(w->srv, batch[0]);
+		for (uint32_t i = 0; i < n; i++)
+			finish(w, batch[i]);
+	}
+	return NULL;
+}
+
+struct k3d_writer *k3d_writer_start(struct k3d_server *srv)
+{
+	struct k3d_writer *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->srv = srv;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job)
+{
+	pthread_mutex_lock(&w->mu);
+	job->next = NULL;
+	if (w->tail)
+		w->tail->next = job;
+	else
+		w->head = job;
+	w->tail = job;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+struct k3d_job *k3d_writer_take_done(struct k3d_writer *w)
+{
+	pthread_mutex_lock(&w->mu);
+	struct k3d_job *list = w->done_head;
+	w->done_head = w->done_tail = NULL;
+	pthread_mutex_unlock(&w->mu);
+	return list;
+}
+
+void k3d_writer_stop(struct k3d_writer *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->stop = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+}
+
+void k3d_writer_free(struct k3d_writer *w)
+{
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w);
+}

@@ -1,0 +1,192 @@
+#include "frame.h"
+
+#include <stdlib.h>
+
+uint32_t frame_get_len(const unsigned char p[FRAME_PREFIX_LEN])
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void frame_put_len(unsigned char p[FRAME_PREFIX_LEN], uint32_t len)
+{
+	p[0] = (unsigned char)len;
+	p[1] = (unsigned char)(len >> 8);
+	p[2] = (unsigned char)(len >> 16);
+	p[3] = (unsigned char)(len >> 24);
+}
+
+enum status_code frame_check_header_len(uint32_t len, struct status *st)
+{
+	if (len == 0)
+		return status_set(st, STATUS_INVALID, "frame header_len is 0: not a k3cache frame");
+	if (len > FRAME_MAX_HEADER)
+		return status_set(st, STATUS_TOO_LARGE,
+		                  "frame header_len %u is over the 16 MiB limit", len);
+	return STATUS_OK;
+}
+
+frame_request *frame_decode_request(const void *header, size_t len, struct status *st)
+{
+	frame_request *req = k3cache__v1__request__unpack(NULL, len, header);
+	if (!req)
+		status_set(st, STATUS_INVALID, "the frame header is not a valid Request message");
+	return req;
+}
+
+void frame_request_free(frame_request *req)
+{
+	if (req)
+		k3cache__v1__request__free_unpacked(req, NULL);
+}
+
+frame_response *frame_decode_response(const void *header, size_t len, struct status *st)
+{
+	frame_response *r = k3cache__v1__response__unpack(NULL, len, header);
+	if (!r)
+		status_set(st, STATUS_INVALID, "the frame header is not a valid Response message");
+	return r;
+}
+
+void frame_response_free(frame_response *resp)
+{
+	if (resp)
+		k3cache__v1__response__free_unpacked(resp, NULL);
+}
+
+static size_t encode(size_t packed, const ProtobufCMessage *msg, unsigned char **out)
+{
+	if (packed > FRAME_MAX_HEADER)
+		return 0;
+	unsigned char *b = malloc(FRAME_PREFIX_LEN + packed);
+	if (!b)
+		return 0;
+	frame_put_len(b, (uint32_t)packed);
+	protobuf_c_message_pack(msg, b + FRAME_PREFIX_LEN);
+	*out = b;
+	return FRAME_PREFIX_LEN + packed;
+}
+
+size_t frame_encode_request(const frame_request *req, unsigned char **out)
+{
+	return encode(k3cache__v1__request__get_packed_size(req), &req->base, out);
+}
+
+size_t frame_encode_response(const frame_response *resp, unsigned char **out)
+{
+	return encode(k3cache__v1__response__get_packed_size(resp), &resp->base, out);
+}
+
+const char *frame_op_name(const frame_request *req)
+{
+	switch (req->op_case) {
+	case K3CACHE__V1__REQUEST__OP_HELLO:
+		return "hello";
+	case K3CACHE__V1__REQUEST__OP_PUT_MODEL:
+		return "put_model";
+	case K3CACHE__V1__REQUEST__OP_PUBLISH:
+		return "publish";
+	case K3CACHE__V1__REQUEST__OP_LOOKUP:
+		return "lookup";
+	case K3CACHE__V1__REQUEST__OP_RESTORE:
+		return "restore";
+	case K3CACHE__V1__REQUEST__OP_LIST:
+		return "list";
+	case K3CACHE__V1__REQUEST__OP_INSPECT:
+		return "inspect";
+	case K3CACHE__V1__REQUEST__OP_EVICT:
+		return "evict";
+	case K3CACHE__V1__REQUEST__OP_STAT:
+		return "stat";
+	case K3CACHE__V1__REQUEST__OP_LIST_MODELS:
+		return "list_models";
+	case K3CACHE__V1__REQUEST__OP_VERIFY:
+		return "verify";
+	case K3CACHE__V1__REQUEST__OP_RESOLVE:
+		return "resolve";
+	default:
+		return "unknown";
+	}
+}
+
+static int bad_len(const ProtobufCBinaryData *b, int optional)
+{
+	return !(b->len == FRAME_KEY_LEN || (optional && b->len == 0));
+}
+
+enum status_code frame_check_request(const frame_request *req, uint64_t max_payload,
+                                     struct status *st)
+{
+	if (req->payload_len > max_payload)
+		return status_set(
+		        st, STATUS_TOO_LARGE,
+		        "payload of %llu bytes is over this daemon's --max-payload (%llu)",
+		        (unsigned long long)req->payload_len, (unsigned long long)max_payload);
+	if (req->op_case == K3CACHE__V1__REQUEST__OP__NOT_SET)
+		return status_set(st, STATUS_UNSUPPORTED,
+		                  "unknown or missing op (this daemon speaks protocol 1)");
+	if (req->op_case != K3CACHE__V1__REQUEST__OP_PUBLISH && req->payload_len != 0)
+		return status_set(st, STATUS_INVALID, "%s takes no payload, %llu bytes were sent",
+		                  frame_op_name(req), (unsigned long long)req->payload_len);
+	switch (req->op_case) {
+	case K3CACHE__V1__REQUEST__OP_PUBLISH: {
+		const K3cache__V1__Publish *p = req->publish;
+		if (bad_len(&p->model, 0))
+			return status_set(st, STATUS_INVALID,
+			                  "publish: model must be a 32-byte fingerprint");
+		if (p->n_tokens == 0)
+			return status_set(st, STATUS_INVALID, "publish: no tokens (P >= 1)");
+		uint64_t sum = 0;
+		for (size_t i = 0; i < p->n_layers; i++) {
+			if (p->layers[i]->index != i)
+				return status_set(
+				        st, STATUS_INVALID,
+				        "publish: layer list entry %zu has index %u; every layer, "
+				        "once, in index order",
+				        i, p->layers[i]->index);
+			if (p->layers[i]->size > max_payload)
+				return status_set(st, STATUS_INVALID,
+				                  "publish: layer %zu is too large", i);
+			sum += p->layers[i]->size;
+		}
+		if (sum != req->payload_len)
+			return status_set(
+			        st, STATUS_INVALID,
+			        "publish: the layer list adds up to %llu bytes, payload_len says "
+			        "%llu",
+			        (unsigned long long)sum, (unsigned long long)req->payload_len);
+		return STATUS_OK;
+	}
+	case K3CACHE__V1__REQUEST__OP_LOOKUP:
+		if (bad_len(&req->lookup->model, 0))
+			return status_set(st, STATUS_INVALID,
+			                  "lookup: model must be a 32-byte fingerprint");
+		return STATUS_OK;
+	case K3CACHE__V1__REQUEST__OP_RESTORE:
+		if (bad_len(&req->restore->key, 0))
+			return status_set(st, STATUS_INVALID, "restore: key must be 32 bytes");
+		return STATUS_OK;
+	case K3CACHE__V1__REQUEST__OP_INSPECT:
+		if (bad_len(&req->inspect->key, 0))
+			return status_set(st, STATUS_INVALID, "inspect: key must be 32 bytes");
+		return STATUS_OK;
+	case K3CACHE__V1__REQUEST__OP_LIST:
+		if (bad_len(&req->list->model, 1) || bad_len(&req->list->after, 1))
+			return status_set(st, STATUS_INVALID,
+			                  "list: model and after must be 32 bytes");
+		return STATUS_OK;
+	case K3CACHE__V1__REQUEST__OP_EVICT:
+		for (size_t i = 0; i < req->evict->n_keys; i++)
+			if (bad_len(&req->evict->keys[i], 0))
+				return status_set(st, STATUS_INVALID,
+				                  "evict: keys must be 32 bytes");
+		if (bad_len(&req->evict->model, 1))
+			return status_set(st, STATUS_INVALID, "evict: model must be 32 bytes");
+		return STATUS_OK;
+	case K3CACHE__V1__REQUEST__OP_PUT_MODEL:
+		if (!req->put_model->model)
+			return status_set(st, STATUS_INVALID, "put_model: no model spec");
+		return STATUS_OK;
+	default:
+		return STATUS_OK;
+	}
+}

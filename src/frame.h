@@ -1,0 +1,59 @@
+/* frame: the wire framing (contract: DESIGN.md "Wire protocol").
+ *
+ *   u32 LE header_len | header | payload
+ *
+ * The header is a protobuf Request or Response (proto/k3cache.proto) whose
+ * payload_len says how many raw bytes follow. This module checks and decodes
+ * frames held in memory; it knows nothing of sockets. */
+#ifndef K3_FRAME_H
+#define K3_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "k3cache.pb-c.h"
+#include "status.h"
+
+#define FRAME_PREFIX_LEN 4u
+#define FRAME_MAX_HEADER (16u << 20)
+#define FRAME_KEY_LEN    32u
+
+typedef K3cache__V1__Request frame_request;
+typedef K3cache__V1__Response frame_response;
+
+/* Reads the u32 LE length prefix. */
+uint32_t frame_get_len(const unsigned char prefix[FRAME_PREFIX_LEN]);
+void frame_put_len(unsigned char prefix[FRAME_PREFIX_LEN], uint32_t len);
+
+/* Checks a header length: 0 is INVALID, over FRAME_MAX_HEADER is TOO_LARGE.
+ * Either way the stream cannot be trusted past it. */
+enum status_code frame_check_header_len(uint32_t len, struct status *st);
+
+/* Decodes a Request header. NULL with INVALID when it is not valid protobuf
+ * (the stream cannot be trusted: close it). Free with frame_request_free(). */
+frame_request *frame_decode_request(const void *header, size_t len, struct status *st);
+void frame_request_free(frame_request *req);
+
+/* Checks what a decoded request says before its payload is read:
+ *  TOO_LARGE   payload_len over max_payload (close the connection);
+ *  UNSUPPORTED no op set (an unknown op);
+ *  INVALID     a field of the wrong size, a payload on an op that takes none,
+ *              or a Publish whose layer list disagrees with payload_len.
+ * For anything but TOO_LARGE the payload can still be skipped and the
+ * connection kept. */
+enum status_code frame_check_request(const frame_request *req, uint64_t max_payload,
+                                     struct status *st);
+
+/* Decodes a Response header (the client side). NULL when not valid protobuf. */
+frame_response *frame_decode_response(const void *header, size_t len, struct status *st);
+void frame_response_free(frame_response *resp);
+
+/* Encodes prefix + header of a message into a malloc'd buffer; returns its
+ * length (0 on allocation failure). */
+size_t frame_encode_request(const frame_request *req, unsigned char **out);
+size_t frame_encode_response(const frame_response *resp, unsigned char **out);
+
+/* The op's name ("publish", ...) for messages and metrics. */
+const char *frame_op_name(const frame_request *req);
+
+#endif

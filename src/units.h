@@ -1,0 +1,22 @@
+/* units: sizes and durations as people write them ("64M", "1.5GiB", "90s",
+ * "2h") and as tables print them ("1.4 GiB", "3m ago"). */
+#ifndef K3_UNITS_H
+#define K3_UNITS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes: a number with an optional K/M/G/T or KiB/MiB/GiB/TiB suffix (both
+ * binary), case-insensitive. Returns 0, or -1 when s is not a size. */
+int units_parse_size(const char *s, uint64_t *out);
+
+/* Seconds: a number with an optional s/m/h/d suffix. Returns 0 or -1. */
+int units_parse_duration(const char *s, uint64_t *out);
+
+/* "512 B", "1.4 GiB". */
+void units_format_size(uint64_t bytes, char *out, size_t outsz);
+
+/* "12s", "3m", "5h", "2d". */
+void units_format_duration(uint64_t seconds, char *out, size_t outsz);
+
+#endif
