@@ -4,7 +4,7 @@ JOBS ?= 2
 SHARED ?= $(abspath ../shared)
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build asan fuzz-build test run bench format lint clean
+.PHONY: all deps build asan fuzz-build test run bench format lint install clean
 
 all: build
 
@@ -27,15 +27,21 @@ fuzz-build: deps
 test: build asan fuzz-build
 	@bash scripts/test-all $(SHARED) $(FUZZ_SECONDS)
 
+# Runs the daemon in the foreground on its default store and socket
+# (root: /var/lib/k3cache and /run/k3cache; a user: XDG directories).
+# RUN_ARGS adds flags, e.g. make run RUN_ARGS="--max-bytes 8GiB".
 run: build
-	@echo "k3cache: the daemon (k3cached) arrives in a later change."
-	@echo "Today you can run the offline tools, for example:"
-	@echo "  build/client/k3cachectl blob $(SHARED)/vectors/blobs/ok_kda.bin"
-	@echo "  build/client/k3cachectl model fingerprint $(SHARED)/models/tiny-hybrid.json"
+	@echo "k3cached runs in the foreground; Ctrl-C stops it cleanly."
+	@echo "In another terminal:  build/client/k3cachectl stat"
+	@exec build/daemon/k3cached $(RUN_ARGS)
 
 bench: build
 	@build/bench/bench_blob
 	@build/bench/bench_store build/bench-store.tmp
+
+PREFIX ?= /usr/local
+install: build
+	@cmake --install build --prefix $(PREFIX)
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')
