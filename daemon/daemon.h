@@ -137,9 +137,8 @@ void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp,
 
 /* handlers.c: executes a complete request of connection c. */
 void k3d_handle(struct k3d_conn *c);
-/* Builds the Stat counters into resp (allocations freed by k3d_free_counters). */
+/* Builds the Stat counters into resp (freed by service_response_clear). */
 void k3d_fill_counters(struct k3d_server *srv, frame_response *resp);
-void k3d_free_counters(frame_response *resp);
 
 /* writer.c */
 struct k3d_job {
@@ -150,14 +149,9 @@ struct k3d_job {
 	uint64_t plen;
 	double t_request;
 	/* results */
-	struct status st;
-	struct store_publish_res pub;
-	struct store_evict_res ev;
-	uint8_t fingerprint[32];
-	int created;
-	uint8_t (*evicted_keys)[32];
-	uint64_t *evicted_bytes;
-	size_t n_evicted;
+	struct status st;             /* publish */
+	struct store_publish_res pub; /* publish */
+	frame_response resp;          /* other ops: filled by the service module */
 };
 
 struct k3d_writer *k3d_writer_start(struct k3d_server *srv);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "service.h"
 
 int k3d_split_hostport(const char *hostport, char *host, size_t hostsz, char *port, size_t portsz);
 
@@ -28,94 +29,31 @@ void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds)
 	h->sum += seconds;
 }
 
-struct counter_list {
-	K3cache__V1__Counter **items;
-	size_t n, cap;
-};
-
-static void add(struct counter_list *l, const char *name, uint64_t value)
+void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 {
-	if (l->n == l->cap) {
-		size_t ncap = l->cap ? l->cap * 2 : 64;
-		K3cache__V1__Counter **ni = realloc(l->items, ncap * sizeof(*ni));
-		if (!ni)
-			return;
-		l->items = ni;
-		l->cap = ncap;
-	}
-	K3cache__V1__Counter *c = calloc(1, sizeof(*c));
-	if (!c)
-		return;
-	k3cache__v1__counter__init(c);
-	c->name = strdup(name);
-	c->value = value;
-	l->items[l->n++] = c;
-}
-
-static void collect(struct k3d_server *srv, struct counter_list *l)
-{
-	struct store_stats s;
-	store_get_stats(srv->store, &s, NULL);
-	add(l, "entries", s.entries);
-	add(l, "bytes", s.bytes);
-	add(l, "max_bytes", s.max_bytes);
-	add(l, "models", s.models);
-	add(l, "hits", s.hits);
-	add(l, "misses", s.misses);
-	add(l, "hit_tokens", s.hit_tokens);
-	add(l, "publishes", s.publishes);
-	add(l, "publishes_existing", s.publish_exists);
-	add(l, "restores", s.restores);
-	add(l, "evictions", s.evictions);
-	add(l, "quarantined", s.quarantined);
-	add(l, "corrupt", s.corrupt);
-	add(l, "map_full_retries", s.map_full_retries);
-	add(l, "map_size", s.map_size);
-	add(l, "map_used_pages", s.map_used_pages);
-	add(l, "free_pages", s.free_pages);
-	add(l, "page_size", s.page_size);
-	add(l, "file_bytes", s.file_bytes);
-	add(l, "connections_open", srv->connections_open);
-	add(l, "connections_total", srv->connections_total);
-	add(l, "accept_errors", srv->connections_refused);
-	add(l, "inflight_bytes", srv->inflight_bytes);
-	add(l, "restores_streaming", srv->restores_active);
-	add(l, "bytes_in", srv->bytes_in);
-	add(l, "bytes_out", srv->bytes_out);
-	add(l, "timeouts", srv->timeouts);
-	add(l, "closed_mid_frame", srv->closed_mid_frame);
-	add(l, "inflight_waits", srv->busy_pauses);
+	service_store_counters(srv->store, r);
+	service_add_counter(r, "connections_open", srv->connections_open);
+	service_add_counter(r, "connections_total", srv->connections_total);
+	service_add_counter(r, "accept_errors", srv->connections_refused);
+	service_add_counter(r, "inflight_bytes", srv->inflight_bytes);
+	service_add_counter(r, "restores_streaming", srv->restores_active);
+	service_add_counter(r, "bytes_in", srv->bytes_in);
+	service_add_counter(r, "bytes_out", srv->bytes_out);
+	service_add_counter(r, "timeouts", srv->timeouts);
+	service_add_counter(r, "closed_mid_frame", srv->closed_mid_frame);
+	service_add_counter(r, "inflight_waits", srv->busy_pauses);
 	for (int code = 1; code < STATUS_N_CODES; code++) {
 		char name[64];
 		snprintf(name, sizeof(name), "errors_%s", status_code_name((enum status_code)code));
 		for (char *p = name; *p; p++)
 			*p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
-		add(l, name, srv->errors[code]);
+		service_add_counter(r, name, srv->errors[code]);
 	}
 	for (int op = 0; op < K3D_N_OPS; op++) {
 		char name[64];
 		snprintf(name, sizeof(name), "requests_%s", op_names[op]);
-		add(l, name, srv->requests[op]);
+		service_add_counter(r, name, srv->requests[op]);
 	}
-}
-
-void k3d_fill_counters(struct k3d_server *srv, frame_response *resp)
-{
-	struct counter_list l = {0};
-	collect(srv, &l);
-	resp->counters = l.items;
-	resp->n_counters = l.n;
-}
-
-void k3d_free_counters(frame_response *resp)
-{
-	for (size_t i = 0; i < resp->n_counters; i++) {
-		free(resp->counters[i]->name);
-		free(resp->counters[i]);
-	}
-	free(resp->counters);
-	resp->counters = NULL;
-	resp->n_counters = 0;
 }
 
 static int is_counter(const char *name)
@@ -139,18 +77,17 @@ static void on_metrics(struct evhttp_request *req, void *arg)
 		evhttp_send_error(req, 500, "out of memory");
 		return;
 	}
-	struct counter_list l = {0};
-	collect(srv, &l);
-	for (size_t i = 0; i < l.n; i++) {
-		const char *name = l.items[i]->name;
+	frame_response r = K3CACHE__V1__RESPONSE__INIT;
+	k3d_fill_counters(srv, &r);
+	for (size_t i = 0; i < r.n_counters; i++) {
+		const char *name = r.counters[i]->name;
 		int counter = is_counter(name);
 		evbuffer_add_printf(b, "# TYPE k3cache_%s%s %s\nk3cache_%s%s %llu\n", name,
 		                    counter ? "_total" : "", counter ? "counter" : "gauge", name,
-		                    counter ? "_total" : "", (unsigned long long)l.items[i]->value);
-		free(l.items[i]->name);
-		free(l.items[i]);
+		                    counter ? "_total" : "",
+		                    (unsigned long long)r.counters[i]->value);
 	}
-	free(l.items);
+	service_response_clear(&r);
 	evbuffer_add_printf(b, "# TYPE k3cache_request_seconds histogram\n");
 	for (int op = 0; op < K3D_N_OPS; op++) {
 		const struct k3d_hist *h = &srv->latency[op];

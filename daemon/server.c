@@ -17,6 +17,7 @@
 
 #include "daemon.h"
 #include "paths.h"
+#include "service.h"
 
 static enum k3d_log log_level = K3D_LOG_INFO;
 
@@ -87,75 +88,26 @@ int k3d_op_index(const frame_request *req)
 static void answer_job(struct k3d_job *job)
 {
 	struct k3d_conn *c = job->conn;
-	frame_response r = K3CACHE__V1__RESPONSE__INIT;
-	r.id = job->req->id;
-	K3cache__V1__EntryInfo **entries = NULL;
-	K3cache__V1__EntryInfo *storage = NULL;
-	K3cache__V1__Damaged **damaged = NULL;
-	K3cache__V1__Damaged *dstorage = NULL;
-	if (job->st.code != STATUS_OK && job->req->op_case != K3CACHE__V1__REQUEST__OP_VERIFY) {
-		r.code = (K3cache__V1__Code)job->st.code;
-		r.message = job->st.message;
-		k3d_log(K3D_LOG_INFO, "conn %llu (%s): %s: %s: %s", (unsigned long long)c->id,
-		        c->peer, frame_op_name(job->req), status_code_name(job->st.code),
-		        job->st.message);
-	} else {
-		switch (job->req->op_case) {
-		case K3CACHE__V1__REQUEST__OP_PUT_MODEL:
-			r.fingerprint.data = job->fingerprint;
-			r.fingerprint.len = 32;
-			r.created = job->created;
-			break;
-		case K3CACHE__V1__REQUEST__OP_PUBLISH:
-			r.key.data = job->pub.key;
-			r.key.len = 32;
-			r.created = job->pub.created;
-			r.bytes = job->pub.bytes;
-			r.evicted = job->pub.evicted;
-			break;
-		case K3CACHE__V1__REQUEST__OP_EVICT:
-			r.evicted = job->ev.entries;
-			r.bytes = job->ev.bytes;
-			entries = calloc(job->n_evicted ? job->n_evicted : 1, sizeof(*entries));
-			storage = calloc(job->n_evicted ? job->n_evicted : 1, sizeof(*storage));
-			if (entries && storage) {
-				for (size_t i = 0; i < job->n_evicted; i++) {
-					k3cache__v1__entry_info__init(&storage[i]);
-					storage[i].key.data = job->evicted_keys[i];
-					storage[i].key.len = 32;
-					storage[i].bytes = job->evicted_bytes[i];
-					entries[i] = &storage[i];
-				}
-				r.entries = entries;
-				r.n_entries = job->n_evicted;
+	frame_response *r = &job->resp;
+	r->id = job->req->id;
+	if (job->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH) {
+		if (job->st.code != STATUS_OK) {
+			service_fail(r, &job->st);
+			k3d_log(K3D_LOG_INFO, "conn %llu (%s): publish: %s: %s",
+			        (unsigned long long)c->id, c->peer, status_code_name(job->st.code),
+			        job->st.message);
+		} else {
+			r->key.data = malloc(32);
+			if (r->key.data) {
+				memcpy(r->key.data, job->pub.key, 32);
+				r->key.len = 32;
 			}
-			break;
-		case K3CACHE__V1__REQUEST__OP_VERIFY:
-			r.checked = job->ev.entries;
-			damaged = calloc(job->n_evicted ? job->n_evicted : 1, sizeof(*damaged));
-			dstorage = calloc(job->n_evicted ? job->n_evicted : 1, sizeof(*dstorage));
-			if (damaged && dstorage) {
-				for (size_t i = 0; i < job->n_evicted; i++) {
-					k3cache__v1__damaged__init(&dstorage[i]);
-					dstorage[i].key.data = job->evicted_keys[i];
-					dstorage[i].key.len = 32;
-					dstorage[i].why = (char *)"";
-					damaged[i] = &dstorage[i];
-				}
-				r.damaged = damaged;
-				r.n_damaged = job->n_evicted;
-			}
-			r.message = job->st.message;
-			break;
-		default:
-			break;
+			r->created = job->pub.created;
+			r->bytes = job->pub.bytes;
+			r->evicted = job->pub.evicted;
 		}
 	}
-	k3d_conn_respond(c, &r);
-	free(entries);
-	free(storage);
-	free(damaged);
-	free(dstorage);
+	k3d_conn_respond(c, r);
 }
 
 static void on_done(evutil_socket_t fd, short what, void *arg)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "service.h"
 
 #define BATCH_MAX 64
 
@@ -24,8 +25,7 @@ void k3d_job_free(struct k3d_job *job)
 {
 	frame_request_free(job->req);
 	free(job->payload);
-	free(job->evicted_keys);
-	free(job->evicted_bytes);
+	service_response_clear(&job->resp);
 	free(job);
 }
 
@@ -64,42 +64,6 @@ static void run_publishes(struct k3d_server *srv, struct k3d_job **jobs, uint32_
 		free(jobs[i]->payload);
 		jobs[i]->payload = NULL;
 	}
-}
-
-struct verify_ctx {
-	struct k3d_job *job;
-};
-
-static void verify_cb(const uint8_t key[32], const char *why, void *arg)
-{
-	struct k3d_job *job = ((struct verify_ctx *)arg)->job;
-	/* damaged keys ride in evicted_keys; reasons are summarised in the message */
-	uint8_t(*nk)[32] = realloc(job->evicted_keys, (job->n_evicted + 1) * 32);
-	if (!nk)
-		return;
-	job->evicted_keys = nk;
-	memcpy(job->evicted_keys[job->n_evicted++], key, 32);
-	size_t used = strlen(job->st.message);
-	if (used < sizeof(job->st.message) - 2)
-		snprintf(job->st.message + used, sizeof(job->st.message) - used, "%s%.60s",
-		         used ? "; " : "", why);
-}
-
-static void run_job(struct k3d_server *srv, struct k3d_job *job)
-{
-	if (job->req->op_case == K3CACHE__V1__REQUEST__OP_VERIFY) {
-		struct verify_ctx vc = {job};
-		uint64_t checked = 0, damaged = 0;
-		job->st.code = STATUS_OK;
-		job->st.message[0] = 0;
-		struct status st;
-		if (store_verify(srv->store, verify_cb, &vc, &checked, &damaged, &st) != STATUS_OK)
-			job->st = st;
-		job->ev.entries = (uint32_t)checked;
-		job->ev.bytes = damaged;
-		return;
-	}
-	k3d_writer_run_one(srv, job);
 }
 
 static void finish(struct k3d_writer *w, struct k3d_job *job)
@@ -144,7 +108,7 @@ static void *writer_main(void *arg)
 		if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			run_publishes(w->srv, batch, n);
 		else
-			run_job(w->srv, batch[0]);
+			k3d_writer_run_one(w->srv, batch[0]);
 		for (uint32_t i = 0; i < n; i++)
 			finish(w, batch[i]);
 	}
