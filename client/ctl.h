@@ -36,6 +36,72 @@ int ctl_parse_tokens(const char *list, uint32_t **out, uint32_t *n, char *err, s
 /* Parses a whole decimal u32. Returns 0 or -1. */
 int ctl_parse_u32(const char *s, uint32_t *out);
 
+/* ---- talking to a daemon, or to a store directly (--db) ---- */
+
+#include "frame.h"
+
+struct k3cache;
+struct store;
+
+struct ctl_backend {
+	struct k3cache *conn; /* daemon mode */
+	struct store *store;  /* --db mode: opened read-only */
+	const char *where;    /* the socket or the directory, for messages */
+};
+
+/* Opens the backend named by the globals. Returns 0, or an exit code after
+ * printing why (3 when the daemon cannot be reached). */
+int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const char *cmd);
+void ctl_backend_close(struct ctl_backend *b);
+
+/* Runs one request (without payload). On success *resp holds the answer
+ * (which may carry an error code) and 0 is returned; otherwise an exit code
+ * after printing why. Free the answer with ctl_response_free(). In --db mode
+ * only the read-only ops are available (`cmd` names the command in errors). */
+int ctl_call(struct ctl_backend *b, frame_request *req, frame_response **resp, const char *cmd);
+void ctl_response_free(struct ctl_backend *b, frame_response *resp);
+
+/* Prints an error answer ("k3cachectl CMD: CODE: message") and returns the
+ * exit code for it (4 for NOT_FOUND, 1 otherwise). */
+int ctl_answer_error(const frame_response *resp, const char *cmd);
+
+/* Resolves a hex key prefix (at least 8 digits) to a key. Returns 0 or an
+ * exit code after printing why (2 too short, 4 no such key, 1 ambiguous). */
+int ctl_resolve_key(struct ctl_backend *b, const char *hex, uint8_t key[32], const char *cmd);
+
+/* The layers of an entry: its blobs fetched whole (restore), for inspect and
+ * export. Returns 0 or an exit code. *bufs[i] are malloc'd; free with
+ * ctl_layers_free(). */
+struct ctl_layers {
+	uint32_t n;
+	unsigned char **data;
+	uint64_t *size;
+	uint64_t *xxh3;
+	uint32_t prefix_len;
+	uint8_t model[32];
+};
+int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
+                     const char *cmd);
+void ctl_layers_free(struct ctl_layers *l);
+
+/* Formatting helpers. */
+void ctl_hex(const uint8_t *bytes, size_t len, char *out);
+void ctl_size(uint64_t bytes, char *out, size_t outsz);
+void ctl_ago(uint64_t when, char *out, size_t outsz);
+int ctl_is_tty(void);
+
+/* Online commands. */
+int ctl_cmd_ping(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_stat(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_ls(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_inspect(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_evict(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_verify(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_models(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_model_add(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv);
+
 /* Offline commands (need no daemon). argv[0] is the command word. */
 int ctl_cmd_blob(const struct ctl_globals *g, int argc, char **argv);
 int ctl_cmd_model(const struct ctl_globals *g, int argc, char **argv);

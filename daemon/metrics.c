@@ -126,7 +126,7 @@ int k3d_metrics_start(struct k3d_server *srv, const char *hostport)
 	if (!srv->http)
 		return -1;
 	evhttp_set_cb(srv->http, "/metrics", on_metrics, srv);
-	if (evhttp_bind_socket(srv->http, host, (ev_uint16_t)atoi(port)) != 0) {
+	if (evhttp_bind_socket(srv->http, host, (ev_uint16_t)strtoul(port, NULL, 10)) != 0) {
 		k3d_log(K3D_LOG_ERROR, "--metrics %s: cannot bind", hostport);
 		return -1;
 	}

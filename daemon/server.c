@@ -175,7 +175,7 @@ static int listen_unix(struct k3d_server *srv, const char *path)
 		k3d_log(K3D_LOG_ERROR, "--socket %s: path too long", path);
 		return -1;
 	}
-	strcpy(sun.sun_path, path);
+	memcpy(sun.sun_path, path, strlen(path) + 1);
 	char dir[sizeof(sun.sun_path)];
 	snprintf(dir, sizeof(dir), "%s", path);
 	char *slash = strrchr(dir, '/');

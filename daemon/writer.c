@@ -91,7 +91,7 @@ static void *writer_main(void *arg)
 			break;
 		}
 		/* take a run of publishes (one commit), or one other job */
-		struct k3d_job *batch[BATCH_MAX];
+		struct k3d_job *batch[BATCH_MAX] = {0};
 		uint32_t n = 0;
 		while (w->head && n < BATCH_MAX) {
 			int pub = w->head->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH;

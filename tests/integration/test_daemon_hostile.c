@@ -61,7 +61,7 @@ static void assert_served(void)
 static int setup(void **state)
 {
 	(void)state;
-	if (daemonutil_init(&d) || daemonutil_start(&d, "--max-payload", "1M", NULL))
+	if (daemonutil_init(&d) || daemonutil_start(&d, "--max-payload", "1M", (char *)NULL))
 		return -1;
 	good = daemonutil_connect_raw(d.sock);
 	return good < 0 ? -1 : 0;

@@ -1,0 +1,289 @@
+/* k3cachectl's two backends: a daemon over its socket, or a store opened
+ * read-only (--db) and answered by the same service module the daemon uses. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "hexutil.h"
+#include "k3cache.h"
+#include "service.h"
+#include "store.h"
+#include "units.h"
+
+int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const char *cmd)
+{
+	memset(b, 0, sizeof(*b));
+	if (g->db) {
+		struct store_options o = {.read_only = 1};
+		struct status st;
+		b->where = g->db;
+		if (store_open(g->db, &o, &b->store, &st) != STATUS_OK) {
+			fprintf(stderr, "k3cachectl %s: --db %s: %s\n", cmd, g->db, st.message);
+			return st.code == STATUS_NOT_FOUND ? CTL_EXIT_ERROR : CTL_EXIT_ERROR;
+		}
+		return 0;
+	}
+	struct k3cache_error err;
+	static char defbuf[4096];
+	b->where = g->socket ? g->socket : k3cache_default_socket(defbuf, sizeof(defbuf));
+	if (k3cache_connect(b->where, &b->conn, &err) != 0) {
+		fprintf(stderr,
+		        "k3cachectl %s: %s\n  (start one with `make run`, name it with --socket "
+		        "PATH, "
+		        "or read a store without a daemon with --db DIR)\n",
+		        cmd, err.message);
+		return CTL_EXIT_NODAEMON;
+	}
+	return 0;
+}
+
+void ctl_backend_close(struct ctl_backend *b)
+{
+	if (b->conn)
+		k3cache_close(b->conn);
+	if (b->store)
+		store_close(b->store);
+	memset(b, 0, sizeof(*b));
+}
+
+int ctl_call(struct ctl_backend *b, frame_request *req, frame_response **resp, const char *cmd)
+{
+	*resp = NULL;
+	if (b->conn) {
+		struct k3cache_error err;
+		if (k3cache_call(b->conn, req, resp, &err) != 0) {
+			fprintf(stderr, "k3cachectl %s: %s\n", cmd, err.message);
+			return err.unreachable ? CTL_EXIT_NODAEMON : CTL_EXIT_ERROR;
+		}
+		return 0;
+	}
+	frame_response *r = malloc(sizeof(*r));
+	if (!r) {
+		fprintf(stderr, "k3cachectl %s: out of memory\n", cmd);
+		return CTL_EXIT_ERROR;
+	}
+	k3cache__v1__response__init(r);
+	r->id = req->id;
+	switch (req->op_case) {
+	case K3CACHE__V1__REQUEST__OP_HELLO:
+		r->protocol = 1;
+		r->server = (char *)protobuf_c_empty_string;
+		break;
+	case K3CACHE__V1__REQUEST__OP_LIST:
+		service_list(b->store, req->list, r);
+		break;
+	case K3CACHE__V1__REQUEST__OP_INSPECT:
+		service_inspect(b->store, req->inspect, r);
+		break;
+	case K3CACHE__V1__REQUEST__OP_RESOLVE:
+		service_resolve(b->store, req->resolve, r);
+		break;
+	case K3CACHE__V1__REQUEST__OP_LIST_MODELS:
+		service_list_models(b->store, r);
+		break;
+	case K3CACHE__V1__REQUEST__OP_STAT:
+		service_store_counters(b->store, r);
+		break;
+	case K3CACHE__V1__REQUEST__OP_VERIFY:
+		service_verify(b->store, r);
+		break;
+	case K3CACHE__V1__REQUEST__OP_EVICT:
+		if (req->evict->dry_run) {
+			service_evict(b->store, req->evict, r);
+			break;
+		}
+		/* fall through */
+	default: {
+		struct status st;
+		status_set(&st, STATUS_UNSUPPORTED,
+		           "%s changes the store: it needs the daemon (--db opens the store "
+		           "read-only)",
+		           cmd);
+		service_fail(r, &st);
+		break;
+	}
+	}
+	*resp = r;
+	return 0;
+}
+
+void ctl_response_free(struct ctl_backend *b, frame_response *resp)
+{
+	if (!resp)
+		return;
+	if (b->conn) {
+		k3cache_response_free(resp);
+		return;
+	}
+	service_response_clear(resp);
+	free(resp);
+}
+
+int ctl_answer_error(const frame_response *resp, const char *cmd)
+{
+	fprintf(stderr, "k3cachectl %s: %s: %s\n", cmd,
+	        status_code_name((enum status_code)resp->code), resp->message);
+	return resp->code == K3CACHE__V1__CODE__NOT_FOUND ? CTL_EXIT_NOTFOUND : CTL_EXIT_ERROR;
+}
+
+int ctl_resolve_key(struct ctl_backend *b, const char *hex, uint8_t key[32], const char *cmd)
+{
+	size_t n = strlen(hex);
+	if (n < 8 || n > 64 || strspn(hex, "0123456789abcdefABCDEF") != n) {
+		fprintf(stderr,
+		        "k3cachectl %s: \"%s\": a key is 8 to 64 hex digits (a unique prefix)\n",
+		        cmd, hex);
+		return CTL_EXIT_USAGE;
+	}
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Resolve rs = K3CACHE__V1__RESOLVE__INIT;
+	rs.prefix = (char *)hex;
+	req.op_case = K3CACHE__V1__REQUEST__OP_RESOLVE;
+	req.resolve = &rs;
+	frame_response *resp;
+	int rc = ctl_call(b, &req, &resp, cmd);
+	if (rc)
+		return rc;
+	if (resp->code != 0) {
+		rc = ctl_answer_error(resp, cmd);
+	} else if (resp->key.len != 32) {
+		fprintf(stderr, "k3cachectl %s: the answer carries no key\n", cmd);
+		rc = CTL_EXIT_ERROR;
+	} else {
+		memcpy(key, resp->key.data, 32);
+	}
+	ctl_response_free(b, resp);
+	return rc;
+}
+
+void ctl_layers_free(struct ctl_layers *l)
+{
+	for (uint32_t i = 0; i < l->n && l->data; i++)
+		free(l->data[i]);
+	free(l->data);
+	free(l->size);
+	free(l->xxh3);
+	memset(l, 0, sizeof(*l));
+}
+
+static int alloc_layers(struct ctl_layers *l, uint32_t n)
+{
+	l->n = n;
+	l->data = calloc(n ? n : 1, sizeof(*l->data));
+	l->size = calloc(n ? n : 1, sizeof(*l->size));
+	l->xxh3 = calloc(n ? n : 1, sizeof(*l->xxh3));
+	return l->data && l->size && l->xxh3 ? 0 : -1;
+}
+
+int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
+                     const char *cmd)
+{
+	memset(out, 0, sizeof(*out));
+	if (b->store) {
+		struct store_snapshot *snap;
+		struct status st;
+		if (store_restore(b->store, key, &snap, &st) != STATUS_OK) {
+			fprintf(stderr, "k3cachectl %s: %s: %s\n", cmd, status_code_name(st.code),
+			        st.message);
+			return st.code == STATUS_NOT_FOUND ? CTL_EXIT_NOTFOUND : CTL_EXIT_ERROR;
+		}
+		int rc = alloc_layers(out, snap->n_layers);
+		out->prefix_len = snap->prefix_len;
+		memcpy(out->model, snap->fingerprint, 32);
+		for (uint32_t i = 0; !rc && i < snap->n_layers; i++) {
+			const struct store_layer *l = &snap->layers[i];
+			out->size[i] = l->size;
+			out->xxh3[i] = l->xxh3;
+			out->data[i] = malloc(l->size ? l->size : 1);
+			if (!out->data[i]) {
+				rc = -1;
+				break;
+			}
+			size_t off = 0;
+			for (uint32_t j = 0; j < l->n_segments; j++) {
+				memcpy(out->data[i] + off, l->segments[j].data, l->segments[j].len);
+				off += l->segments[j].len;
+			}
+		}
+		store_snapshot_release(snap);
+		if (rc) {
+			ctl_layers_free(out);
+			fprintf(stderr, "k3cachectl %s: out of memory\n", cmd);
+			return CTL_EXIT_ERROR;
+		}
+		return 0;
+	}
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Restore rs = K3CACHE__V1__RESTORE__INIT;
+	rs.key.data = (uint8_t *)key;
+	rs.key.len = 32;
+	req.op_case = K3CACHE__V1__REQUEST__OP_RESTORE;
+	req.restore = &rs;
+	frame_response *resp;
+	int rc = ctl_call(b, &req, &resp, cmd);
+	if (rc)
+		return rc;
+	if (resp->code != 0) {
+		rc = ctl_answer_error(resp, cmd);
+		ctl_response_free(b, resp);
+		return rc;
+	}
+	uint64_t sum = 0;
+	for (size_t i = 0; i < resp->n_layers; i++)
+		sum += resp->layers[i]->size;
+	if (sum != resp->payload_len || alloc_layers(out, (uint32_t)resp->n_layers) != 0) {
+		fprintf(stderr, "k3cachectl %s: the daemon's layer list does not add up\n", cmd);
+		ctl_response_free(b, resp);
+		ctl_layers_free(out);
+		return CTL_EXIT_ERROR;
+	}
+	out->prefix_len = resp->prefix_len;
+	if (resp->model.len == 32)
+		memcpy(out->model, resp->model.data, 32);
+	for (size_t i = 0; i < resp->n_layers; i++) {
+		struct k3cache_error err;
+		out->size[i] = resp->layers[i]->size;
+		out->xxh3[i] = resp->layers[i]->xxh3;
+		out->data[i] = malloc(out->size[i] ? out->size[i] : 1);
+		if (!out->data[i] ||
+		    k3cache_read_payload(b->conn, out->data[i], out->size[i], &err) != 0) {
+			fprintf(stderr, "k3cachectl %s: reading layer %zu: %s\n", cmd, i,
+			        out->data[i] ? err.message : "out of memory");
+			ctl_response_free(b, resp);
+			ctl_layers_free(out);
+			return CTL_EXIT_ERROR;
+		}
+	}
+	ctl_response_free(b, resp);
+	return 0;
+}
+
+void ctl_hex(const uint8_t *bytes, size_t len, char *out)
+{
+	hexutil_encode(bytes, len, out);
+}
+
+void ctl_size(uint64_t bytes, char *out, size_t outsz)
+{
+	units_format_size(bytes, out, outsz);
+}
+
+void ctl_ago(uint64_t when, char *out, size_t outsz)
+{
+	uint64_t now = (uint64_t)time(NULL);
+	if (!when) {
+		snprintf(out, outsz, "never");
+		return;
+	}
+	char d[32];
+	units_format_duration(now > when ? now - when : 0, d, sizeof(d));
+	snprintf(out, outsz, "%s ago", d);
+}
+
+int ctl_is_tty(void)
+{
+	return isatty(1);
+}
