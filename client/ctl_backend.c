@@ -22,7 +22,7 @@ int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const c
 		b->where = g->db;
 		if (store_open(g->db, &o, &b->store, &st) != STATUS_OK) {
 			fprintf(stderr, "k3cachectl %s: --db %s: %s\n", cmd, g->db, st.message);
-			return st.code == STATUS_NOT_FOUND ? CTL_EXIT_ERROR : CTL_EXIT_ERROR;
+			return CTL_EXIT_ERROR;
 		}
 		return 0;
 	}
@@ -185,7 +185,7 @@ int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_la
 	if (b->store) {
 		struct store_snapshot *snap;
 		struct status st;
-		if (store_restore(b->store, key, &snap, &st) != STATUS_OK) {
+		if (store_restore_opt(b->store, key, 0, &snap, &st) != STATUS_OK) {
 			fprintf(stderr, "k3cachectl %s: %s: %s\n", cmd, status_code_name(st.code),
 			        st.message);
 			return st.code == STATUS_NOT_FOUND ? CTL_EXIT_NOTFOUND : CTL_EXIT_ERROR;
@@ -220,6 +220,7 @@ int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_la
 	K3cache__V1__Restore rs = K3CACHE__V1__RESTORE__INIT;
 	rs.key.data = (uint8_t *)key;
 	rs.key.len = 32;
+	rs.peek = 1; /* looking is not using: no LRU refresh, no restore counted */
 	req.op_case = K3CACHE__V1__REQUEST__OP_RESTORE;
 	req.restore = &rs;
 	frame_response *resp;

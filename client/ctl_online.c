@@ -182,6 +182,8 @@ static int fetch_models(struct ctl_backend *b, frame_response **resp, const char
 	int rc = ctl_call(b, &req, resp, cmd);
 	if (rc)
 		return rc;
+	if (!*resp)
+		return CTL_EXIT_ERROR;
 	if ((*resp)->code != 0) {
 		rc = ctl_answer_error(*resp, cmd);
 		ctl_response_free(b, *resp);
@@ -193,7 +195,7 @@ static int fetch_models(struct ctl_backend *b, frame_response **resp, const char
 /* The spec with this fingerprint, from a ListModels answer (caller frees). */
 static struct model_spec *find_spec(const frame_response *models, const uint8_t fp[32])
 {
-	for (size_t i = 0; i < models->n_models; i++) {
+	for (size_t i = 0; models && i < models->n_models; i++) {
 		char err[MODEL_ERROR_MAX];
 		struct model_spec *m = service_spec_from_wire(models->models[i], err);
 		if (m && !memcmp(m->fingerprint, fp, 32))
@@ -215,7 +217,7 @@ int ctl_cmd_models(const struct ctl_globals *g, int argc, char **argv)
 	if ((rc = ctl_backend_open(g, &b, "models")) != 0)
 		return rc;
 	frame_response *resp;
-	if ((rc = fetch_models(&b, &resp, "models")) != 0) {
+	if ((rc = fetch_models(&b, &resp, "models")) != 0 || !resp) {
 		ctl_backend_close(&b);
 		return rc;
 	}
@@ -478,10 +480,10 @@ int ctl_cmd_ls(const struct ctl_globals *g, int argc, char **argv)
 		if (strlen(model) == 64 && hexutil_decode(model, fp, 32) == 0) {
 			rc = collect_rows(&b, fp, &rows, &n, &cap);
 		} else {
-			frame_response *models;
+			frame_response *models = NULL;
 			rc = fetch_models(&b, &models, "ls");
 			int found = 0;
-			for (size_t i = 0; !rc && i < models->n_models; i++) {
+			for (size_t i = 0; !rc && models && i < models->n_models; i++) {
 				char err[MODEL_ERROR_MAX];
 				struct model_spec *m =
 				        service_spec_from_wire(models->models[i], err);
@@ -509,7 +511,8 @@ int ctl_cmd_ls(const struct ctl_globals *g, int argc, char **argv)
 		ctl_backend_close(&b);
 		return rc;
 	}
-	qsort(rows, n, sizeof(*rows), cmp);
+	if (n)
+		qsort(rows, n, sizeof(*rows), cmp);
 	size_t shown = limit && limit < n ? limit : n;
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++)
@@ -921,8 +924,8 @@ int ctl_cmd_evict(const struct ctl_globals *g, int argc, char **argv)
 	}
 	if (model) {
 		if (!(strlen(model) == 64 && hexutil_decode(model, fp, 32) == 0)) {
-			frame_response *models;
-			if ((rc = fetch_models(&b, &models, "evict")) != 0)
+			frame_response *models = NULL;
+			if ((rc = fetch_models(&b, &models, "evict")) != 0 || !models)
 				goto out;
 			int found = 0;
 			for (size_t i = 0; i < models->n_models; i++) {

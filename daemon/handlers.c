@@ -156,7 +156,8 @@ static void op_restore(struct k3d_conn *c)
 		return;
 	struct store_snapshot *snap;
 	struct status st;
-	if (store_restore(c->srv->store, c->req->restore->key.data, &snap, &st) != STATUS_OK) {
+	if (store_restore_opt(c->srv->store, c->req->restore->key.data, !c->req->restore->peek,
+	                      &snap, &st) != STATUS_OK) {
 		k3d_conn_error(c, c->req->id, &st);
 		return;
 	}

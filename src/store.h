@@ -166,6 +166,11 @@ enum status_code store_restore(struct store *s, const uint8_t key[STORE_KEY_LEN]
                                struct store_snapshot **out, struct status *st);
 void store_snapshot_release(struct store_snapshot *snap);
 
+/* store_restore(); `use` says whether it counts as a use (LRU, counters):
+ * an operator's inspect or export does not. */
+enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN], int use,
+                                   struct store_snapshot **out, struct status *st);
+
 /* ---- administration ---- */
 
 struct store_layer_info {

@@ -128,10 +128,6 @@ void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN]);
 int store_read_record(struct store *s, MDB_txn *txn, const uint8_t key[STORE_KEY_LEN],
                       struct store_record *r);
 
-/* store_restore(); `use` says whether it counts as a use (verify's do not). */
-enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN], int use,
-                                   struct store_snapshot **out, struct status *st);
-
 /* Tail hash for attach records. */
 uint64_t store_tail_hash(const uint32_t *tokens, uint32_t from, uint32_t to);
 

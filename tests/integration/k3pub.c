@@ -1,6 +1,8 @@
 /* k3pub: a test helper that publishes a synthetic snapshot through
  * libk3cache, so the CLI tests have entries to list, inspect and evict.
- * usage: k3pub SOCKET SPEC.json TOKENS [SALT [SEED]]   (TOKENS: 1,2,3 or N:COUNT) */
+ * usage: k3pub SOCKET SPEC.json TOKENS [SALT [SEED]]   (TOKENS: 1,2,3 or N:COUNT)
+ * TOKENS "collide" publishes two 4-token entries whose keys share their first
+ * 8 hex digits (found by a birthday search), for the ambiguous-prefix test. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,88 @@
 #include "blob.h"
 #include "k3cache.h"
 #include "model.h"
+#include "prefix.h"
+
+/* Publishes deterministic blobs for tokens; prints the key. Returns 0 or 1. */
+static int publish_one(const char *sock, const struct model_spec *m, const uint32_t *tokens,
+                       uint32_t n, const char *salt, uint32_t seed)
+{
+	struct k3cache_buf *bufs = calloc(m->n_layers, sizeof(*bufs));
+	if (!bufs)
+		return 1;
+	for (uint32_t i = 0; i < m->n_layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		size_t n0 = l->mixer == MODEL_MIXER_KDA ? l->conv_len : (size_t)n * l->k_row;
+		size_t n1 = l->mixer == MODEL_MIXER_KDA ? l->recurrent_len : (size_t)n * l->v_row;
+		float *f = malloc((n0 + n1 + 1) * sizeof(float));
+		for (size_t j = 0; f && j < n0 + n1; j++)
+			f[j] = (float)((j * 31u + (size_t)i * 7u + seed) % 1000u) * 0.001f - 0.5f;
+		struct blob_view v = {
+		        .tag = (enum blob_tag)l->mixer,
+		        .seq_len = l->mixer == MODEL_MIXER_MLA ? n : 0,
+		        .v0 = {(const unsigned char *)f, (uint32_t)n0},
+		        .v1 = {(const unsigned char *)(f ? f + n0 : NULL), (uint32_t)n1}};
+		void *b = f ? malloc(blob_encoded_size(&v)) : NULL;
+		if (b)
+			bufs[i].len = blob_encode(&v, b);
+		bufs[i].data = b;
+		free(f);
+	}
+	struct k3cache *c = NULL;
+	struct k3cache_error e;
+	struct k3cache_publish_result res;
+	int rc = 0;
+	if (k3cache_connect(sock, &c, &e) || k3cache_put_model(c, m, NULL, &e) ||
+	    k3cache_publish(c, m->fingerprint, salt, strlen(salt), tokens, n, bufs, m->n_layers,
+	                    &res, &e)) {
+		fprintf(stderr, "k3pub: %s\n", e.message);
+		rc = 1;
+	} else {
+		for (int i = 0; i < 32; i++)
+			printf("%02x", res.key[i]);
+		printf("\n");
+	}
+	k3cache_close(c);
+	for (uint32_t i = 0; i < m->n_layers; i++)
+		free((void *)bufs[i].data);
+	free(bufs);
+	return rc;
+}
+
+/* Finds two token lists {i,i,7,7} whose keys share their first 4 bytes. */
+static int find_collision(const struct model_spec *m, uint32_t *a, uint32_t *b)
+{
+	enum { TRIES = 1 << 20 };
+	const uint32_t slots = (uint32_t)TRIES * 2u;
+	uint32_t *slot = calloc(slots, sizeof(uint32_t));
+	if (!slot)
+		return -1;
+	*a = *b = 0;
+	for (uint32_t i = 1; i < TRIES && !*a; i++) {
+		uint32_t t[4] = {i, i, 7, 7};
+		uint8_t k[32];
+		prefix_key(m->fingerprint, "", 0, t, 4, k);
+		uint32_t h =
+		        (uint32_t)k[0] << 24 | (uint32_t)k[1] << 16 | (uint32_t)k[2] << 8 | k[3];
+		uint32_t pos = h % slots;
+		while (slot[pos]) {
+			uint32_t j = slot[pos];
+			uint32_t tj[4] = {j, j, 7, 7};
+			uint8_t kj[32];
+			prefix_key(m->fingerprint, "", 0, tj, 4, kj);
+			if (!memcmp(k, kj, 4)) {
+				*a = j;
+				*b = i;
+				break;
+			}
+			pos = (pos + 1) % slots;
+		}
+		if (!*a)
+			slot[pos] = i;
+	}
+	free(slot);
+	return *a ? 0 : -1;
+}
 
 int main(int argc, char **argv)
 {
@@ -21,9 +105,26 @@ int main(int argc, char **argv)
 		fprintf(stderr, "k3pub: %s\n", err);
 		return 1;
 	}
-	uint32_t tokens[65536], n = 0;
+	static uint32_t tokens[65536];
+	uint32_t n = 0;
+	int rc;
+	if (!strcmp(argv[3], "collide")) {
+		uint32_t a, b;
+		if (find_collision(m, &a, &b) != 0) {
+			fprintf(stderr, "k3pub: no collision found\n");
+			rc = 1;
+		} else {
+			uint32_t ta[4] = {a, a, 7, 7}, tb[4] = {b, b, 7, 7};
+			rc = publish_one(argv[1], m, ta, 4, "", 1) ||
+			     publish_one(argv[1], m, tb, 4, "", 1);
+		}
+		model_free(m);
+		return rc;
+	}
 	if (!strncmp(argv[3], "N:", 2)) {
 		n = (uint32_t)strtoul(argv[3] + 2, NULL, 10);
+		if (n > 65536)
+			n = 65536;
 		for (uint32_t i = 0; i < n && i < 65536; i++)
 			tokens[i] = i + 1;
 	} else {
@@ -35,39 +136,7 @@ int main(int argc, char **argv)
 	}
 	const char *salt = argc > 4 ? argv[4] : "";
 	uint32_t seed = argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 10) : 1;
-	struct k3cache_buf *bufs = calloc(m->n_layers, sizeof(*bufs));
-	for (uint32_t i = 0; i < m->n_layers; i++) {
-		const struct model_layer *l = &m->layers[i];
-		size_t n0 = l->mixer == MODEL_MIXER_KDA ? l->conv_len : (size_t)n * l->k_row;
-		size_t n1 = l->mixer == MODEL_MIXER_KDA ? l->recurrent_len : (size_t)n * l->v_row;
-		float *f = malloc((n0 + n1 + 1) * sizeof(float));
-		for (size_t j = 0; j < n0 + n1; j++)
-			f[j] = (float)((j * 31 + i * 7 + seed) % 1000) * 0.001f - 0.5f;
-		struct blob_view v = {.tag = (enum blob_tag)l->mixer,
-		                      .seq_len = l->mixer == MODEL_MIXER_MLA ? n : 0,
-		                      .v0 = {(const unsigned char *)f, (uint32_t)n0},
-		                      .v1 = {(const unsigned char *)(f + n0), (uint32_t)n1}};
-		void *b = malloc(blob_encoded_size(&v));
-		bufs[i].len = blob_encode(&v, b);
-		bufs[i].data = b;
-		free(f);
-	}
-	struct k3cache *c;
-	struct k3cache_error e;
-	struct k3cache_publish_result res;
-	if (k3cache_connect(argv[1], &c, &e) || k3cache_put_model(c, m, NULL, &e) ||
-	    k3cache_publish(c, m->fingerprint, salt, strlen(salt), tokens, n, bufs, m->n_layers,
-	                    &res, &e)) {
-		fprintf(stderr, "k3pub: %s\n", e.message);
-		return 1;
-	}
-	for (int i = 0; i < 32; i++)
-		printf("%02x", res.key[i]);
-	printf("\n");
-	k3cache_close(c);
-	for (uint32_t i = 0; i < m->n_layers; i++)
-		free((void *)bufs[i].data);
-	free(bufs);
+	rc = publish_one(argv[1], m, tokens, n, salt, seed);
 	model_free(m);
-	return 0;
+	return rc;
 }

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# k3cachectl against a real daemon and against --db: every command in human
+# and JSON form, evict selectors, export/import, a store whose daemon was
+# SIGKILLed, and the exit codes.
+# usage: test_ctl_daemon.sh K3CACHED K3CACHECTL K3PUB SHARED
+set -u
+daemon=$1 ctl=$2 pub=$3 shared=$4
+tiny=$shared/models/tiny-hybrid.json
+twin=$shared/models/kimi-k3-0.40b-twin.json
+dir=$(mktemp -d /tmp/k3ctl-test-XXXXXX)
+sock=$dir/k3cached.sock
+pid=
+cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
+pass=0 fail=0
+ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+start() {
+  "$daemon" --db "$dir/db" --socket "$sock" --log-level warn 2>>"$dir/log" &
+  pid=$!
+  for _ in $(seq 100); do "$ctl" --socket "$sock" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "daemon did not start"; cat "$dir/log"; exit 1
+}
+c() { "$ctl" --socket "$sock" "$@"; }
+json_num() { grep -o "\"$1\": [0-9]*" | head -1 | grep -o '[0-9]*$'; }
+
+start
+# ---- models, model add -------------------------------------------------------
+out=$(c model add "$tiny"); ok "model add says added" $([[ $out == added\ c67bf269* ]]; echo $?)
+out=$(c model add "$tiny"); ok "model add again says exists" $([[ $out == exists* ]]; echo $?)
+c model add "$twin" >/dev/null
+out=$(c models); ok "models table" $(grep -q '^tiny-hybrid  *fixture-1  *4  *3  *1  *c67bf269' <<<"$out"; echo $?)
+out=$(c --json models); ok "models json" $(grep -q '"fingerprint": "f23c9bd4' <<<"$out"; echo $?)
+c model add /nonexistent.json >/dev/null 2>&1; ok "model add of a missing file exits 1" $([ $? = 1 ]; echo $?)
+
+# ---- entries -----------------------------------------------------------------
+k1=$("$pub" "$sock" "$tiny" 1,2,3,4,5)
+k2=$("$pub" "$sock" "$twin" N:40 tenant-a)
+k3=$("$pub" "$sock" "$twin" N:20 "" 2)
+ok "k3pub keys" $([ ${#k1} = 64 ] && [ ${#k2} = 64 ]; echo $?)
+want=$("$ctl" key --model "$tiny" --tokens 1,2,3,4,5)
+ok "published key equals the contract key" $([ "$k1" = "$want" ]; echo $?)
+
+out=$(c ls)
+ok "ls lists 3 entries" $(grep -q '^3 entries, ' <<<"$out"; echo $?)
+ok "ls shows the short key, model, prefix, layers" $(grep -q "^${k2:0:16} kimi-k3-0.40b-twin  *40  *8  *664 KiB" <<<"$out"; echo $?)
+out=$(c --json ls)
+ok "ls json totals" $([ "$(json_num total_entries <<<"$out")" = 3 ]; echo $?)
+ok "ls json has full keys" $(grep -q "\"key\": \"$k1\"" <<<"$out"; echo $?)
+out=$(c ls --model tiny-hybrid); ok "ls --model NAME" $(grep -q '^1 entry, 576 B' <<<"$out"; echo $?)
+out=$(c ls --model f23c9bd4b1ae22eacce85eaf38ace0658cdfd727de6ee28aa9a4741286bb4f58)
+ok "ls --model FP" $(grep -q '^2 entries' <<<"$out"; echo $?)
+out=$(c ls --sort len --limit 1); ok "ls --sort len --limit 1" $(grep -q "^${k2:0:16} " <<<"$out" && grep -q '1 of 3 entries shown' <<<"$out"; echo $?)
+out=$(c ls --sort size); ok "ls --sort size puts the largest first" $(sed -n 2p <<<"$out" | grep -q "^${k2:0:16}"; echo $?)
+c ls --sort bogus >/dev/null 2>&1; ok "ls --sort bogus is a usage error" $([ $? = 2 ]; echo $?)
+c ls --model nosuch >/dev/null 2>&1; ok "ls --model unknown exits 4" $([ $? = 4 ]; echo $?)
+
+out=$(c inspect "${k2:0:8}")
+ok "inspect header" $(grep -q "^key  *$k2" <<<"$out" && grep -q '^prefix  *40 tokens: 1 2 3' <<<"$out" && grep -q '^salt  *8 bytes' <<<"$out"; echo $?)
+ok "inspect layer rows verify" $([ "$(grep -c ' yes$' <<<"$out")" = 8 ]; echo $?)
+ok "inspect MLA row" $(grep -q '^    3 MLA  *30720  *20480  *40  *204813 ' <<<"$out"; echo $?)
+out=$(c inspect "${k2:0:8}" --layer 3 --values)
+ok "inspect --layer --values" $([ "$(grep -c ' MLA ' <<<"$out")" = 1 ] && grep -q '^      k  *min ' <<<"$out"; echo $?)
+out=$(c --json inspect "$k1" --values)
+ok "inspect json" $(grep -q '"prefix_len": 5' <<<"$out" && grep -q '"verifies": "yes"' <<<"$out" && grep -q '"recurrent_values"' <<<"$out"; echo $?)
+c inspect 1234 >/dev/null 2>&1; ok "short key prefix is a usage error" $([ $? = 2 ]; echo $?)
+c inspect 00000000ffffffff >/dev/null 2>&1; ok "missing key exits 4" $([ $? = 4 ]; echo $?)
+
+out=$(c stat); ok "stat counts entries" $(grep -q '^entries  *3 *$' <<<"$out"; echo $?)
+out=$(c --json stat); ok "stat json" $([ "$(json_num publishes <<<"$out")" = 3 ] && [ "$(json_num models <<<"$out")" = 2 ]; echo $?)
+out=$(c ping); ok "ping" $(grep -q '^PONG from k3cached' <<<"$out"; echo $?)
+out=$(c --json ping); ok "ping json" $(grep -q '"ok": true' <<<"$out"; echo $?)
+out=$(c verify); ok "verify clean" $([ "$out" = "verified 3 entries: 0 damaged" ]; echo $?)
+out=$(c --json verify); ok "verify json" $([ "$(json_num checked <<<"$out")" = 3 ]; echo $?)
+
+# ---- export / import ---------------------------------------------------------
+c export "${k2:0:10}" -o "$dir/k2.snap" >/dev/null; ok "export" $?
+c evict "$k2" >/dev/null
+c import "$dir/k2.snap" >/dev/null; ok "import" $?
+c export "${k2:0:10}" -o "$dir/k2b.snap" >/dev/null
+blob_bytes=$(c --json inspect "$k2" | json_num bytes)
+cmp <(tail -c "$blob_bytes" "$dir/k2.snap") <(tail -c "$blob_bytes" "$dir/k2b.snap")
+ok "export/import round trip is byte-identical" $?
+before=$(c --json stat | json_num entries)
+head -c 200000 "$dir/k2.snap" > "$dir/trunc.snap"
+out=$(c import "$dir/trunc.snap" 2>&1); rc=$?
+ok "import of a truncated file: exit 1, says truncated" $([ $rc = 1 ] && grep -q 'truncated' <<<"$out"; echo $?)
+cp "$dir/k2.snap" "$dir/flip.snap"
+printf '\x13' | dd of="$dir/flip.snap" bs=1 seek=300000 conv=notrunc 2>/dev/null
+out=$(c import "$dir/flip.snap" 2>&1); rc=$?
+ok "import of a flipped byte: exit 1, checksum" $([ $rc = 1 ] && grep -q 'checksum mismatch' <<<"$out"; echo $?)
+# a file for another model: the twin's blobs under the tiny model's spec
+python_free_swap() {
+  local src=$1 dst=$2
+  local hlen_hex
+  hlen_hex=$(od -An -tu4 -j8 -N4 "$src" | tr -d ' ')
+  local header
+  header=$(dd if="$src" bs=1 skip=12 count="$hlen_hex" 2>/dev/null)
+  local tinyspec
+  tinyspec=$(tr -d '\n ' < "$tiny")
+  local newhdr
+  newhdr=$(sed -E "s/\"model\":\{[^}]*\[[^]]*\]\}/\"model\":$(sed 's/[&/\]/\\&/g' <<<"$tinyspec")/; s/\"fingerprint\":\"[0-9a-f]*\"/\"fingerprint\":\"c67bf269b47a8bcd6adc637780f384ef63a302e0d9d6541c5bc7886a5f84f2e6\"/" <<<"$header")
+  { printf 'K3SNAP1\n'; printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((${#newhdr} & 255)) $(((${#newhdr} >> 8) & 255)) $(((${#newhdr} >> 16) & 255)) 0)"; printf '%s' "$newhdr"; tail -c +$((13 + hlen_hex)) "$src"; } > "$dst"
+}
+python_free_swap "$dir/k2.snap" "$dir/other.snap"
+out=$(c import "$dir/other.snap" 2>&1); rc=$?
+ok "import of a file for another model: exit 1, says why ($out)" $([ $rc = 1 ] && grep -q 'nothing was stored' <<<"$out"; echo $?)
+after=$(c --json stat | json_num entries)
+ok "rejected imports stored nothing" $([ "$before" = "$after" ]; echo $?)
+
+# ---- evict selectors ---------------------------------------------------------
+out=$(c evict --model tiny-hybrid --dry-run)
+ok "evict --model --dry-run lists" $(grep -q "^would evict ${k1:0:16}" <<<"$out" && grep -q 'would evict 1 entry' <<<"$out"; echo $?)
+ok "dry run changed nothing" $([ "$(c --json stat | json_num entries)" = 3 ]; echo $?)
+out=$(c --json evict --to-size 1K --dry-run)
+ok "evict --to-size --dry-run json" $(grep -q "\"dry_run\": true" <<<"$out" && [ "$(json_num entries <<<"$out")" -ge 2 ]; echo $?)
+out=$(c evict --idle 1h); ok "evict --idle 1h evicts nothing fresh" $(grep -q 'evicted 0 entries' <<<"$out"; echo $?)
+out=$(c evict --model tiny-hybrid); ok "evict --model" $(grep -q 'evicted 1 entry, 576 B freed' <<<"$out"; echo $?)
+out=$(c evict "${k3:0:12}"); ok "evict KEY" $(grep -q 'evicted 1 entry' <<<"$out"; echo $?)
+c evict "${k3:0:12}" >/dev/null 2>&1; ok "evict of a missing key exits 4" $([ $? = 4 ]; echo $?)
+c evict --all --idle 1h >/dev/null 2>&1; ok "two selectors: usage error" $([ $? = 2 ]; echo $?)
+"$pub" "$sock" "$tiny" 9,9,9 >/dev/null
+out=$(c evict --to-size 1K); ok "evict --to-size keeps the small one" $(grep -q "evicted ${k2:0:16}" <<<"$out" && [ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
+out=$(c evict --all </dev/null); ok "evict --all (no terminal: no prompt)" $(grep -q 'evicted 1 entry' <<<"$out"; echo $?)
+
+# ---- an ambiguous prefix -----------------------------------------------------
+"$pub" "$sock" "$tiny" collide > "$dir/collide"
+pre=$(head -c 8 "$dir/collide")
+out=$(c inspect "$pre" 2>&1); rc=$?
+ok "ambiguous prefix exits 1 and lists candidates" $([ $rc = 1 ] && grep -q 'ambiguous: 2 entries' <<<"$out"; echo $?)
+
+# ---- --db on a store whose daemon was SIGKILLed ------------------------------
+"$pub" "$sock" "$twin" N:33 >/dev/null
+kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
+out=$("$ctl" --db "$dir/db" ls); ok "--db ls after SIGKILL" $(grep -q '^3 entries' <<<"$out"; echo $?)
+out=$("$ctl" --db "$dir/db" verify); ok "--db verify after SIGKILL" $(grep -q '0 damaged' <<<"$out"; echo $?)
+out=$("$ctl" --db "$dir/db" --json stat); ok "--db stat" $([ "$(json_num entries <<<"$out")" = 3 ]; echo $?)
+k4=$("$ctl" key --model "$twin" --tokens "$(seq -s, 1 33)")
+out=$("$ctl" --db "$dir/db" inspect "${k4:0:8}"); ok "--db inspect verifies" $([ "$(grep -c ' yes$' <<<"$out")" = 8 ]; echo $?)
+out=$("$ctl" --db "$dir/db" models); ok "--db models" $(grep -q '^2 models' <<<"$out"; echo $?)
+"$ctl" --db "$dir/db" export "${k4:0:8}" -o "$dir/k4.snap" >/dev/null; ok "--db export" $?
+"$ctl" --db "$dir/db" evict --all >/dev/null 2>&1; ok "--db evict refuses (read-only)" $([ $? = 1 ]; echo $?)
+"$ctl" --db "$dir/nonexistent" ls >/dev/null 2>&1; ok "--db of a missing store exits 1" $([ $? = 1 ]; echo $?)
+
+# ---- unreachable daemon ------------------------------------------------------
+c ping >/dev/null 2>&1; ok "unreachable daemon exits 3" $([ $? = 3 ]; echo $?)
+out=$(c ls 2>&1); ok "unreachable message names the socket" $(grep -q "$sock" <<<"$out"; echo $?)
+K3CACHE_SOCKET=$sock "$ctl" stat >/dev/null 2>&1; ok "K3CACHE_SOCKET is the default" $([ $? = 3 ]; echo $?)
+"$ctl" nosuch >/dev/null 2>&1; ok "unknown command exits 2" $([ $? = 2 ]; echo $?)
+for cmd in ls inspect evict stat verify models ping export import; do
+  "$ctl" $cmd --help >/dev/null 2>&1; ok "$cmd --help" $?
+done
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]

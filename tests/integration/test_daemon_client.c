@@ -1,0 +1,456 @@
+/* The real daemon through libk3cache: publish in one process and restore in
+ * another, byte for byte; restarts; concurrent clients; a stalled client;
+ * SIGTERM during a publish; in-flight memory backpressure; and the client's
+ * own validation of what a daemon sends (the C4 mutant caught at the client). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "blob.h"
+#include "checksum.h"
+#include "daemonutil.h"
+#include "k3cache.h"
+#include "model.h"
+#include "prefix.h"
+
+static struct daemonutil d;
+static struct model_spec *twin;
+
+struct snap {
+	uint32_t n;
+	struct k3cache_buf *bufs;
+};
+
+static struct snap make_snap(const struct model_spec *m, uint32_t p, uint32_t seed)
+{
+	struct snap s = {m->n_layers, calloc(m->n_layers, sizeof(struct k3cache_buf))};
+	for (uint32_t i = 0; i < m->n_layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		size_t n0 = l->mixer == MODEL_MIXER_KDA ? l->conv_len : (size_t)p * l->k_row;
+		size_t n1 = l->mixer == MODEL_MIXER_KDA ? l->recurrent_len : (size_t)p * l->v_row;
+		float *f = malloc((n0 + n1 + 1) * sizeof(float));
+		for (size_t j = 0; j < n0 + n1; j++) {
+			uint32_t x = seed * 0x9E3779B1u + i * 0x85EBCA77u + (uint32_t)j;
+			x ^= x >> 15;
+			x *= 0x2C1B3C6Du;
+			f[j] = (float)(x % 20001u) * 1e-4f - 1.0f;
+		}
+		struct blob_view v = {.tag = (enum blob_tag)l->mixer,
+		                      .seq_len = l->mixer == MODEL_MIXER_MLA ? p : 0,
+		                      .v0 = {(const unsigned char *)f, (uint32_t)n0},
+		                      .v1 = {(const unsigned char *)(f + n0), (uint32_t)n1}};
+		void *b = malloc(blob_encoded_size(&v));
+		s.bufs[i].len = blob_encode(&v, b);
+		s.bufs[i].data = b;
+		free(f);
+	}
+	return s;
+}
+
+static void free_snap(struct snap *s)
+{
+	for (uint32_t i = 0; i < s->n; i++)
+		free((void *)s->bufs[i].data);
+	free(s->bufs);
+}
+
+static void tokens_for(uint32_t *t, uint32_t n, uint32_t base)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = base + i * 3;
+}
+
+static struct k3cache *connect_ok(void)
+{
+	struct k3cache *c;
+	struct k3cache_error e;
+	if (k3cache_connect(d.sock, &c, &e) != 0)
+		fail_msg("connect: %s", e.message);
+	return c;
+}
+
+static int publish(struct k3cache *c, uint32_t p, uint32_t base, uint32_t seed,
+                   struct k3cache_publish_result *res)
+{
+	uint32_t *t = malloc(p * sizeof(uint32_t));
+	tokens_for(t, p, base);
+	struct snap s = make_snap(twin, p, seed);
+	struct k3cache_error e;
+	struct k3cache_publish_result local;
+	int rc = k3cache_publish(c, twin->fingerprint, "", 0, t, p, s.bufs, s.n, res ? res : &local,
+	                         &e);
+	if (rc)
+		fprintf(stderr, "publish: %s\n", e.message);
+	free_snap(&s);
+	free(t);
+	return rc;
+}
+
+/* Restores by lookup and compares every byte with a fresh make_snap(). */
+static void expect_restore(struct k3cache *c, uint32_t p, uint32_t base, uint32_t seed)
+{
+	uint32_t *t = malloc((p + 5) * sizeof(uint32_t));
+	tokens_for(t, p + 5, base);
+	struct snap want = make_snap(twin, p, seed);
+	void **bufs = calloc(twin->n_layers, sizeof(void *));
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t));
+	size_t *lens = calloc(twin->n_layers, sizeof(size_t));
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		caps[i] = model_layer_blob_size(&twin->layers[i], p);
+		bufs[i] = malloc(caps[i]);
+	}
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	if (k3cache_lookup(c, twin->fingerprint, "", 0, t, p + 5, 0, &lr, &e) != 0)
+		fail_msg("lookup: %s", e.message);
+	assert_int_equal(lr.prefix_len, p);
+	uint32_t got_p = 0;
+	if (k3cache_restore_into(c, twin, lr.key, bufs, caps, lens, &got_p, &e) != 0)
+		fail_msg("restore: %s", e.message);
+	assert_int_equal(got_p, p);
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		assert_int_equal(lens[i], want.bufs[i].len);
+		assert_memory_equal(bufs[i], want.bufs[i].data, lens[i]);
+		free(bufs[i]);
+	}
+	free(bufs);
+	free(caps);
+	free(lens);
+	free_snap(&want);
+	free(t);
+}
+
+static int start_daemon(void)
+{
+	return daemonutil_start(&d, "--max-inflight", "4M", "--stall-timeout", "3s", (char *)NULL);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	char path[1024], err[MODEL_ERROR_MAX];
+	snprintf(path, sizeof(path), "%s/models/kimi-k3-0.40b-twin.json", K3_SHARED_DIR);
+	twin = model_load_file(path, err);
+	if (!twin || daemonutil_init(&d) || start_daemon())
+		return -1;
+	struct k3cache *c = connect_ok();
+	struct k3cache_error e;
+	int rc = k3cache_put_model(c, twin, NULL, &e);
+	k3cache_close(c);
+	return rc;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	int rc = daemonutil_stop(&d, SIGTERM);
+	daemonutil_cleanup(&d);
+	model_free(twin);
+	return rc == 0 ? 0 : -1;
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+static void test_publish_in_one_process_restore_in_another(void **state)
+{
+	(void)state;
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct k3cache *c;
+		struct k3cache_error e;
+		if (k3cache_connect(d.sock, &c, &e) != 0)
+			_exit(2);
+		int rc = publish(c, 37, 1000, 5, NULL);
+		k3cache_close(c);
+		_exit(rc ? 1 : 0);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	struct k3cache *c = connect_ok();
+	expect_restore(c, 37, 1000, 5);
+	k3cache_close(c);
+}
+
+static int collect_layer(uint32_t index, const void *blob, size_t len, void *ctx)
+{
+	uint64_t *sums = ctx;
+	sums[index] = checksum_blob(blob, len, index);
+	return 0;
+}
+
+static void test_lookup_restore_one_round_trip(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	assert_int_equal(publish(c, 20, 5000, 9, NULL), 0);
+	uint32_t t[30];
+	tokens_for(t, 30, 5000);
+	uint64_t sums[8] = {0};
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	assert_int_equal(
+	        k3cache_lookup_restore(c, twin, "", 0, t, 30, 0, collect_layer, sums, &lr, &e), 0);
+	assert_int_equal(lr.prefix_len, 20);
+	struct snap want = make_snap(twin, 20, 9);
+	for (uint32_t i = 0; i < 8; i++)
+		assert_int_equal(sums[i], checksum_blob(want.bufs[i].data, want.bufs[i].len, i));
+	free_snap(&want);
+	/* a miss calls nothing */
+	t[0] = 424242;
+	memset(sums, 0, sizeof(sums));
+	assert_int_equal(
+	        k3cache_lookup_restore(c, twin, "", 0, t, 30, 0, collect_layer, sums, &lr, &e), 0);
+	assert_int_equal(lr.prefix_len, 0);
+	assert_int_equal(sums[0], 0);
+	k3cache_close(c);
+}
+
+/* The C4 mutant at the client: bytes that a faulty daemon (here, a test hook)
+ * hands over with a KDA tag in the MLA slot, or a swapped MLA row, are
+ * refused and nothing reaches the worker. */
+static void tag_to_kda(uint32_t index, void *blob, size_t len)
+{
+	(void)len;
+	if (index == 3)
+		((unsigned char *)blob)[0] = BLOB_TAG_KDA;
+}
+
+static void swap_mla_rows(uint32_t index, void *blob, size_t len)
+{
+	(void)len;
+	if (index != 3)
+		return;
+	unsigned char *k = (unsigned char *)blob + 1 + 4 + 4;
+	unsigned char tmp[768 * 4];
+	memcpy(tmp, k, sizeof(tmp));
+	memcpy(k, k + sizeof(tmp), sizeof(tmp));
+	memcpy(k + sizeof(tmp), tmp, sizeof(tmp));
+}
+
+static void test_client_refuses_tampered_restore(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 12, 7000, 3, &res), 0);
+	uint64_t sums[8] = {0};
+	uint32_t p = 99;
+	struct k3cache_error e;
+	k3cache_test_set_tamper(c, tag_to_kda);
+	assert_int_not_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e),
+	                     0);
+	assert_non_null(strstr(e.message, "layer 3"));
+	assert_int_equal(sums[0], 0); /* no callback ran */
+	k3cache_test_set_tamper(c, swap_mla_rows);
+	assert_int_not_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e),
+	                     0);
+	assert_non_null(strstr(e.message, "checksum"));
+	assert_int_equal(sums[0], 0);
+	/* the connection still works, and an honest restore passes */
+	k3cache_test_set_tamper(c, NULL);
+	assert_int_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e), 0);
+	assert_int_equal(p, 12);
+	/* and a worker that asks with another model's spec gets nothing */
+	char path[1024], err[MODEL_ERROR_MAX];
+	snprintf(path, sizeof(path), "%s/models/tiny-hybrid.json", K3_SHARED_DIR);
+	struct model_spec *tiny = model_load_file(path, err);
+	memset(sums, 0, sizeof(sums));
+	assert_int_not_equal(k3cache_restore_each(c, tiny, res.key, collect_layer, sums, &p, &e),
+	                     0);
+	assert_int_equal(sums[0], 0);
+	model_free(tiny);
+	k3cache_close(c);
+}
+
+static void test_restart_keeps_entries(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	assert_int_equal(publish(c, 25, 9000, 4, NULL), 0);
+	k3cache_close(c);
+	assert_int_equal(daemonutil_stop(&d, SIGTERM), 0);
+	assert_int_equal(start_daemon(), 0);
+	c = connect_ok();
+	expect_restore(c, 25, 9000, 4);
+	k3cache_close(c);
+	/* and after a SIGKILL: every committed entry is still served */
+	assert_int_equal(daemonutil_stop(&d, SIGKILL), 128 + SIGKILL);
+	assert_int_equal(start_daemon(), 0);
+	c = connect_ok();
+	expect_restore(c, 25, 9000, 4);
+	expect_restore(c, 37, 1000, 5);
+	k3cache_close(c);
+}
+
+static void test_concurrent_clients(void **state)
+{
+	(void)state;
+	pid_t kids[3];
+	for (int k = 0; k < 3; k++) {
+		kids[k] = fork();
+		if (kids[k] == 0) {
+			struct k3cache *c;
+			struct k3cache_error e;
+			if (k3cache_connect(d.sock, &c, &e) != 0)
+				_exit(2);
+			for (uint32_t i = 0; i < 8; i++) {
+				uint32_t base = 100000u * (uint32_t)(k + 1) + i * 1000;
+				if (publish(c, 16 + i, base, i + 1, NULL) != 0)
+					_exit(3);
+				uint32_t t[40];
+				tokens_for(t, 40, base);
+				struct k3cache_lookup_result lr;
+				if (k3cache_lookup(c, twin->fingerprint, "", 0, t, 40, 0, &lr,
+				                   &e) != 0 ||
+				    lr.prefix_len != 16 + i)
+					_exit(4);
+			}
+			k3cache_close(c);
+			_exit(0);
+		}
+	}
+	for (int k = 0; k < 3; k++) {
+		int status;
+		waitpid(kids[k], &status, 0);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+	struct k3cache *c = connect_ok();
+	expect_restore(c, 17, 200000 + 1000, 2);
+	k3cache_close(c);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A client stalled mid-frame, and one that does not read a large restore,
+ * do not delay anyone; the stalled one is closed after --stall-timeout. */
+static void test_stalled_clients_do_not_block_others(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result big;
+	assert_int_equal(publish(c, 2000, 300000, 7, &big), 0); /* ~10 MiB of MLA KV */
+	/* stalled mid-header */
+	int stalled = daemonutil_connect_raw(d.sock);
+	unsigned char two[2] = {40, 0};
+	daemonutil_write_all(stalled, two, 2);
+	/* a reader that asks for the big entry and never reads */
+	int lazy = daemonutil_connect_raw(d.sock);
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Restore rs = K3CACHE__V1__RESTORE__INIT;
+	rs.key.data = big.key;
+	rs.key.len = 32;
+	req.op_case = K3CACHE__V1__REQUEST__OP_RESTORE;
+	req.restore = &rs;
+	req.id = 1;
+	assert_int_equal(daemonutil_send_request(lazy, &req), 0);
+	/* meanwhile others are served at once */
+	double worst = 0;
+	for (int i = 0; i < 20; i++) {
+		double t0 = now_s();
+		uint32_t t[30];
+		tokens_for(t, 30, 5000);
+		struct k3cache_lookup_result lr;
+		struct k3cache_error e;
+		assert_int_equal(k3cache_lookup(c, twin->fingerprint, "", 0, t, 30, 0, &lr, &e), 0);
+		assert_int_equal(lr.prefix_len, 20);
+		double dt = now_s() - t0;
+		worst = dt > worst ? dt : worst;
+	}
+	assert_true(worst < 1.0);
+	expect_restore(c, 20, 5000, 9);
+	/* the stalled one is closed by the daemon after the stall timeout (3 s) */
+	assert_true(daemonutil_closed(stalled, 8000));
+	close(stalled);
+	close(lazy);
+	k3cache_close(c);
+}
+
+/* Two publishes larger together than --max-inflight (4M): the second waits
+ * for memory instead of growing it, and both land. */
+static void test_inflight_cap_waits(void **state)
+{
+	(void)state;
+	pid_t kids[2];
+	for (int k = 0; k < 2; k++) {
+		kids[k] = fork();
+		if (kids[k] == 0) {
+			struct k3cache *c;
+			struct k3cache_error e;
+			if (k3cache_connect(d.sock, &c, &e) != 0)
+				_exit(2);
+			int rc = publish(c, 600, 700000u + 10000u * (uint32_t)k, 11,
+			                 NULL); /* ~3 MiB */
+			k3cache_close(c);
+			_exit(rc ? 1 : 0);
+		}
+	}
+	for (int k = 0; k < 2; k++) {
+		int status;
+		waitpid(kids[k], &status, 0);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+	struct k3cache *c = connect_ok();
+	expect_restore(c, 600, 710000, 11);
+	k3cache_close(c);
+}
+
+/* SIGTERM while a large publish streams in: the daemon exits 0, and after a
+ * restart every entry is whole or absent. */
+static void test_sigterm_during_publish(void **state)
+{
+	(void)state;
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct k3cache *c;
+		struct k3cache_error e;
+		if (k3cache_connect(d.sock, &c, &e) != 0)
+			_exit(2);
+		for (uint32_t i = 0;; i++)
+			if (publish(c, 3000, 900000u + i * 10000u, i, NULL) != 0)
+				_exit(0); /* the daemon went away */
+	}
+	daemonutil_sleep_ms(300);
+	assert_int_equal(daemonutil_stop(&d, SIGTERM), 0);
+	int status;
+	waitpid(pid, &status, 0);
+	assert_int_equal(start_daemon(), 0);
+	struct k3cache *c = connect_ok();
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Verify v = K3CACHE__V1__VERIFY__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_VERIFY;
+	req.verify = &v;
+	frame_response *resp;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_call(c, &req, &resp, &e), 0);
+	assert_int_equal(resp->code, 0);
+	assert_true(resp->checked > 0);
+	assert_int_equal(resp->n_damaged, 0);
+	k3cache_response_free(resp);
+	k3cache_close(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_publish_in_one_process_restore_in_another),
+	        cmocka_unit_test(test_lookup_restore_one_round_trip),
+	        cmocka_unit_test(test_client_refuses_tampered_restore),
+	        cmocka_unit_test(test_restart_keeps_entries),
+	        cmocka_unit_test(test_concurrent_clients),
+	        cmocka_unit_test(test_stalled_clients_do_not_block_others),
+	        cmocka_unit_test(test_inflight_cap_waits),
+	        cmocka_unit_test(test_sigterm_during_publish),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
