@@ -1,0 +1,43 @@
+/* k3corrupt: a test helper that damages one stored entry the way a bad disk
+ * would: it flips a byte inside the entry's first chunk through LMDB, leaving
+ * the chunk's stored checksum as it was. The daemon must not be running.
+ * usage: k3corrupt DBDIR KEYHEX */
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hexutil.h"
+
+int main(int argc, char **argv)
+{
+	uint8_t key[36] = {0};
+	if (argc != 3 || hexutil_decode(argv[2], key, 32) != 0) {
+		fprintf(stderr, "usage: k3corrupt DBDIR KEYHEX\n");
+		return 2;
+	}
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_val k = {36, key}, v;
+	if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 16) ||
+	    mdb_env_set_mapsize(env, (size_t)4 << 30) || mdb_env_open(env, argv[1], 0, 0640) ||
+	    mdb_txn_begin(env, NULL, 0, &txn) || mdb_dbi_open(txn, "chunks", 0, &dbi) ||
+	    mdb_get(txn, dbi, &k, &v)) {
+		fprintf(stderr, "k3corrupt: cannot find the entry's first chunk\n");
+		return 1;
+	}
+	unsigned char *copy = malloc(v.mv_size);
+	memcpy(copy, v.mv_data, v.mv_size);
+	copy[v.mv_size / 2] ^= 0x5a; /* inside the data, past the 8-byte checksum */
+	MDB_val nv = {v.mv_size, copy};
+	int rc = mdb_put(txn, dbi, &k, &nv, 0) || mdb_txn_commit(txn);
+	mdb_env_close(env);
+	free(copy);
+	if (rc) {
+		fprintf(stderr, "k3corrupt: write failed\n");
+		return 1;
+	}
+	printf("flipped a byte of chunk 0 of %s\n", argv[2]);
+	return 0;
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# k3worker end to end against the real daemon: restore = recompute.
+# usage: test_worker.sh BUILD_DIR SRC_DIR
+set -u
+build=$1 src=$2
+daemon=$build/daemon/k3cached ctl=$build/client/k3cachectl
+worker=$build/tools/k3worker mutant=$build/tools/k3worker_mutant corrupt=$build/tests/k3corrupt
+conv=$src/tests/worker/conversation.txt
+dir=$(mktemp -d /tmp/k3worker-test-XXXXXX)
+sock=$dir/k3cached.sock
+export K3CACHE_SOCKET=$sock
+pid=
+cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
+pass=0 fail=0
+ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+start() {
+  "$daemon" --db "$dir/db" --socket "$sock" --log-level warn 2>>"$dir/log" &
+  pid=$!
+  for _ in $(seq 100); do "$ctl" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "daemon did not start"; exit 1
+}
+answers() { grep -E '^(== turn|logits|reply)' "$1"; }
+reuse_of() { grep '^\[PREFIX\]' "$1" | sed -n "${2}p" | awk '{print $3}'; }
+# runs each turn of FILE in a fresh process: run_turns OUT FILE ARGS...
+run_turns() {
+  local out=$1 file=$2; shift 2
+  local n; n=$(awk 'BEGIN{RS=""} END{print NR}' "$file")
+  grep -q '^System:' "$file" && n=$((n - 1))
+  rm -f "$out.replies"; : > "$out"
+  for k in $(seq "$n"); do "$worker" --conversation "$file" --turn "$k" --replies "$out.replies" "$@" >> "$out" 2>>"$out.err"; done
+}
+
+start
+"$worker" --conversation "$conv" --no-cache > "$dir/ref" 2>"$dir/ref.err"; ok "reference run" $?
+ok "reference recomputes every turn" $([ "$(grep -c 'reusing 0 of' "$dir/ref")" = 4 ]; echo $?)
+
+# ---- identity: every turn in a fresh process, chunks of 1, 7 and 64 ---------
+for chunk in 1 7 64; do
+  run_turns "$dir/c$chunk" "$conv" --chunk "$chunk" --salt "chunk$chunk"
+  diff <(answers "$dir/ref") <(answers "$dir/c$chunk") >/dev/null
+  ok "chunk $chunk: every turn's logits digest and reply equal --no-cache" $?
+  for k in 2 3 4; do
+    r=$(reuse_of "$dir/c$chunk" "$k")
+    ok "chunk $chunk: turn $k reuses the previous turn ($r tokens)" $([ "${r:-0}" -gt 100 ]; echo $?)
+  done
+  ok "chunk $chunk: no warnings" $([ ! -s "$dir/c$chunk.err" ]; echo $?)
+done
+
+# ---- restart: SIGKILL after turn 2, turn 3 still reuses turn 2 --------------
+rm -f "$dir/r.replies"
+for k in 1 2; do "$worker" --conversation "$conv" --turn $k --replies "$dir/r.replies" --salt restart >> "$dir/r" 2>&1; done
+p2=$(grep 'end-of-turn snapshot at' "$dir/r" | tail -1 | grep -o 'at [0-9]*' | grep -o '[0-9]*')
+kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
+start
+"$worker" --conversation "$conv" --turn 3 --replies "$dir/r.replies" --salt restart > "$dir/r3" 2>&1
+ok "after SIGKILL and restart, turn 3 reuses turn 2's $p2 tokens" $([ "$(reuse_of "$dir/r3" 1)" = "$p2" ]; echo $?)
+diff <(answers "$dir/ref" | sed -n '7,9p') <(answers "$dir/r3") >/dev/null
+ok "after the restart turn 3's output is identical" $?
+
+# ---- sharing: two conversations behind the same long system prompt ----------
+sys_len=$(( $(head -1 "$conv" | wc -c) ))
+cat > "$dir/convB" <<'EOT'
+System: You are k3, a careful assistant for an inference fleet. Answer briefly and exactly; when unsure, say so. Never invent numbers.
+
+Hello! Tell me about LMDB in one line.
+EOT
+cat > "$dir/convC" <<'EOT'
+System: You are k3, a careful assistant for an inference fleet. Answer briefly and exactly; when unsure, say so. Never invent numbers.
+
+Hello! Tell me about libevent in one line.
+EOT
+"$worker" --conversation "$dir/convB" --salt share-none --no-cache > "$dir/Bref" 2>/dev/null
+"$worker" --conversation "$dir/convC" --salt share-none --no-cache > "$dir/Cref" 2>/dev/null
+"$worker" --conversation "$conv" --turn 1 --replies "$dir/A.replies" --salt share > /dev/null 2>&1
+"$worker" --conversation "$dir/convB" --salt share > "$dir/B" 2>&1
+rB=$(reuse_of "$dir/B" 1)
+ok "the second worker reuses at least the system prompt ($rB >= $sys_len)" $([ "$rB" -ge "$sys_len" ]; echo $?)
+diff <(answers "$dir/Bref") <(answers "$dir/B") >/dev/null; ok "and answers identically" $?
+ok "it saved a junction snapshot where the prompts branch" $(grep -q 'published junction snapshot' "$dir/B"; echo $?)
+"$worker" --conversation "$dir/convC" --salt share > "$dir/C" 2>&1
+rC=$(reuse_of "$dir/C" 1); j=$(grep 'junction snapshot at' "$dir/B" | grep -o 'at [0-9]*' | grep -o '[0-9]*')
+ok "a third worker reuses the junction ($rC >= $j)" $([ "$rC" -ge "$j" ] && [ "$j" -gt "$sys_len" ]; echo $?)
+diff <(answers "$dir/Cref") <(answers "$dir/C") >/dev/null; ok "and answers identically" $?
+
+# ---- faults: each a miss or a recompute, never another answer ---------------
+K3CACHE_SOCKET=$dir/nowhere.sock "$worker" --conversation "$conv" > "$dir/down" 2> "$dir/down.err"
+ok "daemon down: runs" $?
+ok "daemon down: one warning line" $([ "$(grep -c warning "$dir/down.err")" = 1 ]; echo $?)
+diff <(answers "$dir/ref") <(answers "$dir/down") >/dev/null; ok "daemon down: identical answers" $?
+
+"$worker" --conversation "$conv" --seed 2 --no-cache > "$dir/seed2ref" 2>/dev/null
+run_turns "$dir/seed2" "$conv" --seed 2 --salt chunk64
+ok "another weight seed: turn 1 misses the seed-1 entries" $([ "$(reuse_of "$dir/seed2" 1)" = 0 ]; echo $?)
+diff <(answers "$dir/seed2ref") <(answers "$dir/seed2") >/dev/null; ok "another weight seed: identical to its own recompute" $?
+! diff -q <(answers "$dir/ref") <(answers "$dir/seed2") >/dev/null; ok "another weight seed is another model" $?
+
+# an entry corrupted on disk: turn 1's end-of-turn snapshot, under its own salt
+rm -f "$dir/x.replies"
+"$worker" --conversation "$conv" --turn 1 --replies "$dir/x.replies" --salt corrupt > "$dir/x1" 2>&1
+key=$(grep 'end-of-turn snapshot at' "$dir/x1" | grep -o 'key [0-9a-f]*' | cut -d' ' -f2)
+kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=
+"$corrupt" "$dir/db" "$key" >/dev/null; ok "corrupted the latest entry on disk" $?
+start
+"$worker" --conversation "$conv" --turn 2 --replies "$dir/x.replies" --salt corrupt > "$dir/x2" 2> "$dir/x2.err"
+ok "corrupt entry: one warning, recomputed" $([ "$(grep -c 'warning' "$dir/x2.err")" = 1 ] && grep -q 'CORRUPT' "$dir/x2.err"; echo $?)
+diff <(answers "$dir/ref" | sed -n '4,6p') <(answers "$dir/x2") >/dev/null; ok "corrupt entry: identical answer" $?
+out=$("$ctl" inspect "${key:0:12}"); ok "the corrupt entry is quarantined" $(grep -q QUARANTINED <<<"$out"; echo $?)
+
+# ---- the seed's mutants, caught end to end -----------------------------------
+for m in slot row; do
+  rm -f "$dir/m.replies"
+  for k in 1 2 3; do "$mutant" --mutant $m --conversation "$conv" --turn $k --replies "$dir/m.replies" --salt "mut$m" >> "$dir/m$m" 2>&1; done
+  r=$(reuse_of "$dir/m$m" 2)
+  ! diff -q <(answers "$dir/ref" | head -9) <(answers "$dir/m$m") >/dev/null
+  ok "mutant $m (restored $r tokens) fails the identity test" $?
+done
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
