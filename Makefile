@@ -4,7 +4,7 @@ JOBS ?= 2
 SHARED ?= $(abspath ../shared)
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build asan fuzz-build test run bench format lint install clean
+.PHONY: all deps build asan fuzz-build test run demo bench format lint install clean
 
 all: build
 
@@ -31,13 +31,23 @@ test: build asan fuzz-build
 # (root: /var/lib/k3cache and /run/k3cache; a user: XDG directories).
 # RUN_ARGS adds flags, e.g. make run RUN_ARGS="--max-bytes 8GiB".
 run: build
-	@echo "k3cached runs in the foreground; Ctrl-C stops it cleanly."
-	@echo "In another terminal:  build/client/k3cachectl stat"
+	@echo "k3cached runs in the foreground; Ctrl-C stops it cleanly. In another terminal:"
+	@echo "  build/client/k3cachectl ping"
+	@echo "  build/tools/k3worker --conversation tools/demo-conversation.txt --turn 1 --replies /tmp/replies"
+	@echo "  build/tools/k3worker --conversation tools/demo-conversation.txt --turn 2 --replies /tmp/replies"
+	@echo "  build/client/k3cachectl ls"
 	@exec build/daemon/k3cached $(RUN_ARGS)
+
+# A three-turn conversation, each turn in a new worker process, on a
+# temporary store; shows k3cachectl ls and stops the daemon.
+demo: build
+	@bash scripts/demo build
 
 bench: build
 	@build/bench/bench_blob
 	@build/bench/bench_store build/bench-store.tmp
+	@if [ -x build/bench/bench_wire ]; then build/bench/bench_wire build/bench-wire.tmp; fi
+	@bash bench/worker.sh build
 
 PREFIX ?= /usr/local
 install: build

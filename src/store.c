@@ -437,7 +437,7 @@ enum status_code store_list_models(struct store *s,
 
 /* ---- touches -------------------------------------------------------------- */
 
-void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN])
+void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN], uint64_t hits)
 {
 	if (s->opt.read_only)
 		return;
@@ -457,7 +457,7 @@ void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN])
 		memcpy(t->key, key, STORE_KEY_LEN);
 		t->seq = seq;
 		t->when = now;
-		t->hits = 1;
+		t->hits = hits;
 	}
 	pthread_mutex_unlock(&s->mu);
 }

@@ -110,7 +110,7 @@ int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record 
 /* Records a use. Held in memory and written by the next write transaction or
  * store_flush(); when the buffer is full, uses are dropped until then (the LRU
  * order is then approximate, never wrong about what exists). */
-void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN]);
+void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN], uint64_t hits);
 
 /* Evicts least-recently-used entries inside txn until totals->bytes <= target
  * or nothing is left. Reports each to fn. Returns an LMDB code. */

@@ -121,7 +121,7 @@ enum status_code store_lookup(struct store *s, const struct store_lookup_req *re
 	if (res->prefix_len) {
 		atomic_fetch_add(&s->hits, 1);
 		atomic_fetch_add(&s->hit_tokens, res->prefix_len);
-		store_touch(s, res->key);
+		store_touch(s, res->key, 1);
 	} else {
 		atomic_fetch_add(&s->misses, 1);
 		memset(res->key, 0, sizeof(res->key));
@@ -271,7 +271,7 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	}
 	if (use) {
 		atomic_fetch_add(&s->restores, 1);
-		store_touch(s, key);
+		store_touch(s, key, 0); /* the lookup that found it counted the hit */
 	}
 	*out = snap;
 	return STATUS_OK;
