@@ -69,6 +69,15 @@ int ctl_answer_error(const frame_response *resp, const char *cmd);
  * exit code after printing why (2 too short, 4 no such key, 1 ambiguous). */
 int ctl_resolve_key(struct ctl_backend *b, const char *hex, uint8_t key[32], const char *cmd);
 
+/* One entry with its tokens and layers (Inspect). Returns 0 with *resp (an
+ * answer with exactly one entry; free with ctl_response_free), or an exit
+ * code after printing why. */
+int ctl_inspect_entry(struct ctl_backend *b, const uint8_t key[32], frame_response **resp,
+                      const char *cmd);
+
+/* The stored model spec with this fingerprint (caller frees), or NULL. */
+struct model_spec *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd);
+
 /* The layers of an entry: its blobs fetched whole (restore), for inspect and
  * export. Returns 0 or an exit code. *bufs[i] are malloc'd; free with
  * ctl_layers_free(). */

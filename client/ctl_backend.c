@@ -159,6 +159,48 @@ int ctl_resolve_key(struct ctl_backend *b, const char *hex, uint8_t key[32], con
 	return rc;
 }
 
+int ctl_inspect_entry(struct ctl_backend *b, const uint8_t key[32], frame_response **resp,
+                      const char *cmd)
+{
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Inspect ins = K3CACHE__V1__INSPECT__INIT;
+	ins.key.data = (uint8_t *)key;
+	ins.key.len = 32;
+	req.op_case = K3CACHE__V1__REQUEST__OP_INSPECT;
+	req.inspect = &ins;
+	int rc = ctl_call(b, &req, resp, cmd);
+	if (rc)
+		return rc;
+	if (!*resp || (*resp)->code != 0 || (*resp)->n_entries != 1) {
+		rc = *resp && (*resp)->code ? ctl_answer_error(*resp, cmd) : CTL_EXIT_ERROR;
+		ctl_response_free(b, *resp);
+		*resp = NULL;
+	}
+	return rc;
+}
+
+struct model_spec *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd)
+{
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__ListModels lm = K3CACHE__V1__LIST_MODELS__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_LIST_MODELS;
+	req.list_models = &lm;
+	frame_response *resp = NULL;
+	if (ctl_call(b, &req, &resp, cmd) != 0 || !resp)
+		return NULL;
+	struct model_spec *spec = NULL;
+	for (size_t i = 0; resp->code == 0 && i < resp->n_models && !spec; i++) {
+		char err[MODEL_ERROR_MAX];
+		struct model_spec *m = service_spec_from_wire(resp->models[i], err);
+		if (m && !memcmp(m->fingerprint, fp, 32))
+			spec = m;
+		else
+			model_free(m);
+	}
+	ctl_response_free(b, resp);
+	return spec;
+}
+
 void ctl_layers_free(struct ctl_layers *l)
 {
 	for (uint32_t i = 0; i < l->n && l->data; i++)

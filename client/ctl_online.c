@@ -192,19 +192,6 @@ static int fetch_models(struct ctl_backend *b, frame_response **resp, const char
 	return rc;
 }
 
-/* The spec with this fingerprint, from a ListModels answer (caller frees). */
-static struct model_spec *find_spec(const frame_response *models, const uint8_t fp[32])
-{
-	for (size_t i = 0; models && i < models->n_models; i++) {
-		char err[MODEL_ERROR_MAX];
-		struct model_spec *m = service_spec_from_wire(models->models[i], err);
-		if (m && !memcmp(m->fingerprint, fp, 32))
-			return m;
-		model_free(m);
-	}
-	return NULL;
-}
-
 int ctl_cmd_models(const struct ctl_globals *g, int argc, char **argv)
 {
 	static const char text[] = "k3cachectl [--socket PATH | --db DIR] [--json] models";
@@ -324,31 +311,18 @@ struct row {
 	uint32_t salt_len;
 };
 
-static int cmp_used(const void *a, const void *b)
-{
-	const struct row *x = a, *y = b;
-	return (x->last_used < y->last_used) - (x->last_used > y->last_used);
-}
-static int cmp_size(const void *a, const void *b)
-{
-	const struct row *x = a, *y = b;
-	return (x->bytes < y->bytes) - (x->bytes > y->bytes);
-}
-static int cmp_len(const void *a, const void *b)
-{
-	const struct row *x = a, *y = b;
-	return (x->prefix_len < y->prefix_len) - (x->prefix_len > y->prefix_len);
-}
-static int cmp_created(const void *a, const void *b)
-{
-	const struct row *x = a, *y = b;
-	return (x->created < y->created) - (x->created > y->created);
-}
-static int cmp_hits(const void *a, const void *b)
-{
-	const struct row *x = a, *y = b;
-	return (x->hits < y->hits) - (x->hits > y->hits);
-}
+/* Descending order by one field. */
+#define ROW_CMP(name, field)                                                                       \
+	static int name(const void *a, const void *b)                                              \
+	{                                                                                          \
+		const struct row *x = a, *y = b;                                                   \
+		return (x->field < y->field) - (x->field > y->field);                              \
+	}
+ROW_CMP(cmp_used, last_used)
+ROW_CMP(cmp_size, bytes)
+ROW_CMP(cmp_len, prefix_len)
+ROW_CMP(cmp_created, created)
+ROW_CMP(cmp_hits, hits)
 
 /* Collects the entries of one model (or all) in pages. */
 static int collect_rows(struct ctl_backend *b, const uint8_t *fp, struct row **rows, size_t *n,
@@ -656,23 +630,13 @@ int ctl_cmd_inspect(const struct ctl_globals *g, int argc, char **argv)
 	if (rc)
 		return rc;
 	uint8_t key[32];
-	frame_response *resp = NULL, *models = NULL;
+	frame_response *resp = NULL;
 	struct ctl_layers layers = {0};
 	struct model_spec *spec = NULL;
 	if ((rc = ctl_resolve_key(&b, argv[optind], key, "inspect")) != 0)
 		goto out;
-	frame_request req = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__Inspect ins = K3CACHE__V1__INSPECT__INIT;
-	ins.key.data = key;
-	ins.key.len = 32;
-	req.op_case = K3CACHE__V1__REQUEST__OP_INSPECT;
-	req.inspect = &ins;
-	if ((rc = ctl_call(&b, &req, &resp, "inspect")) != 0)
+	if ((rc = ctl_inspect_entry(&b, key, &resp, "inspect")) != 0)
 		goto out;
-	if (resp->code != 0 || resp->n_entries != 1) {
-		rc = resp->code ? ctl_answer_error(resp, "inspect") : CTL_EXIT_ERROR;
-		goto out;
-	}
 	const K3cache__V1__EntryInfo *e = resp->entries[0];
 	if (only != UINT32_MAX && only >= e->n_layers) {
 		fprintf(stderr, "k3cachectl inspect: --layer %u: the entry has %zu layers\n", only,
@@ -680,9 +644,7 @@ int ctl_cmd_inspect(const struct ctl_globals *g, int argc, char **argv)
 		rc = CTL_EXIT_USAGE;
 		goto out;
 	}
-	if ((rc = fetch_models(&b, &models, "inspect")) != 0)
-		goto out;
-	spec = e->model.len == 32 ? find_spec(models, e->model.data) : NULL;
+	spec = e->model.len == 32 ? ctl_model_spec(&b, e->model.data, "inspect") : NULL;
 	/* the bytes, to say whether each layer verifies (a quarantined entry is
 	 * not served: its layers are reported unverified) */
 	int have_bytes = 0;
@@ -827,7 +789,6 @@ int ctl_cmd_inspect(const struct ctl_globals *g, int argc, char **argv)
 out:
 	ctl_layers_free(&layers);
 	model_free(spec);
-	ctl_response_free(&b, models);
 	ctl_response_free(&b, resp);
 	ctl_backend_close(&b);
 	return rc;

@@ -63,40 +63,18 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 	if (rc)
 		return rc;
 	uint8_t key[32];
-	frame_response *info = NULL, *models = NULL;
+	frame_response *info = NULL;
 	struct ctl_layers layers = {0};
 	struct model_spec *spec = NULL;
 	FILE *f = NULL;
 	char *hdr = NULL;
 	if ((rc = ctl_resolve_key(&b, argv[optind], key, "export")) != 0)
 		goto done;
-	frame_request req = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__Inspect ins = K3CACHE__V1__INSPECT__INIT;
-	ins.key.data = key;
-	ins.key.len = 32;
-	req.op_case = K3CACHE__V1__REQUEST__OP_INSPECT;
-	req.inspect = &ins;
-	if ((rc = ctl_call(&b, &req, &info, "export")) != 0)
+	if ((rc = ctl_inspect_entry(&b, key, &info, "export")) != 0)
 		goto done;
-	if (info->code != 0 || info->n_entries != 1) {
-		rc = info->code ? ctl_answer_error(info, "export") : CTL_EXIT_ERROR;
-		goto done;
-	}
 	const K3cache__V1__EntryInfo *e = info->entries[0];
-	frame_request lm = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__ListModels lmo = K3CACHE__V1__LIST_MODELS__INIT;
-	lm.op_case = K3CACHE__V1__REQUEST__OP_LIST_MODELS;
-	lm.list_models = &lmo;
-	if ((rc = ctl_call(&b, &lm, &models, "export")) != 0)
-		goto done;
-	for (size_t i = 0; models->code == 0 && i < models->n_models && !spec; i++) {
-		char err[MODEL_ERROR_MAX];
-		struct model_spec *m = service_spec_from_wire(models->models[i], err);
-		if (m && e->model.len == 32 && !memcmp(m->fingerprint, e->model.data, 32))
-			spec = m;
-		else
-			model_free(m);
-	}
+	if (e->model.len == 32)
+		spec = ctl_model_spec(&b, e->model.data, "export");
 	if (!spec) {
 		fprintf(stderr, "k3cachectl export: the entry's model spec is not in the store\n");
 		rc = CTL_EXIT_ERROR;
@@ -176,7 +154,6 @@ done:
 	free(hdr);
 	ctl_layers_free(&layers);
 	model_free(spec);
-	ctl_response_free(&b, models);
 	ctl_response_free(&b, info);
 	ctl_backend_close(&b);
 	return rc;

@@ -13,6 +13,7 @@
  * fails validation reads and drops the rest of its payload, so the connection
  * stays usable. */
 #include "k3cache.h"
+#include "paths.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -581,17 +582,7 @@ const char *k3cache_default_socket(char *buf, size_t bufsz)
 {
 	if (!buf || bufsz == 0)
 		return buf;
-	const char *env = getenv("K3CACHE_SOCKET");
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	if (env && *env)
-		snprintf(buf, bufsz, "%s", env);
-	else if (geteuid() == 0)
-		snprintf(buf, bufsz, "/run/k3cache/k3cached.sock");
-	else if (xdg && *xdg)
-		snprintf(buf, bufsz, "%s/k3cache/k3cached.sock", xdg);
-	else
-		snprintf(buf, bufsz, "/tmp/k3cache-%u/k3cached.sock", (unsigned)geteuid());
-	return buf;
+	return paths_default_socket(buf, bufsz); /* the daemon's own default */
 }
 
 int k3cache_connect(const char *addr, struct k3cache **out, struct k3cache_error *err)
