@@ -33,7 +33,7 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 {
 	service_store_counters(srv->store, r);
 	service_add_counter(r, "connections_open", srv->connections_open);
-	service_add_counter(r, "connections_total", srv->connections_total);
+	service_add_counter(r, "connections_accepted", srv->connections_total);
 	service_add_counter(r, "accept_errors", srv->connections_refused);
 	service_add_counter(r, "inflight_bytes", srv->inflight_bytes);
 	service_add_counter(r, "restores_streaming", srv->restores_active);

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# k3cached's flags and surfaces: TCP listening, Prometheus /metrics, --help,
+# a live socket refused, a stale socket replaced, bad flags.
+# usage: test_daemon_net.sh K3CACHED K3CACHECTL K3PUB SHARED
+set -u
+daemon=$1 ctl=$2 pub=$3 shared=$4
+dir=$(mktemp -d /tmp/k3net-test-XXXXXX)
+sock=$dir/k3cached.sock
+pid=
+cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
+pass=0 fail=0
+ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+up() { for _ in $(seq 100); do "$ctl" --socket "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done; return 1; }
+http_get() { # host port path
+  exec 9<>"/dev/tcp/$1/$2" || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$3" "$1" >&9
+  cat <&9
+  exec 9>&-
+}
+
+out=$("$daemon" --help); ok "--help lists the flags" $(for f in --db --socket --listen --max-bytes --durability --metrics --max-payload --log-level; do grep -q -- "$f" <<<"$out" || exit 1; done; echo 0)
+"$daemon" --durability bogus >/dev/null 2>&1; ok "a bad --durability is a usage error" $([ $? = 2 ]; echo $?)
+"$daemon" --max-bytes lots >/dev/null 2>&1; ok "a bad size is a usage error" $([ $? = 2 ]; echo $?)
+
+for try in 1 2 3 4 5; do
+  p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
+  "$daemon" --db "$dir/db" --socket "$sock" --listen "127.0.0.1:$p1" --metrics "127.0.0.1:$p2" \
+    --log-level warn 2>>"$dir/log" &
+  pid=$!
+  up "$sock" && break
+  kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=
+done
+ok "daemon up with --listen and --metrics" $([ -n "$pid" ]; echo $?)
+ok "socket mode 0660" $([ "$(stat -c %a "$sock")" = 660 ]; echo $?)
+out=$("$ctl" --socket "tcp:127.0.0.1:$p1" ping); ok "ping over TCP" $(grep -q '^PONG' <<<"$out"; echo $?)
+"$pub" "tcp:127.0.0.1:$p1" "$shared/models/tiny-hybrid.json" 1,2,3,4 >/dev/null; ok "publish over TCP" $?
+out=$("$ctl" --socket "unix:$sock" ls); ok "and it is there over the Unix socket" $(grep -q '^1 entry' <<<"$out"; echo $?)
+"$ctl" --socket "$sock" inspect 00000000 >/dev/null 2>&1
+m=$(http_get 127.0.0.1 "$p2" /metrics)
+ok "metrics: HTTP 200" $(grep -q '^HTTP/1.[01] 200' <<<"$m"; echo $?)
+ok "metrics: entries gauge" $(grep -q '^k3cache_entries 1$' <<<"$m"; echo $?)
+ok "metrics: publishes counter" $(grep -q '^k3cache_publishes_total 1$' <<<"$m"; echo $?)
+ok "metrics: errors by code" $(grep -q '^k3cache_errors_not_found_total 1$' <<<"$m"; echo $?)
+ok "metrics: connections" $(grep -q '^k3cache_connections_accepted_total [0-9]' <<<"$m" && grep -q '^k3cache_connections_open [0-9]' <<<"$m"; echo $?)
+ok "metrics: latency histogram" $(grep -q '^k3cache_request_seconds_bucket{op="publish",le="+Inf"} 1$' <<<"$m"; echo $?)
+
+"$daemon" --db "$dir/db2" --socket "$sock" 2>"$dir/second.err"; rc=$?
+ok "a second daemon on a live socket is refused" $([ $rc != 0 ] && grep -q 'another daemon is listening' "$dir/second.err"; echo $?)
+kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
+ok "a SIGKILLed daemon leaves its socket file" $([ -S "$sock" ]; echo $?)
+"$daemon" --db "$dir/db" --socket "$sock" --log-level warn 2>>"$dir/log" &
+pid=$!
+up "$sock"; ok "a stale socket is replaced" $?
+out=$("$ctl" --socket "$sock" ls); ok "and the entry survived" $(grep -q '^1 entry' <<<"$out"; echo $?)
+kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+ok "SIGTERM: exit 0" $([ $rc = 0 ]; echo $?)
+ok "SIGTERM: the socket file is removed" $([ ! -e "$sock" ]; echo $?)
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
