@@ -16,6 +16,7 @@
 #include "daemon.h"
 
 #define OUT_HIGH_WATER (8u << 20)
+#define READ_SLICE     (4u << 20)
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
@@ -78,6 +79,49 @@ void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer)
 	k3d_log(K3D_LOG_DEBUG, "conn %llu: open (%s)", (unsigned long long)c->id, peer);
 }
 
+unsigned char *k3d_pool_get(struct k3d_server *srv, uint64_t n, uint64_t *cap)
+{
+	*cap = n;
+	int best = -1;
+	for (int i = 0; i < srv->pool_n; i++)
+		if (srv->pool[i].cap >= n && (best < 0 || srv->pool[i].cap < srv->pool[best].cap))
+			best = i;
+	if (best < 0)
+		return malloc(n ? n : 1);
+	unsigned char *b = srv->pool[best].data;
+	*cap = srv->pool[best].cap;
+	srv->pool_bytes -= srv->pool[best].cap;
+	srv->pool[best] = srv->pool[--srv->pool_n];
+	return b;
+}
+
+void k3d_pool_put(struct k3d_server *srv, unsigned char *buf, uint64_t cap)
+{
+	if (!buf)
+		return;
+	const int slots = (int)(sizeof(srv->pool) / sizeof(srv->pool[0]));
+	/* keep up to --max-inflight bytes of buffers, dropping smaller ones */
+	while (srv->pool_n > 0 &&
+	       (srv->pool_n == slots || srv->pool_bytes + cap > srv->cfg.max_inflight)) {
+		int small = 0;
+		for (int i = 1; i < srv->pool_n; i++)
+			if (srv->pool[i].cap < srv->pool[small].cap)
+				small = i;
+		if (srv->pool[small].cap >= cap)
+			break;
+		free(srv->pool[small].data);
+		srv->pool_bytes -= srv->pool[small].cap;
+		srv->pool[small] = srv->pool[--srv->pool_n];
+	}
+	if (srv->pool_n < slots && srv->pool_bytes + cap <= srv->cfg.max_inflight) {
+		srv->pool[srv->pool_n].data = buf;
+		srv->pool[srv->pool_n++].cap = cap;
+		srv->pool_bytes += cap;
+	} else {
+		free(buf);
+	}
+}
+
 static void release_reservation(struct k3d_conn *c)
 {
 	if (c->reserved) {
@@ -86,14 +130,15 @@ static void release_reservation(struct k3d_conn *c)
 	}
 }
 
-static void reset_request(struct k3d_conn *c)
+void k3d_conn_reset(struct k3d_conn *c)
 {
 	free(c->hdr);
 	c->hdr = NULL;
 	frame_request_free(c->req);
 	c->req = NULL;
-	free(c->payload);
+	k3d_pool_put(c->srv, c->payload, c->pcap);
 	c->payload = NULL;
+	c->pcap = 0;
 	c->hlen = c->hgot = 0;
 	c->plen = c->pgot = 0;
 	release_reservation(c);
@@ -103,7 +148,7 @@ static void reset_request(struct k3d_conn *c)
 static void conn_free(struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
-	reset_request(c);
+	k3d_conn_reset(c);
 	event_free(c->rev);
 	event_free(c->wev);
 	evbuffer_free(c->out); /* releases any snapshot still being streamed */
@@ -146,7 +191,7 @@ void k3d_conn_request_done(struct k3d_conn *c)
 		conn_free(c);
 		return;
 	}
-	reset_request(c);
+	k3d_conn_reset(c);
 	k3d_conn_resume_waiting(c->srv);
 	process(c);
 }
@@ -311,7 +356,7 @@ static int reserve_payload(struct k3d_conn *c)
 		srv->busy_pauses++;
 		return 0;
 	}
-	c->payload = malloc(c->plen);
+	c->payload = k3d_pool_get(srv, c->plen, &c->pcap);
 	if (!c->payload) {
 		struct status st;
 		status_set(&st, STATUS_BUSY, "cannot hold a payload of %llu bytes now; retry later",
@@ -400,7 +445,7 @@ static void process(struct k3d_conn *c)
 		case K3D_DISCARD:
 			if (c->pgot == c->plen) {
 				k3d_conn_error(c, c->req ? c->req->id : 0, &c->pending);
-				reset_request(c);
+				k3d_conn_reset(c);
 				break;
 			}
 			if (c->in_end == c->in_start) {
@@ -421,14 +466,20 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	struct k3d_conn *c = arg;
 	struct k3d_server *srv = c->srv;
-	for (int rounds = 0; rounds < 64; rounds++) {
+	/* at most READ_SLICE bytes per callback, so that one uploader cannot
+	 * hold the loop while a lookup waits */
+	size_t budget = READ_SLICE;
+	for (int rounds = 0; rounds < 64 && budget > 0; rounds++) {
 		ssize_t n;
 		if (c->state == K3D_READ_PAYLOAD && c->in_end == c->in_start &&
 		    c->plen - c->pgot >= K3D_INBUF) {
 			/* large payloads go straight into their buffer */
 			size_t want = (size_t)(c->plen - c->pgot);
+			if (want > budget)
+				want = budget;
 			n = recv(fd, c->payload + c->pgot, want, 0);
 			if (n > 0) {
+				budget -= (size_t)n;
 				c->pgot += (uint64_t)n;
 				srv->bytes_in += (uint64_t)n;
 				c->last_progress = srv->ticks;
@@ -449,6 +500,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 			}
 			n = recv(fd, c->in + c->in_end, sizeof(c->in) - c->in_end, 0);
 			if (n > 0) {
+				budget = budget > (size_t)n ? budget - (size_t)n : 0;
 				c->in_end += (size_t)n;
 				srv->bytes_in += (uint64_t)n;
 				c->last_progress = srv->ticks;

@@ -68,6 +68,16 @@ struct k3d_server {
 	uint64_t errors[STATUS_N_CODES];
 	uint64_t bytes_in, bytes_out;
 	uint64_t timeouts, closed_mid_frame, busy_pauses;
+	int chore_pending; /* a housekeeping job is with the writer */
+
+	/* payload buffers kept for reuse: touching fresh memory is slow on a VM
+	 * that hands freed pages back to its host */
+	struct k3d_buf {
+		unsigned char *data;
+		uint64_t cap;
+	} pool[16];
+	int pool_n;
+	uint64_t pool_bytes;
 	struct k3d_hist latency[K3D_N_OPS];
 };
 
@@ -103,6 +113,7 @@ struct k3d_conn {
 	unsigned char *payload;
 	uint64_t plen, pgot;
 	uint64_t reserved;     /* in-flight bytes charged to this connection */
+	uint64_t pcap;         /* capacity of the payload buffer */
 	struct status pending; /* the error to answer after a discard */
 
 	double t_request;       /* when the current request's header completed */
@@ -119,9 +130,16 @@ int k3d_server_run(const struct k3d_config *cfg);
 double k3d_now(void);
 int k3d_op_index(const frame_request *req);
 
+/* pool (conn.c): a payload buffer of at least n bytes, and its return. */
+unsigned char *k3d_pool_get(struct k3d_server *srv, uint64_t n, uint64_t *cap);
+void k3d_pool_put(struct k3d_server *srv, unsigned char *buf, uint64_t cap);
+
 /* conn.c */
 void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer);
 void k3d_conn_close(struct k3d_conn *c);
+/* Forgets the current request: frees it, returns its payload buffer to the
+ * pool, releases its in-flight bytes; back to reading a length. */
+void k3d_conn_reset(struct k3d_conn *c);
 /* Queues a response (and no payload); counts errors; resumes reading. */
 void k3d_conn_respond(struct k3d_conn *c, frame_response *resp);
 /* Queues an error response for request id (0 when unknown). */
@@ -141,8 +159,15 @@ void k3d_handle(struct k3d_conn *c);
 void k3d_fill_counters(struct k3d_server *srv, frame_response *resp);
 
 /* writer.c */
+enum k3d_chore {
+	K3D_CHORE_NONE = 0, /* a client's request */
+	K3D_CHORE_FLUSH,    /* write batched last-used times */
+	K3D_CHORE_SYNC,     /* durability fast: sync the map */
+};
+
 struct k3d_job {
 	struct k3d_job *next;
+	enum k3d_chore chore; /* housekeeping jobs have no connection */
 	struct k3d_conn *conn;
 	frame_request *req;
 	unsigned char *payload;

@@ -32,13 +32,7 @@ static void respond_status(struct k3d_conn *c, enum status_code code, const char
 static void done(struct k3d_conn *c)
 {
 	/* a request answered on the loop thread: ready for the next one */
-	free(c->payload);
-	c->payload = NULL;
-	frame_request_free(c->req);
-	c->req = NULL;
-	c->plen = c->pgot = 0;
-	c->hlen = c->hgot = 0;
-	c->state = K3D_READ_LEN;
+	k3d_conn_reset(c);
 }
 
 /* Layer refs of a snapshot, for a restore's answer. */

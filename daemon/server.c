@@ -119,13 +119,21 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 	while (job) {
 		struct k3d_job *next = job->next;
 		struct k3d_conn *c = job->conn;
+		if (job->chore) {
+			srv->chore_pending = 0;
+			k3d_job_free(job);
+			job = next;
+			continue;
+		}
 		/* the connection's request is the job's: hand it back for metrics */
 		c->req = job->req;
 		if (!c->dead)
 			answer_job(job);
 		c->req = NULL;
+		/* the payload buffer goes back to the connection, then the pool */
+		c->payload = job->payload;
+		job->payload = NULL;
 		k3d_job_free(job);
-		c->payload = NULL;
 		k3d_conn_request_done(c);
 		job = next;
 	}
@@ -271,9 +279,18 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	struct k3d_server *srv = arg;
 	srv->ticks++;
-	store_flush(srv->store, NULL);
-	if (srv->cfg.durability == STORE_FAST && srv->ticks % srv->cfg.sync_interval == 0)
-		store_sync(srv->store, NULL);
+	/* writes go through the writer thread: the loop never waits for a commit */
+	if (!srv->chore_pending && !srv->stopping) {
+		struct k3d_job *job = calloc(1, sizeof(*job));
+		if (job) {
+			k3cache__v1__response__init(&job->resp);
+			int sync = srv->cfg.durability == STORE_FAST &&
+			           srv->ticks % srv->cfg.sync_interval == 0;
+			job->chore = sync ? K3D_CHORE_SYNC : K3D_CHORE_FLUSH;
+			srv->chore_pending = 1;
+			k3d_writer_submit(srv->writer, job);
+		}
+	}
 	if (srv->ticks % 10 == 0) {
 		int dead = store_reader_check(srv->store);
 		if (dead)
@@ -397,6 +414,8 @@ out:
 		event_free(srv->done_ev);
 	if (srv->base)
 		event_base_free(srv->base);
+	for (int i = 0; i < srv->pool_n; i++)
+		free(srv->pool[i].data);
 	store_close(srv->store);
 	free(srv);
 	return rc;

@@ -60,9 +60,6 @@ static void run_publishes(struct k3d_server *srv, struct k3d_job **jobs, uint32_
 		jobs[i]->st = sts[i];
 		jobs[i]->pub = res[i];
 		free(blobs[i]);
-		/* the bytes are in the store (or refused): let the memory go now */
-		free(jobs[i]->payload);
-		jobs[i]->payload = NULL;
 	}
 }
 
@@ -94,7 +91,8 @@ static void *writer_main(void *arg)
 		struct k3d_job *batch[BATCH_MAX] = {0};
 		uint32_t n = 0;
 		while (w->head && n < BATCH_MAX) {
-			int pub = w->head->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH;
+			int pub = !w->head->chore &&
+			          w->head->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH;
 			if (n > 0 && !pub)
 				break;
 			batch[n++] = w->head;
@@ -105,7 +103,11 @@ static void *writer_main(void *arg)
 				break;
 		}
 		pthread_mutex_unlock(&w->mu);
-		if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
+		if (batch[0]->chore == K3D_CHORE_FLUSH)
+			store_flush(w->srv->store, NULL);
+		else if (batch[0]->chore == K3D_CHORE_SYNC)
+			store_sync(w->srv->store, NULL);
+		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			run_publishes(w->srv, batch, n);
 		else
 			k3d_writer_run_one(w->srv, batch[0]);
