@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1040,6 +1041,51 @@ static int check_layer(struct k3cache *c, const struct model_spec *model, const 
 	return 0;
 }
 
+/* Large restores check each layer on a second thread while the next one is
+ * received, so that validation and the socket overlap. */
+#define OVERLAP_MIN_BYTES (32u << 20)
+
+struct checker {
+	struct k3cache *c;
+	const struct model_spec *model;
+	const frame_response *r;
+	unsigned char **dst; /* each layer's bytes */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint32_t received; /* layers fully read */
+	int rc;            /* first failure, with err */
+	struct k3cache_error err;
+};
+
+static void *checker_main(void *arg)
+{
+	struct checker *ck = arg;
+	for (uint32_t i = 0; i < ck->model->n_layers; i++) {
+		pthread_mutex_lock(&ck->mu);
+		while (ck->received <= i && ck->received != UINT32_MAX)
+			pthread_cond_wait(&ck->cv, &ck->mu);
+		int gone = ck->received == UINT32_MAX;
+		pthread_mutex_unlock(&ck->mu);
+		if (gone)
+			return NULL; /* the connection broke: nothing to check */
+		int rc = check_layer(ck->c, ck->model, ck->r, i, ck->dst[i],
+		                     (size_t)ck->r->layers[i]->size, &ck->err);
+		if (rc) {
+			ck->rc = rc;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static void checker_post(struct checker *ck, uint32_t received)
+{
+	pthread_mutex_lock(&ck->mu);
+	ck->received = received;
+	pthread_cond_signal(&ck->cv);
+	pthread_mutex_unlock(&ck->mu);
+}
+
 /* Receives and validates the payload of a restore answer, into the caller's
  * buffers (bufs) or the connection's own buffer (bufs NULL). Every layer is
  * checked as it arrives; on a failure the rest of the payload is drained. */
@@ -1071,17 +1117,62 @@ static int receive_snapshot(struct k3cache *c, const struct model_spec *model,
 		}
 		c->snap_cap = (size_t)r->payload_len;
 	}
+	unsigned char **dst = calloc(model->n_layers, sizeof(*dst));
+	if (!dst) {
+		rc = FAIL(err, STATUS_INTERNAL, 0, "out of memory");
+		drain_after_failure(c, err);
+		return rc;
+	}
 	size_t off = 0;
 	for (uint32_t i = 0; i < model->n_layers; i++) {
+		dst[i] = bufs ? bufs[i] : c->snap + off;
+		off += (size_t)r->layers[i]->size;
+	}
+	struct checker ck = {.c = c, .model = model, .r = r, .dst = dst};
+	pthread_t th;
+	int threaded = 0;
+	if (r->payload_len >= OVERLAP_MIN_BYTES && model->n_layers > 1) {
+		pthread_mutex_init(&ck.mu, NULL);
+		pthread_cond_init(&ck.cv, NULL);
+		threaded = pthread_create(&th, NULL, checker_main, &ck) == 0;
+		if (!threaded) {
+			pthread_mutex_destroy(&ck.mu);
+			pthread_cond_destroy(&ck.cv);
+		}
+	}
+	for (uint32_t i = 0; i < model->n_layers; i++) {
 		size_t len = (size_t)r->layers[i]->size;
-		unsigned char *dst = bufs ? bufs[i] : c->snap + off;
-		if ((rc = read_payload(c, dst, len, err)))
-			return rc; /* the connection is gone */
-		if ((rc = check_layer(c, model, r, i, dst, len, err))) {
-			drain_after_failure(c, err);
+		if ((rc = read_payload(c, dst[i], len, err))) {
+			/* the connection is gone */
+			if (threaded) {
+				checker_post(&ck, UINT32_MAX);
+				pthread_join(th, NULL);
+				pthread_mutex_destroy(&ck.mu);
+				pthread_cond_destroy(&ck.cv);
+			}
+			free(dst);
 			return rc;
 		}
-		off += len;
+		if (threaded) {
+			checker_post(&ck, i + 1);
+			continue;
+		}
+		if ((rc = check_layer(c, model, r, i, dst[i], len, err))) {
+			drain_after_failure(c, err);
+			free(dst);
+			return rc;
+		}
+	}
+	free(dst);
+	if (threaded) {
+		pthread_join(th, NULL);
+		pthread_mutex_destroy(&ck.mu);
+		pthread_cond_destroy(&ck.cv);
+		if (ck.rc) {
+			if (err)
+				*err = ck.err;
+			return ck.rc; /* the whole payload was read: the connection is usable */
+		}
 	}
 	return 0;
 }

@@ -266,6 +266,31 @@ static void test_client_refuses_tampered_restore(void **state)
 	k3cache_close(c);
 }
 
+/* The same with a restore large enough (over 32 MiB) to be checked on a
+ * second thread while it is received. */
+static void test_large_restore_checked_while_received(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 4000, 1200000, 21, &res), 0);
+	uint64_t sums[8] = {0};
+	uint32_t p = 0;
+	struct k3cache_error e;
+	k3cache_test_set_tamper(c, swap_mla_rows);
+	assert_int_not_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e),
+	                     0);
+	assert_non_null(strstr(e.message, "layer 3: checksum mismatch"));
+	assert_int_equal(sums[0], 0);
+	k3cache_test_set_tamper(c, tag_to_kda);
+	assert_int_not_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e),
+	                     0);
+	assert_int_equal(sums[0], 0);
+	k3cache_test_set_tamper(c, NULL);
+	expect_restore(c, 4000, 1200000, 21);
+	k3cache_close(c);
+}
+
 static void test_restart_keeps_entries(void **state)
 {
 	(void)state;
@@ -446,6 +471,7 @@ int main(void)
 	        cmocka_unit_test(test_publish_in_one_process_restore_in_another),
 	        cmocka_unit_test(test_lookup_restore_one_round_trip),
 	        cmocka_unit_test(test_client_refuses_tampered_restore),
+	        cmocka_unit_test(test_large_restore_checked_while_received),
 	        cmocka_unit_test(test_restart_keeps_entries),
 	        cmocka_unit_test(test_concurrent_clients),
 	        cmocka_unit_test(test_stalled_clients_do_not_block_others),
