@@ -174,6 +174,6 @@ int main(int argc, char **argv)
 	/* Keep freed payload memory in the heap: the VM hands pages back to the
 	 * host, and faulting 600 MiB in again for the next publish is slow. */
 	mallopt(M_MMAP_MAX, 0);
-	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	return k3d_server_run(&cfg);
 }
