@@ -377,7 +377,8 @@ static void usage(FILE *f)
 	        "  --chunk N          prefill chunk size (default 64)\n"
 	        "  --max-new N        reply length (default 8)\n"
 	        "  --turn K           run only turn K (1-based); earlier replies come from\n"
-	        "                     --replies FILE, and this turn's reply is appended to it\n"
+	        "                     --replies FILE (this turn's reply is appended to it),\n"
+	        "                     or without it are regenerated quietly through the cache\n"
 	        "  --quiet            no [CACHE] lines for publishes\n"
 	        "FILE: turns separated by blank lines; a first turn starting with \"System:\"\n"
 	        "is the system prompt.\n");
@@ -480,7 +481,7 @@ int main(int argc, char **argv)
 	}
 	const struct worker_geometry *g = worker_geometry(geom);
 	if (!g || (!conv && !prompt_text) || (conv && prompt_text) || optind != argc ||
-	    w.max_new == 0 || (turn && !replies_path)) {
+	    w.max_new == 0) {
 		usage(stderr);
 		return 2;
 	}
@@ -525,10 +526,16 @@ int main(int argc, char **argv)
 			goto out;
 		}
 		size_t lo = turn ? turn - 1 : 0, hi = turn ? turn : turns;
+		/* --turn K without --replies: the earlier replies are regenerated
+		 * quietly (through the cache), as a client that lost them would */
+		size_t shown = lo;
+		if (turn && !replies_path)
+			lo = 0;
 		uint32_t **replies = calloc(turns, sizeof(uint32_t *));
 		for (size_t t = 0; t < turns; t++)
 			replies[t] = calloc(w.max_new, sizeof(uint32_t));
-		if (turn && read_replies(replies_path, replies, lo, w.max_new) != 0) {
+		if (turn && replies_path &&
+		    read_replies(replies_path, replies, lo, w.max_new) != 0) {
 			fprintf(stderr, "k3worker: %s lacks the replies of turns 1..%zu\n",
 			        replies_path, lo);
 			rc = -1;
@@ -555,10 +562,25 @@ int main(int argc, char **argv)
 					push_text(&tb, "\n");
 				}
 			}
+			int silent = t < shown;
+			FILE *saved = NULL;
+			if (silent) {
+				fflush(stdout);
+				saved = stdout;
+				stdout = fopen("/dev/null", "w");
+				if (!stdout) {
+					stdout = saved;
+					saved = NULL;
+				}
+			}
 			printf("== turn %zu\n", t + 1);
 			rc = run_prompt(&w, tb.t, tb.n, sys_end, replies[t]);
 			if (!rc)
 				publish(&w, w.record.tokens, w.record.n, "end-of-turn");
+			if (saved) {
+				fclose(stdout);
+				stdout = saved;
+			}
 			if (!rc && replies_path) {
 				FILE *f = fopen(replies_path, turn ? "a" : (t == 0 ? "w" : "a"));
 				if (f) {

@@ -47,6 +47,11 @@ for chunk in 1 7 64; do
   ok "chunk $chunk: no warnings" $([ ! -s "$dir/c$chunk.err" ]; echo $?)
 done
 
+# --turn K without --replies regenerates the earlier replies quietly
+"$worker" --conversation "$conv" --turn 3 --salt chunk64 > "$dir/t3" 2>&1
+diff <(answers "$dir/ref" | sed -n '7,9p') <(answers "$dir/t3") >/dev/null
+ok "--turn 3 alone (no --replies) answers identically" $?
+
 # ---- restart: SIGKILL after turn 2, turn 3 still reuses turn 2 --------------
 rm -f "$dir/r.replies"
 for k in 1 2; do "$worker" --conversation "$conv" --turn $k --replies "$dir/r.replies" --salt restart >> "$dir/r" 2>&1; done
