@@ -1163,11 +1163,13 @@ static int receive_snapshot(struct k3cache *c, const struct model_spec *model,
 			return rc;
 		}
 	}
-	free(dst);
 	if (threaded) {
-		pthread_join(th, NULL);
+		pthread_join(th, NULL); /* before dst goes: the checker reads it */
 		pthread_mutex_destroy(&ck.mu);
 		pthread_cond_destroy(&ck.cv);
+	}
+	free(dst);
+	if (threaded) {
 		if (ck.rc) {
 			if (err)
 				*err = ck.err;

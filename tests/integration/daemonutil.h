@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -70,8 +71,12 @@ static inline int daemonutil_start(struct daemonutil *d, ...)
 	if (d->pid < 0)
 		return -1;
 	if (d->pid == 0) {
+		/* dies with the test, and holds none of the test's output pipes:
+		 * a crashed test must not leave ctest waiting on an orphan */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (fd >= 0) {
+			dup2(fd, 1);
 			dup2(fd, 2);
 			close(fd);
 		}
