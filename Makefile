@@ -33,8 +33,8 @@ test: build asan fuzz-build
 run: build
 	@echo "k3cached runs in the foreground; Ctrl-C stops it cleanly. In another terminal:"
 	@echo "  build/client/k3cachectl ping"
-	@echo "  build/tools/k3worker --conversation tools/demo-conversation.txt --turn 1 --replies /tmp/replies"
-	@echo "  build/tools/k3worker --conversation tools/demo-conversation.txt --turn 2 --replies /tmp/replies"
+	@echo "  build/tools/k3worker --conversation tools/demo-conversation.txt --turn 1"
+	@echo "  build/tools/k3worker --conversation tools/demo-conversation.txt --turn 2   # a new process: reuses turn 1"
 	@echo "  build/client/k3cachectl ls"
 	@exec build/daemon/k3cached $(RUN_ARGS)
 
