@@ -202,9 +202,25 @@ static void queue_response(struct k3d_conn *c, frame_response *resp)
 	unsigned char *buf = NULL;
 	size_t n = frame_encode_response(resp, &buf);
 	if (!n) {
-		k3d_log(K3D_LOG_ERROR, "conn %llu: cannot encode a response",
-		        (unsigned long long)c->id);
-		c->closing = 1;
+		/* over the 16 MiB header limit (or out of memory): a short answer
+		 * instead, so the client is not left waiting */
+		frame_response small = K3CACHE__V1__RESPONSE__INIT;
+		small.id = resp->id;
+		small.code = K3CACHE__V1__CODE__TOO_LARGE;
+		small.message = (char *)"the answer would be over the 16 MiB header limit; ask for "
+		                        "fewer (a smaller --limit, or a narrower selector)";
+		k3d_log(K3D_LOG_WARN, "conn %llu: %s", (unsigned long long)c->id, small.message);
+		n = frame_encode_response(&small, &buf);
+		if (!n) {
+			c->closing = 1;
+			set_reading(c, 0);
+			return;
+		}
+		resp = &small;
+		evbuffer_add(c->out, buf, n);
+		free(buf);
+		srv->errors[STATUS_TOO_LARGE]++;
+		want_write(c);
 		return;
 	}
 	evbuffer_add(c->out, buf, n);
@@ -511,7 +527,17 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 			}
 		}
 		if (n == 0) {
-			k3d_conn_close(c);
+			/* end of input: finish what was asked (a half-closed client
+			 * still reads its answers), then close */
+			int mid = c->state == K3D_READ_HEADER || c->state == K3D_READ_PAYLOAD ||
+			          c->state == K3D_DISCARD || c->state == K3D_WAIT_MEMORY ||
+			          (c->state == K3D_READ_LEN && c->hgot);
+			if (mid || (c->state != K3D_BUSY && evbuffer_get_length(c->out) == 0)) {
+				k3d_conn_close(c);
+				return;
+			}
+			c->closing = 1;
+			set_reading(c, 0);
 			return;
 		}
 		if (errno == EINTR)

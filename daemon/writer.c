@@ -90,11 +90,16 @@ static void *writer_main(void *arg)
 		/* take a run of publishes (one commit), or one other job */
 		struct k3d_job *batch[BATCH_MAX] = {0};
 		uint32_t n = 0;
+		uint64_t bytes = 0;
 		while (w->head && n < BATCH_MAX) {
 			int pub = !w->head->chore &&
 			          w->head->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH;
 			if (n > 0 && !pub)
 				break;
+			/* a batch never needs more room than the store has */
+			if (n > 0 && bytes + w->head->plen > w->srv->cfg.max_bytes)
+				break;
+			bytes += w->head->plen;
 			batch[n++] = w->head;
 			w->head = w->head->next;
 			if (!w->head)

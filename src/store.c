@@ -591,9 +591,19 @@ void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN])
 
 /* ---- delete --------------------------------------------------------------- */
 
-int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record *r,
+int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record *rec,
                        struct store_totals *totals)
 {
+	/* r's salt points into a page of this transaction: copy it before any
+	 * update can move that page */
+	struct store_record copy = *rec;
+	uint8_t saltbuf[1024];
+	if (copy.salt_len > sizeof(saltbuf))
+		return MDB_CORRUPTED;
+	if (copy.salt_len)
+		memcpy(saltbuf, copy.salt, copy.salt_len);
+	copy.salt = saltbuf;
+	const struct store_record *r = &copy;
 	MDB_val k = {STORE_KEY_LEN, (void *)r->key}, v;
 	int rc;
 	unsigned char lk[8 + STORE_KEY_LEN];

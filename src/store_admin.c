@@ -188,7 +188,7 @@ static int select_keys(struct store *s, MDB_txn *txn, const struct store_evict_r
 		if (req->model)
 			pick = !memcmp(r.fingerprint, req->model, MODEL_FINGERPRINT_LEN);
 		if (req->idle_seconds)
-			pick = r.last_used + req->idle_seconds < now;
+			pick = now > r.last_used && now - r.last_used > req->idle_seconds;
 		if (pick && (rc = keylist_add(out, r.key)) != 0)
 			break;
 	}
@@ -215,7 +215,7 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 	if (rc)
 		return store_mdb_error(st, rc, "evict");
 	struct store_totals t;
-	if ((!s->opt.read_only && (rc = store_apply_touches(s, txn)) != 0) ||
+	if ((!s->opt.read_only && !req->dry_run && (rc = store_apply_touches(s, txn)) != 0) ||
 	    (rc = store_totals_get(s, txn, &t)) != 0) {
 		mdb_txn_abort(txn);
 		return store_mdb_error(st, rc, "evict");

@@ -13,6 +13,7 @@
 
 #define MAX_SALT       1024u
 #define MAP_FULL_TRIES 64
+#define MAP_PINNED     (-30000) /* not an LMDB code: the map is full of pinned pages */
 
 /* One request after validation. */
 struct pending {
@@ -366,6 +367,14 @@ static int write_all(struct store *s, struct pending *ps, uint32_t n)
 		if (!ps[i].ok)
 			continue;
 		rc = write_entry(s, txn, &ps[i], &t);
+		if (rc == MDB_KEYEXIST) {
+			/* stored already; but a quarantined copy is replaced */
+			struct store_record old;
+			if (store_read_record(s, txn, ps[i].res->key, &old) == 0 &&
+			    (old.flags & STORE_FLAG_QUARANTINED) &&
+			    (rc = store_delete_entry(s, txn, &old, &t)) == 0)
+				rc = write_entry(s, txn, &ps[i], &t);
+		}
 		ps[i].res->created = rc == 0;
 		if (rc == MDB_KEYEXIST)
 			rc = 0;
@@ -413,6 +422,26 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 	}
 	int rc = 0;
 	uint32_t evicted = 0;
+	if (valid > 1 && need > s->opt.max_bytes) {
+		/* together they do not fit: one at a time, each making its own room,
+		 * rather than evicting everything for a batch that cannot fit */
+		for (uint32_t i = 0; i < n; i++) {
+			if (!ps[i].ok)
+				continue;
+			struct status one;
+			store_publish_batch(s, &reqs[i], &res[i], &one, 1);
+			*ps[i].st = one;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			free(ps[i].sums);
+			free(ps[i].tags);
+			free(ps[i].sizes);
+			if (ps[i].st->code != STATUS_OK && first == STATUS_OK)
+				first = ps[i].st->code;
+		}
+		free(ps);
+		return first;
+	}
 	if (valid) {
 		struct store_totals t;
 		MDB_txn *rtxn;
@@ -434,12 +463,25 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 			if (rc != MDB_MAP_FULL || tries >= MAP_FULL_TRIES)
 				break;
 			atomic_fetch_add(&s->map_full_retries, 1);
+			/* Pages freed while a restore's read transaction is open stay
+			 * pinned until it ends: evicting more would empty the store
+			 * and still not make room. Say BUSY; the caller retries. */
+			if (tries > 0 && atomic_load(&s->open_snapshots) > 0) {
+				rc = MAP_PINNED;
+				break;
+			}
 			rc = make_room(s, need, &evicted, 1);
 		}
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		if (ps[i].ok) {
-			if (rc) {
+			if (rc == MAP_PINNED) {
+				status_set(ps[i].st, STATUS_BUSY,
+				           "publish: the store's map is full and %d restore(s) in "
+				           "progress "
+				           "pin the pages eviction would free; retry shortly",
+				           (int)atomic_load(&s->open_snapshots));
+			} else if (rc) {
 				store_mdb_error(ps[i].st, rc, "publish");
 				if (rc == MDB_MAP_FULL)
 					status_set(ps[i].st, STATUS_FULL,

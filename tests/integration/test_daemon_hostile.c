@@ -356,6 +356,28 @@ static void test_bad_publish_content(void **state)
 	assert_served();
 }
 
+/* A client that half-closes after its request still gets the answer. */
+static void test_half_close_gets_answer(void **state)
+{
+	(void)state;
+	int fd = daemonutil_connect_raw(d.sock);
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Hello hello = K3CACHE__V1__HELLO__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_HELLO;
+	req.hello = &hello;
+	req.id = 31;
+	assert_int_equal(daemonutil_send_request(fd, &req), 0);
+	shutdown(fd, SHUT_WR);
+	frame_response *r = daemonutil_read_response(fd, 5000);
+	assert_non_null(r);
+	assert_int_equal(r->id, 31);
+	assert_int_equal(r->code, 0);
+	frame_response_free(r);
+	assert_true(daemonutil_closed(fd, 5000));
+	close(fd);
+	assert_served();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -366,6 +388,7 @@ int main(void)
 	        cmocka_unit_test(test_payload_len_disagrees),
 	        cmocka_unit_test(test_closed_mid_payload),
 	        cmocka_unit_test(test_bad_publish_content),
+	        cmocka_unit_test(test_half_close_gets_answer),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -574,6 +574,13 @@ static void test_flipped_chunk_quarantines(void **state)
 	assert_int_equal(store_inspect(f->st, res[1].key, &info, NULL), STATUS_OK);
 	assert_true(info->quarantined);
 	store_entry_info_free(info);
+	/* publishing the same snapshot again replaces the quarantined copy */
+	struct store_publish_res again;
+	assert_int_equal(storeutil_publish(f->st, big, "", t[1], 20, 12, &again), STATUS_OK);
+	assert_true(again.created);
+	assert_int_equal(storeutil_lookup(f->st, big, "", p, 21, 0, NULL), 20);
+	assert_int_equal(store_restore(f->st, res[1].key, &snap, &st), STATUS_OK);
+	store_snapshot_release(snap);
 	model_free(big);
 }
 
@@ -648,6 +655,68 @@ static void test_map_full_evicts(void **state)
 	model_free(big);
 }
 
+/* A restore in progress pins the pages eviction frees: a publish that finds
+ * the map full must say BUSY, not evict the whole store trying. */
+static void test_pinned_map_is_busy_not_wiped(void **state)
+{
+	struct fixture *f = *state;
+	store_close(f->st);
+	assert_int_equal(open_store(f, UINT64_C(1) << 40, 6u << 20), 0);
+	struct model_spec *big = storeutil_model("big", 150000); /* ~1.8 MB per entry */
+	store_put_model(f->st, big, NULL, NULL);
+	struct store_publish_res first;
+	uint32_t t0[20];
+	seq(t0, 20, 1);
+	assert_int_equal(storeutil_publish(f->st, big, "", t0, 20, 0, &first), STATUS_OK);
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, first.key, &snap, NULL), STATUS_OK);
+	int busy = 0;
+	for (uint32_t e = 1; e < 12 && !busy; e++) {
+		uint32_t t[20];
+		seq(t, 20, 100 * e);
+		enum status_code c = storeutil_publish(f->st, big, "", t, 20, e, NULL);
+		assert_true(c == STATUS_OK || c == STATUS_BUSY);
+		busy = c == STATUS_BUSY;
+	}
+	assert_true(busy);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_true(stats.entries >= 1); /* not wiped */
+	store_snapshot_release(snap);
+	uint32_t t[20];
+	seq(t, 20, 5000);
+	assert_int_equal(storeutil_publish(f->st, big, "", t, 20, 99, NULL), STATUS_OK);
+	model_free(big);
+}
+
+/* A batch larger than the capacity is published one by one, and the store
+ * stays within its capacity. */
+static void test_batch_over_capacity(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t one = entry_bytes(f->m, 20);
+	store_close(f->st);
+	assert_int_equal(open_store(f, one * 2 + one / 2, 0), 0);
+	struct storeutil_snap s = storeutil_snap(f->m, 20, 1);
+	uint32_t toks[4][20];
+	struct store_publish_req reqs[4];
+	struct store_publish_res res[4];
+	for (uint32_t i = 0; i < 4; i++) {
+		seq(toks[i], 20, 1000 * i);
+		reqs[i] = (struct store_publish_req){f->m->fingerprint, "", 0, toks[i], 20,
+		                                     s.blobs,           s.n};
+	}
+	assert_int_equal(store_publish_batch(f->st, reqs, res, NULL, 4), STATUS_OK);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 2);
+	assert_true(stats.bytes <= one * 2 + one / 2);
+	/* the newest two are the ones kept */
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", toks[3], 20, 20, NULL), 20);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", toks[0], 20, 20, NULL), 0);
+	storeutil_snap_free(&s);
+}
+
 /* ---- administration ------------------------------------------------------- */
 
 static void count_cb(const uint8_t *key, uint64_t bytes, void *ctx)
@@ -716,6 +785,10 @@ static void test_evict_selectors(void **state)
 	store_get_stats(f->st, &stats, NULL);
 	assert_int_equal(stats.entries, 0);
 	assert_int_equal(stats.bytes, 0);
+	/* an idle threshold near 2^64 does not wrap around and pick fresh entries */
+	struct store_evict_req huge = {.idle_seconds = UINT64_MAX - 5, .dry_run = 1};
+	assert_int_equal(store_evict(f->st, &huge, NULL, NULL, &er, NULL), STATUS_OK);
+	assert_int_equal(er.entries, 0);
 	/* two selectors at once are refused */
 	struct store_evict_req both = {.all = 1, .idle_seconds = 5};
 	assert_int_equal(store_evict(f->st, &both, NULL, NULL, &er, NULL), STATUS_INVALID);
@@ -811,6 +884,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_flipped_chunk_quarantines, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_map_full_evicts, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_pinned_map_is_busy_not_wiped, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_batch_over_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_evict_selectors, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_list_inspect_resolve, setup, teardown),
 	};
