@@ -216,7 +216,6 @@ static void queue_response(struct k3d_conn *c, frame_response *resp)
 			set_reading(c, 0);
 			return;
 		}
-		resp = &small;
 		evbuffer_add(c->out, buf, n);
 		free(buf);
 		srv->errors[STATUS_TOO_LARGE]++;

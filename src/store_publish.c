@@ -391,6 +391,67 @@ static int write_all(struct store *s, struct pending *ps, uint32_t n)
 	return mdb_txn_commit(txn);
 }
 
+/* Makes room for and writes a group of validated requests in one commit,
+ * then records each one's outcome. */
+static void write_group(struct store *s, struct pending *ps, uint32_t n)
+{
+	uint64_t need = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (ps[i].ok)
+			need += ps[i].res->bytes;
+	int rc = 0;
+	uint32_t evicted = 0;
+	struct store_totals t;
+	MDB_txn *rtxn;
+	rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &rtxn);
+	if (!rc) {
+		/* entries already stored need no room */
+		for (uint32_t i = 0; i < n; i++) {
+			MDB_val k = {STORE_KEY_LEN, ps[i].res->key}, v;
+			if (ps[i].ok && mdb_get(rtxn, s->entries, &k, &v) == 0)
+				need -= ps[i].res->bytes;
+		}
+		rc = store_totals_get(s, rtxn, &t);
+		mdb_txn_abort(rtxn);
+	}
+	if (!rc && t.bytes + need > s->opt.max_bytes)
+		rc = make_room(s, need, &evicted, 0);
+	for (int tries = 0; !rc; tries++) {
+		rc = write_all(s, ps, n);
+		if (rc != MDB_MAP_FULL || tries >= MAP_FULL_TRIES)
+			break;
+		atomic_fetch_add(&s->map_full_retries, 1);
+		/* Pages freed while a restore's read transaction is open stay pinned
+		 * until it ends: evicting more would empty the store and still not
+		 * make room. Say BUSY; the caller retries. */
+		if (tries > 0 && atomic_load(&s->open_snapshots) > 0) {
+			rc = MAP_PINNED;
+			break;
+		}
+		rc = make_room(s, need, &evicted, 1);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (!ps[i].ok)
+			continue;
+		if (rc == MAP_PINNED) {
+			status_set(ps[i].st, STATUS_BUSY,
+			           "publish: the store's map is full and %d restore(s) in progress "
+			           "pin "
+			           "the pages eviction would free; retry shortly",
+			           (int)atomic_load(&s->open_snapshots));
+		} else if (rc == MDB_MAP_FULL) {
+			status_set(ps[i].st, STATUS_FULL,
+			           "publish: the store is full and nothing is left to evict");
+		} else if (rc) {
+			store_mdb_error(ps[i].st, rc, "publish");
+		} else {
+			ps[i].res->evicted = evicted;
+			atomic_fetch_add(ps[i].res->created ? &s->publishes : &s->publish_exists,
+			                 1);
+		}
+	}
+}
+
 enum status_code store_publish_batch(struct store *s, const struct store_publish_req *reqs,
                                      struct store_publish_res *res, struct status *sts, uint32_t n)
 {
@@ -420,79 +481,16 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 			valid++;
 		}
 	}
-	int rc = 0;
-	uint32_t evicted = 0;
 	if (valid > 1 && need > s->opt.max_bytes) {
-		/* together they do not fit: one at a time, each making its own room,
-		 * rather than evicting everything for a batch that cannot fit */
-		for (uint32_t i = 0; i < n; i++) {
-			if (!ps[i].ok)
-				continue;
-			struct status one;
-			store_publish_batch(s, &reqs[i], &res[i], &one, 1);
-			*ps[i].st = one;
-		}
-		for (uint32_t i = 0; i < n; i++) {
-			free(ps[i].sums);
-			free(ps[i].tags);
-			free(ps[i].sizes);
-			if (ps[i].st->code != STATUS_OK && first == STATUS_OK)
-				first = ps[i].st->code;
-		}
-		free(ps);
-		return first;
-	}
-	if (valid) {
-		struct store_totals t;
-		MDB_txn *rtxn;
-		rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &rtxn);
-		if (!rc) {
-			/* entries already stored need no room */
-			for (uint32_t i = 0; i < n; i++) {
-				MDB_val k = {STORE_KEY_LEN, res[i].key}, v;
-				if (ps[i].ok && mdb_get(rtxn, s->entries, &k, &v) == 0)
-					need -= res[i].bytes;
-			}
-			rc = store_totals_get(s, rtxn, &t);
-			mdb_txn_abort(rtxn);
-		}
-		if (!rc && t.bytes + need > s->opt.max_bytes)
-			rc = make_room(s, need, &evicted, 0);
-		for (int tries = 0; !rc; tries++) {
-			rc = write_all(s, ps, n);
-			if (rc != MDB_MAP_FULL || tries >= MAP_FULL_TRIES)
-				break;
-			atomic_fetch_add(&s->map_full_retries, 1);
-			/* Pages freed while a restore's read transaction is open stay
-			 * pinned until it ends: evicting more would empty the store
-			 * and still not make room. Say BUSY; the caller retries. */
-			if (tries > 0 && atomic_load(&s->open_snapshots) > 0) {
-				rc = MAP_PINNED;
-				break;
-			}
-			rc = make_room(s, need, &evicted, 1);
-		}
+		/* together they do not fit: one commit each, each making its own
+		 * room, rather than evicting everything for a batch that cannot fit */
+		for (uint32_t i = 0; i < n; i++)
+			if (ps[i].ok)
+				write_group(s, &ps[i], 1);
+	} else if (valid) {
+		write_group(s, ps, n);
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		if (ps[i].ok) {
-			if (rc == MAP_PINNED) {
-				status_set(ps[i].st, STATUS_BUSY,
-				           "publish: the store's map is full and %d restore(s) in "
-				           "progress "
-				           "pin the pages eviction would free; retry shortly",
-				           (int)atomic_load(&s->open_snapshots));
-			} else if (rc) {
-				store_mdb_error(ps[i].st, rc, "publish");
-				if (rc == MDB_MAP_FULL)
-					status_set(ps[i].st, STATUS_FULL,
-					           "publish: the store is full and nothing is left "
-					           "to evict");
-			} else {
-				res[i].evicted = evicted;
-				atomic_fetch_add(
-				        res[i].created ? &s->publishes : &s->publish_exists, 1);
-			}
-		}
 		free(ps[i].sums);
 		free(ps[i].tags);
 		free(ps[i].sizes);
