@@ -34,6 +34,7 @@
 #include "benchutil.h"
 #include "frame.h"
 #include "k3cache.h"
+#include "k3shape.h"
 #include "model.h"
 #include "store.h"
 
@@ -41,10 +42,6 @@
 #error "K3_DAEMON_PATH must name the k3cached binary"
 #endif
 
-#define KDA_CONV  147456u
-#define KDA_REC   1572864u
-#define MLA_K     512u
-#define MLA_V     64u
 #define SNAP_P    4096u
 #define CAPACITY  (UINT64_C(8) << 30)
 #define INFLIGHT  (UINT64_C(1) << 30)
@@ -127,31 +124,10 @@ static void sleep_ms(long ms)
 
 /* ---- models and snapshots (as bench/store.c) ------------------------------- */
 
-/* A K3-shaped model: n_kda KDA layers and n_mla MLA layers, 3:1 with the MLA
- * layers last in each block of four. */
 static struct model_spec *k3_model(const char *name, uint32_t n_kda, uint32_t n_mla)
 {
-	uint32_t n = n_kda + n_mla;
-	struct model_layer *l = calloc(n, sizeof(*l));
-	if (!l)
-		fail("out of memory");
-	uint32_t kda = 0, mla = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		int want_mla = (i % 4 == 3 && mla < n_mla) || kda == n_kda;
-		if (want_mla) {
-			l[i] = (struct model_layer){
-			        .mixer = MODEL_MIXER_MLA, .k_row = MLA_K, .v_row = MLA_V};
-			mla++;
-		} else {
-			l[i] = (struct model_layer){.mixer = MODEL_MIXER_KDA,
-			                            .conv_len = KDA_CONV,
-			                            .recurrent_len = KDA_REC};
-			kda++;
-		}
-	}
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = model_new(name, "bench", "bench", l, n, err);
-	free(l);
+	struct model_spec *m = k3shape_model(name, n_kda, n_mla, err);
 	if (!m)
 		fail("model %s: %s", name, err);
 	return m;
@@ -177,30 +153,10 @@ static struct snap make_snap(const struct model_spec *m, uint32_t p, uint32_t se
 	if (!s.bufs || !s.blobs || !s.k3 || !s.sizes)
 		fail("out of memory");
 	for (uint32_t i = 0; i < m->n_layers; i++) {
-		const struct model_layer *l = &m->layers[i];
-		uint64_t n0 = l->mixer == MODEL_MIXER_KDA ? l->conv_len : (uint64_t)p * l->k_row;
-		uint64_t n1 =
-		        l->mixer == MODEL_MIXER_KDA ? l->recurrent_len : (uint64_t)p * l->v_row;
-		size_t len = model_layer_blob_size(l, p);
-		unsigned char *b = xmalloc(len);
-		size_t off = 0;
-		b[off++] = (unsigned char)l->mixer;
-		if (l->mixer == MODEL_MIXER_MLA) {
-			memcpy(b + off, &p, 4);
-			off += 4;
-		}
-		uint32_t c0 = (uint32_t)n0, c1 = (uint32_t)n1;
-		memcpy(b + off, &c0, 4);
-		for (uint64_t j = 0; j < n0; j++) {
-			float v = (float)((j + seed + i) % 997) * 1e-3f;
-			memcpy(b + off + 4 + j * 4, &v, 4);
-		}
-		off += 4 + n0 * 4;
-		memcpy(b + off, &c1, 4);
-		for (uint64_t j = 0; j < n1; j++) {
-			float v = (float)((j * 7 + seed + i) % 991) * 1e-3f;
-			memcpy(b + off + 4 + j * 4, &v, 4);
-		}
+		size_t len;
+		unsigned char *b = k3shape_blob(&m->layers[i], i, p, seed, &len);
+		if (!b)
+			fail("out of memory");
 		s.bufs[i] = b;
 		s.blobs[i].data = b;
 		s.blobs[i].size = len;
