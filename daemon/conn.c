@@ -249,25 +249,30 @@ void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st)
 	queue_response(c, &resp);
 }
 
-struct stream_ref {
-	struct k3d_server *srv;
-	struct store_snapshot *snap;
-};
+void k3d_stream_unref(struct k3d_stream *st)
+{
+	if (--st->refs > 0)
+		return;
+	st->srv->restores_active--;
+	store_snapshot_release(st->snap);
+	free(st);
+}
 
 static void release_snapshot(const void *data, size_t len, void *arg)
 {
 	(void)data;
 	(void)len;
-	struct stream_ref *ref = arg;
-	ref->srv->restores_active--;
-	store_snapshot_release(ref->snap);
-	free(ref);
+	k3d_stream_unref(arg);
 }
 
-void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
+void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap,
+                              int verify_later)
 {
-	struct stream_ref *ref = malloc(sizeof(*ref));
-	if (!ref) {
+	struct k3d_stream *ref = malloc(sizeof(*ref));
+	struct k3d_job *job = verify_later ? calloc(1, sizeof(*job)) : NULL;
+	if (!ref || (verify_later && !job)) {
+		free(ref);
+		free(job);
 		store_snapshot_release(snap);
 		struct status st;
 		status_set(&st, STATUS_BUSY, "out of memory; retry later");
@@ -276,7 +281,17 @@ void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct s
 	}
 	ref->srv = c->srv;
 	ref->snap = snap;
+	ref->refs = 1;
 	c->srv->restores_active++;
+	if (job) {
+		/* the chunks are checked on the writer thread while they are sent;
+		 * the client validates every layer itself before using any */
+		k3cache__v1__response__init(&job->resp);
+		job->chore = K3D_CHORE_VERIFY;
+		job->stream = ref;
+		ref->refs++;
+		k3d_writer_submit(c->srv->writer, job);
+	}
 	queue_response(c, resp);
 	/* the blobs go out by reference, straight from the map; the read
 	 * transaction ends when the last of them has been sent (or dropped) */

@@ -149,9 +149,11 @@ void k3d_conn_request_done(struct k3d_conn *c);
 /* Resumes connections waiting for in-flight memory. */
 void k3d_conn_resume_waiting(struct k3d_server *srv);
 void k3d_conn_sweep_timeouts(struct k3d_server *srv);
-/* Frees a snapshot when the last byte of it has been sent. */
-void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp,
-                              struct store_snapshot *snap);
+/* Streams a snapshot's blobs after resp; frees the snapshot when the last
+ * byte has been sent (and, when verify_later, its chunks have been checked
+ * by the writer thread). */
+void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap,
+                              int verify_later);
 
 /* handlers.c: executes a complete request of connection c. */
 void k3d_handle(struct k3d_conn *c);
@@ -163,11 +165,22 @@ enum k3d_chore {
 	K3D_CHORE_NONE = 0, /* a client's request */
 	K3D_CHORE_FLUSH,    /* write batched last-used times */
 	K3D_CHORE_SYNC,     /* durability fast: sync the map */
+	K3D_CHORE_VERIFY,   /* check the chunks of a restore being streamed */
 };
+
+/* A restore being streamed: the snapshot lives until the last byte is sent
+ * and its deferred check is done (both counted on the loop thread). */
+struct k3d_stream {
+	struct k3d_server *srv;
+	struct store_snapshot *snap;
+	int refs;
+};
+void k3d_stream_unref(struct k3d_stream *st);
 
 struct k3d_job {
 	struct k3d_job *next;
-	enum k3d_chore chore; /* housekeeping jobs have no connection */
+	enum k3d_chore chore;      /* housekeeping jobs have no connection */
+	struct k3d_stream *stream; /* K3D_CHORE_VERIFY */
 	struct k3d_conn *conn;
 	frame_request *req;
 	unsigned char *payload;

@@ -68,7 +68,7 @@ static void send_snapshot(struct k3d_conn *c, frame_response *resp, struct store
 	resp->payload_len = snap->bytes;
 	resp->model.data = snap->fingerprint;
 	resp->model.len = 32;
-	k3d_conn_stream_snapshot(c, resp, snap);
+	k3d_conn_stream_snapshot(c, resp, snap, 1);
 	free(refs);
 	free(storage);
 }
@@ -129,7 +129,8 @@ static void op_lookup(struct k3d_conn *c)
 	if (!restore_slot(c))
 		return;
 	struct store_snapshot *snap;
-	if (store_restore(c->srv->store, res.key, &snap, &st) != STATUS_OK) {
+	if (store_restore_opt(c->srv->store, res.key, STORE_RESTORE_USE | STORE_RESTORE_DEFER,
+	                      &snap, &st) != STATUS_OK) {
 		if (st.code == STATUS_NOT_FOUND) {
 			/* evicted between the lookup and the restore: a miss */
 			r.prefix_len = 0;
@@ -150,8 +151,9 @@ static void op_restore(struct k3d_conn *c)
 		return;
 	struct store_snapshot *snap;
 	struct status st;
-	if (store_restore_opt(c->srv->store, c->req->restore->key.data, !c->req->restore->peek,
-	                      &snap, &st) != STATUS_OK) {
+	unsigned flags = STORE_RESTORE_DEFER | (c->req->restore->peek ? 0u : STORE_RESTORE_USE);
+	if (store_restore_opt(c->srv->store, c->req->restore->key.data, flags, &snap, &st) !=
+	    STATUS_OK) {
 		k3d_conn_error(c, c->req->id, &st);
 		return;
 	}

@@ -119,6 +119,14 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 	while (job) {
 		struct k3d_job *next = job->next;
 		struct k3d_conn *c = job->conn;
+		if (job->chore == K3D_CHORE_VERIFY) {
+			if (job->st.code == STATUS_CORRUPT)
+				k3d_log(K3D_LOG_WARN, "restore: %s", job->st.message);
+			k3d_stream_unref(job->stream);
+			k3d_job_free(job);
+			job = next;
+			continue;
+		}
 		if (job->chore) {
 			srv->chore_pending = 0;
 			k3d_job_free(job);

@@ -112,6 +112,8 @@ static void *writer_main(void *arg)
 			store_flush(w->srv->store, NULL);
 		else if (batch[0]->chore == K3D_CHORE_SYNC)
 			store_sync(w->srv->store, NULL);
+		else if (batch[0]->chore == K3D_CHORE_VERIFY)
+			store_snapshot_verify(batch[0]->stream->snap, &batch[0]->st);
 		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			run_publishes(w->srv, batch, n);
 		else

@@ -166,10 +166,21 @@ enum status_code store_restore(struct store *s, const uint8_t key[STORE_KEY_LEN]
                                struct store_snapshot **out, struct status *st);
 void store_snapshot_release(struct store_snapshot *snap);
 
-/* store_restore(); `use` says whether it counts as a use (LRU, counters):
- * an operator's inspect or export does not. */
-enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN], int use,
-                                   struct store_snapshot **out, struct status *st);
+/* store_restore() with flags:
+ *  STORE_RESTORE_USE    it counts as a use (LRU, counters); an operator's
+ *                       inspect or export does not;
+ *  STORE_RESTORE_DEFER  chunk checksums are not checked now: the caller
+ *                       streams the views at once to a client that validates
+ *                       every layer itself, and calls store_snapshot_verify()
+ *                       (any thread) to find and quarantine damage. */
+#define STORE_RESTORE_USE   1u
+#define STORE_RESTORE_DEFER 2u
+enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN],
+                                   unsigned flags, struct store_snapshot **out, struct status *st);
+
+/* Checks every chunk of a snapshot taken with STORE_RESTORE_DEFER; on a
+ * mismatch the entry is quarantined and CORRUPT returned. */
+enum status_code store_snapshot_verify(struct store_snapshot *snap, struct status *st);
 
 /* ---- administration ---- */
 

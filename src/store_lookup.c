@@ -136,6 +136,8 @@ struct store_snapshot_priv {
 	struct store *s;
 	MDB_txn *txn;
 	struct store_segment *segs;
+	struct store_segment *chunks; /* whole chunk values, for a deferred check */
+	uint64_t n_chunks;
 };
 
 void store_snapshot_release(struct store_snapshot *snap)
@@ -146,6 +148,7 @@ void store_snapshot_release(struct store_snapshot *snap)
 		mdb_txn_abort(snap->priv->txn);
 		atomic_fetch_sub(&snap->priv->s->open_snapshots, 1);
 		free(snap->priv->segs);
+		free(snap->priv->chunks);
 		free(snap->priv);
 	}
 	free(snap->layers);
@@ -167,12 +170,31 @@ static enum status_code corrupt(struct store *s, struct store_snapshot *snap, st
 enum status_code store_restore(struct store *s, const uint8_t key[STORE_KEY_LEN],
                                struct store_snapshot **out, struct status *st)
 {
-	return store_restore_opt(s, key, 1, out, st);
+	return store_restore_opt(s, key, STORE_RESTORE_USE, out, st);
 }
 
-enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN], int use,
-                                   struct store_snapshot **out, struct status *st)
+enum status_code store_snapshot_verify(struct store_snapshot *snap, struct status *st)
 {
+	struct store_snapshot_priv *priv = snap->priv;
+	for (uint64_t c = 0; c < priv->n_chunks; c++) {
+		const unsigned char *v = priv->chunks[c].data;
+		uint64_t sum;
+		memcpy(&sum, v, 8);
+		if (XXH3_64bits_withSeed(v + 8, priv->chunks[c].len - 8, c) != sum) {
+			atomic_fetch_add(&priv->s->corrupt, 1);
+			store_quarantine(priv->s, snap->key);
+			return status_set(st, STATUS_CORRUPT,
+			                  "chunk %llu fails its checksum; the entry is quarantined",
+			                  (unsigned long long)c);
+		}
+	}
+	return STATUS_OK;
+}
+
+enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN],
+                                   unsigned flags, struct store_snapshot **out, struct status *st)
+{
+	int use = (flags & STORE_RESTORE_USE) != 0, defer = (flags & STORE_RESTORE_DEFER) != 0;
 	*out = NULL;
 	struct store_snapshot *snap = calloc(1, sizeof(*snap));
 	struct store_snapshot_priv *priv = calloc(1, sizeof(*priv));
@@ -215,7 +237,11 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	uint64_t nchunks = (r.bytes + STORE_CHUNK_DATA - 1) / STORE_CHUNK_DATA;
 	snap->layers = calloc(r.n_layers, sizeof(*snap->layers));
 	priv->segs = calloc((size_t)(nchunks + r.n_layers), sizeof(*priv->segs));
-	if (!snap->layers || !priv->segs) {
+	if (defer) {
+		priv->chunks = calloc((size_t)nchunks + 1, sizeof(*priv->chunks));
+		priv->n_chunks = nchunks;
+	}
+	if (!snap->layers || !priv->segs || (defer && !priv->chunks)) {
 		store_snapshot_release(snap);
 		return status_set(st, STATUS_INTERNAL, "out of memory");
 	}
@@ -248,10 +274,15 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 		if (v.mv_size != want + 8)
 			return corrupt(s, snap, st, "has the wrong size", c);
 		const unsigned char *data = (const unsigned char *)v.mv_data + 8;
-		uint64_t sum;
-		memcpy(&sum, v.mv_data, 8);
-		if (XXH3_64bits_withSeed(data, (size_t)want, c) != sum)
-			return corrupt(s, snap, st, "fails its checksum", c);
+		if (defer) {
+			priv->chunks[c].data = v.mv_data;
+			priv->chunks[c].len = v.mv_size;
+		} else {
+			uint64_t sum;
+			memcpy(&sum, v.mv_data, 8);
+			if (XXH3_64bits_withSeed(data, (size_t)want, c) != sum)
+				return corrupt(s, snap, st, "fails its checksum", c);
+		}
 		while (want) {
 			while (left_in_layer == 0 && li + 1 < r.n_layers) {
 				li++;
