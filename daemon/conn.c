@@ -8,6 +8,7 @@
  * --max-inflight bytes for publishes. */
 #include <errno.h>
 #include <event2/buffer.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -602,9 +603,15 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 		                c->state == K3D_DISCARD || (c->state == K3D_READ_LEN && c->hgot);
 		int sending = evbuffer_get_length(c->out) > 0;
 		const char *why = NULL;
-		if ((mid_frame || sending) && still >= srv->cfg.stall_timeout)
+		if (c->state == K3D_WAIT_MEMORY) {
+			/* not read while it waits: notice a client that went away */
+			struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
+			if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+				why = "left while waiting for in-flight memory";
+		}
+		if (!why && (mid_frame || sending) && still >= srv->cfg.stall_timeout)
 			why = sending ? "stalled reading its reply" : "stalled mid-frame";
-		else if (c->state == K3D_READ_LEN && !sending && idle >= srv->cfg.idle_timeout)
+		if (!why && c->state == K3D_READ_LEN && !sending && idle >= srv->cfg.idle_timeout)
 			why = "idle";
 		if (why) {
 			k3d_log(K3D_LOG_INFO, "conn %llu (%s): closed: %s",

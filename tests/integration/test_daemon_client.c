@@ -430,6 +430,71 @@ static void test_inflight_cap_waits(void **state)
 	k3cache_close(c);
 }
 
+static uint64_t counter(struct k3cache *c, const char *name)
+{
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Stat st = K3CACHE__V1__STAT__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_STAT;
+	req.stat = &st;
+	frame_response *r;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_call(c, &req, &r, &e), 0);
+	uint64_t v = UINT64_MAX;
+	for (size_t i = 0; i < r->n_counters; i++)
+		if (!strcmp(r->counters[i]->name, name))
+			v = r->counters[i]->value;
+	k3cache_response_free(r);
+	return v;
+}
+
+static int raw_publish_header(uint64_t bytes)
+{
+	int fd = daemonutil_connect_raw(d.sock);
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Publish pub = K3CACHE__V1__PUBLISH__INIT;
+	K3cache__V1__LayerRef ref = K3CACHE__V1__LAYER_REF__INIT, *refs[1] = {&ref};
+	uint32_t tokens[2] = {1, 2};
+	ref.size = bytes;
+	pub.model.data = twin->fingerprint;
+	pub.model.len = 32;
+	pub.tokens = tokens;
+	pub.n_tokens = 2;
+	pub.layers = refs;
+	pub.n_layers = 1;
+	req.op_case = K3CACHE__V1__REQUEST__OP_PUBLISH;
+	req.publish = &pub;
+	req.payload_len = bytes;
+	assert_int_equal(daemonutil_send_request(fd, &req), 0);
+	return fd;
+}
+
+/* A publish waiting for in-flight memory whose client goes away is closed by
+ * the daemon without waiting for the memory. */
+static void test_waiting_publish_client_leaves(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	uint64_t before = counter(c, "connections_open");
+	int a = raw_publish_header(3u << 20); /* holds 3 of the 4 MiB in flight */
+	unsigned char mib[1 << 20];
+	memset(mib, 0, sizeof(mib));
+	assert_int_equal(daemonutil_write_all(a, mib, sizeof(mib)), 0);
+	int b = raw_publish_header(3u << 20); /* must wait */
+	daemonutil_sleep_ms(300);
+	assert_int_equal(counter(c, "connections_open"), before + 2);
+	close(b);
+	/* the sweep runs every second; a keeps trickling so it is not stalled */
+	int gone = 0;
+	for (int i = 0; i < 20 && !gone; i++) {
+		daemonutil_sleep_ms(150);
+		assert_int_equal(daemonutil_write_all(a, mib, 1), 0);
+		gone = counter(c, "connections_open") == before + 1;
+	}
+	assert_true(gone);
+	close(a);
+	k3cache_close(c);
+}
+
 /* SIGTERM while a large publish streams in: the daemon exits 0, and after a
  * restart every entry is whole or absent. */
 static void test_sigterm_during_publish(void **state)
@@ -476,6 +541,7 @@ int main(void)
 	        cmocka_unit_test(test_concurrent_clients),
 	        cmocka_unit_test(test_stalled_clients_do_not_block_others),
 	        cmocka_unit_test(test_inflight_cap_waits),
+	        cmocka_unit_test(test_waiting_publish_client_leaves),
 	        cmocka_unit_test(test_sigterm_during_publish),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
