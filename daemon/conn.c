@@ -423,6 +423,13 @@ static void process(struct k3d_conn *c)
 		switch (c->state) {
 		case K3D_READ_LEN:
 			if (c->in_end == c->in_start) {
+				if (c->eof) {
+					/* all it sent is answered or queued: close once the
+					 * replies are out (on_write does the closing) */
+					c->closing = 1;
+					event_active(c->wev, EV_WRITE, 0);
+					return;
+				}
 				set_reading(c, 1);
 				return;
 			}
@@ -547,12 +554,13 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 			int mid = c->state == K3D_READ_HEADER || c->state == K3D_READ_PAYLOAD ||
 			          c->state == K3D_DISCARD || c->state == K3D_WAIT_MEMORY ||
 			          (c->state == K3D_READ_LEN && c->hgot);
-			if (mid || (c->state != K3D_BUSY && evbuffer_get_length(c->out) == 0)) {
+			if (mid) {
 				k3d_conn_close(c);
 				return;
 			}
-			c->closing = 1;
+			c->eof = 1;
 			set_reading(c, 0);
+			process(c); /* requests still buffered get their answers */
 			return;
 		}
 		if (errno == EINTR)

@@ -100,6 +100,7 @@ struct k3d_conn {
 	enum k3d_conn_state state;
 	int reading; /* read event enabled */
 	int closing; /* close once out is drained */
+	int eof;     /* the client half-closed: answer what it sent, then close */
 	int dead;    /* closed while the writer holds a request of ours */
 	char peer[64];
 
