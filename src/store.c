@@ -9,8 +9,9 @@
 
 #include "store_internal.h"
 
-#define DEFAULT_MAX_BYTES (UINT64_C(1) << 30)
-#define TOUCH_CAP         65536u
+#define DEFAULT_MAX_BYTES   (UINT64_C(1) << 30)
+#define DEFAULT_STAGE_BYTES (UINT64_C(32) << 20)
+#define TOUCH_CAP           65536u
 
 static uint64_t real_clock(void)
 {
@@ -178,6 +179,8 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		s->opt = *opt;
 	if (!s->opt.max_bytes)
 		s->opt.max_bytes = DEFAULT_MAX_BYTES;
+	if (!s->opt.stage_bytes)
+		s->opt.stage_bytes = DEFAULT_STAGE_BYTES;
 	if (!s->opt.map_size)
 		s->opt.map_size = s->opt.max_bytes * 2 + (UINT64_C(64) << 20);
 	s->dir = strdup(dir);
@@ -238,6 +241,20 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		mdb_txn_abort(txn);
 		goto fail;
 	}
+	rc = mdb_dbi_open(txn, "pending", s->opt.read_only ? 0 : MDB_CREATE, &s->pending);
+	s->has_pending = rc == 0;
+	if (rc && rc != MDB_NOTFOUND) {
+		mdb_txn_abort(txn);
+		code = store_mdb_error(st, rc, "opening the databases");
+		goto fail;
+	}
+	uint32_t swept = 0;
+	if (!s->opt.read_only && (rc = store_sweep_staged(s, txn, &swept)) != 0) {
+		mdb_txn_abort(txn);
+		code = store_mdb_error(st, rc, "removing unfinished publishes");
+		goto fail;
+	}
+	s->swept_at_open = swept;
 	struct store_totals t;
 	if ((rc = store_totals_get(s, txn, &t)) != 0) {
 		mdb_txn_abort(txn);
@@ -746,6 +763,11 @@ enum status_code store_get_stats(struct store *s, struct store_stats *out, struc
 		out->entries = ms.ms_entries;
 	if (mdb_stat(txn, s->models, &ms) == 0)
 		out->models = ms.ms_entries;
+	if (s->has_pending && mdb_stat(txn, s->pending, &ms) == 0)
+		out->staging = ms.ms_entries;
+	if (mdb_stat(txn, s->chunks, &ms) == 0)
+		out->chunks = ms.ms_entries;
+	out->swept = s->swept_at_open;
 	struct store_totals t;
 	if (store_totals_get(s, txn, &t) == 0)
 		out->bytes = t.bytes;

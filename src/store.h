@@ -15,6 +15,8 @@
  *   nodes    block-hash node -> u32 count of entries whose path passes it
  *   attach   node (DUPSORT) -> u32 P (BE) | u64 tail hash | key
  *   lru      u64 use sequence (BE) | key -> ""
+ *   pending  key -> u32 pid | u64 process start | u64 created | u64 bytes:
+ *            a staged publish in progress; its chunks exist, its record not yet
  *
  * Longest-prefix lookup hashes the prompt in blocks (prefix.h), binary-searches
  * the deepest node present, then checks the entries attached at and above it,
@@ -44,6 +46,8 @@ struct store_options {
 	uint64_t max_bytes; /* capacity for blob bytes; 0: 1 GiB */
 	uint64_t map_size;  /* LMDB map size; 0: derived from max_bytes */
 	enum store_durability durability;
+	uint64_t stage_bytes;    /* a publish larger than this is written in stages of about
+	                            this size (store_staged.c); 0: 32 MiB */
 	int read_only;           /* open an existing store without writing */
 	uint64_t (*clock)(void); /* unix seconds; NULL: the real clock (tests set it) */
 };
@@ -265,6 +269,10 @@ struct store_stats {
 	        restores, corrupt, map_full_retries;
 	/* the map */
 	uint64_t map_size, map_used_pages, free_pages, page_size, file_bytes;
+	/* staged publishes (store_staged.c) */
+	uint64_t staging; /* in progress now */
+	uint64_t swept;   /* left unfinished by a dead process, removed at open */
+	uint64_t chunks;  /* chunk rows, staged or committed */
 };
 
 enum status_code store_get_stats(struct store *s, struct store_stats *out, struct status *st);

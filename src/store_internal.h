@@ -62,7 +62,8 @@ struct store_touch {
 
 struct store {
 	MDB_env *env;
-	MDB_dbi meta, models, entries, tokens, chunks, nodes, attach, lru;
+	MDB_dbi meta, models, entries, tokens, chunks, nodes, attach, lru, pending;
+	int has_pending; /* a read-only open of an older store may lack it */
 	struct store_options opt;
 	char *dir;
 
@@ -74,6 +75,7 @@ struct store {
 
 	atomic_uint_fast64_t lru_clock;
 	atomic_int open_snapshots;
+	uint32_t swept_at_open; /* unfinished staged publishes removed at open */
 	atomic_uint_fast64_t hits, misses, hit_tokens, publishes, publish_exists, evictions,
 	        quarantined, restores, corrupt, map_full_retries;
 };
@@ -130,6 +132,37 @@ int store_read_record(struct store *s, MDB_txn *txn, const uint8_t key[STORE_KEY
 
 /* Tail hash for attach records. */
 uint64_t store_tail_hash(const uint32_t *tokens, uint32_t from, uint32_t to);
+
+/* Not LMDB codes: the map is full of pages pinned by open restores. */
+#define STORE_MAP_PINNED     (-30000)
+#define STORE_MAP_FULL_TRIES 64
+
+/* Copies bytes [off, off+len) of the request's layers laid end to end. */
+void store_copy_stream(const struct store_publish_req *r, uint64_t off, unsigned char *dst,
+                       size_t len);
+
+/* Writes an entry's record, tokens, prefix index and LRU row (not its chunks)
+ * and adds its bytes to *totals. MDB_KEYEXIST when the record exists. */
+int store_write_index(struct store *s, MDB_txn *txn, const struct store_publish_req *r,
+                      const uint8_t *key, uint64_t bytes, const uint8_t *tags,
+                      const uint64_t *sizes, const uint64_t *sums, struct store_totals *totals);
+
+/* Evicts in its own transactions until `need` more bytes fit (force: after a
+ * MAP_FULL, free `need` more than now; MDB_MAP_FULL when nothing is left). */
+int store_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force);
+
+/* store_staged.c: writes one validated-in-structure entry larger than the
+ * stage size in short transactions under a pending row, scanning its layers
+ * (filling layer_sums) on a helper thread meanwhile. Returns 0, an LMDB code
+ * or STORE_MAP_PINNED, or -1 with st set (invalid layer, busy key). */
+int store_publish_staged(struct store *s, const struct store_publish_req *r,
+                         const struct model_spec *m, const uint8_t *key, uint64_t total,
+                         const uint8_t *tags, const uint64_t *sizes, uint64_t *layer_sums,
+                         int *created, uint32_t *evicted, struct status *st);
+
+/* Removes the pending rows (and their chunks) of staged publishes whose
+ * process is gone. Counts them in *swept. */
+int store_sweep_staged(struct store *s, MDB_txn *txn, uint32_t *swept);
 
 /* Fills an info from a record (salt and layers copied). */
 int store_info_from_record(const struct store_record *r, struct store_entry_info *info);

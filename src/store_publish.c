@@ -11,9 +11,7 @@
 #include "checksum.h"
 #include "store_internal.h"
 
-#define MAX_SALT       1024u
-#define MAP_FULL_TRIES 64
-#define MAP_PINNED     (-30000) /* not an LMDB code: the map is full of pinned pages */
+#define MAX_SALT 1024u
 
 /* One request after validation. */
 struct pending {
@@ -24,6 +22,8 @@ struct pending {
 	uint64_t *sums;
 	uint8_t *tags;
 	uint64_t *sizes;
+	struct model_spec *model; /* kept for a staged publish, which scans later */
+	int staged;               /* larger than the stage size: store_staged.c */
 };
 
 /* Validation of every layer of one publish: one pass over the bytes (scan and
@@ -120,15 +120,30 @@ static enum status_code validate(struct store *s, struct pending *p)
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < r->n_blobs; i++)
 		total += r->blobs[i].size;
-	struct check_job job = {.r = r, .m = m, .sums = p->sums, .first_bad = UINT32_MAX};
-	check_layers_parallel(&job, total);
-	if (job.first_bad != UINT32_MAX) {
-		code = status_set(st, STATUS_INVALID, "%s", job.message);
-		goto out;
+	p->staged = total > s->opt.stage_bytes;
+	if (p->staged) {
+		/* the structure now; the scan runs beside the staged writes */
+		for (uint32_t i = 0; i < r->n_blobs; i++) {
+			struct blob_view view;
+			struct blob_error berr;
+			if (blob_check_shape(r->blobs[i].data, r->blobs[i].size, m, i, r->n_tokens,
+			                     &view, &berr) != BLOB_OK) {
+				code = status_set(st, STATUS_INVALID, "%.200s (%s)", berr.message,
+				                  blob_class_name(berr.cls));
+				goto out;
+			}
+		}
+	} else {
+		struct check_job job = {.r = r, .m = m, .sums = p->sums, .first_bad = UINT32_MAX};
+		check_layers_parallel(&job, total);
+		if (job.first_bad != UINT32_MAX) {
+			code = status_set(st, STATUS_INVALID, "%s", job.message);
+			goto out;
+		}
 	}
 	for (uint32_t i = 0; i < r->n_blobs; i++) {
 		const struct store_blob *b = &r->blobs[i];
-		if (b->xxh3 && b->xxh3 != p->sums[i]) {
+		if (!p->staged && b->xxh3 && b->xxh3 != p->sums[i]) {
 			code = status_set(
 			        st, STATUS_INVALID,
 			        "layer %u: checksum mismatch: given %016llx, the bytes hash to "
@@ -148,14 +163,17 @@ static enum status_code validate(struct store *s, struct pending *p)
 	p->res->bytes = total;
 	prefix_key(r->fingerprint, r->salt, r->salt_len, r->tokens, r->n_tokens, p->res->key);
 	p->ok = 1;
+	if (p->staged) {
+		p->model = m;
+		m = NULL;
+	}
 out:
 	model_free(m);
 	return code;
 }
 
-/* Copies bytes [off, off+len) of the entry's layer stream to dst. */
-static void copy_stream(const struct store_publish_req *r, uint64_t off, unsigned char *dst,
-                        size_t len)
+void store_copy_stream(const struct store_publish_req *r, uint64_t off, unsigned char *dst,
+                       size_t len)
 {
 	uint32_t i = 0;
 	while (i < r->n_blobs && off >= r->blobs[i].size) {
@@ -189,12 +207,10 @@ static int bump_node(struct store *s, MDB_txn *txn, const uint8_t *node)
 	return mdb_put(txn, s->nodes, &k, &nv, 0);
 }
 
-/* Writes one validated entry. MDB_KEYEXIST when it is already stored. */
-static int write_entry(struct store *s, MDB_txn *txn, struct pending *p,
-                       struct store_totals *totals)
+int store_write_index(struct store *s, MDB_txn *txn, const struct store_publish_req *r,
+                      const uint8_t *key, uint64_t bytes, const uint8_t *tags,
+                      const uint64_t *sizes, const uint64_t *sums, struct store_totals *totals)
 {
-	const struct store_publish_req *r = p->req;
-	const uint8_t *key = p->res->key;
 	uint64_t now = store_now(s);
 	uint64_t seq = atomic_fetch_add(&s->lru_clock, 1) + 1;
 	struct store_record rec = {
@@ -203,7 +219,7 @@ static int write_entry(struct store *s, MDB_txn *txn, struct pending *p,
 	        .created = now,
 	        .last_used = now,
 	        .lru_seq = seq,
-	        .bytes = p->res->bytes,
+	        .bytes = bytes,
 	        .salt_len = (uint32_t)r->salt_len,
 	        .salt = r->salt,
 	};
@@ -214,28 +230,11 @@ static int write_entry(struct store *s, MDB_txn *txn, struct pending *p,
 	int rc = mdb_put(txn, s->entries, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
 	if (rc)
 		return rc;
-	store_record_encode(&rec, p->tags, p->sizes, p->sums, v.mv_data);
+	store_record_encode(&rec, tags, sizes, sums, v.mv_data);
 
 	MDB_val tv = {(size_t)r->n_tokens * 4u, (void *)r->tokens};
 	if ((rc = mdb_put(txn, s->tokens, &k, &tv, 0)) != 0)
 		return rc;
-
-	/* chunks: the layers end to end, cut into equal chunks */
-	unsigned char ck[STORE_CHUNK_KEY_LEN];
-	memcpy(ck, key, STORE_KEY_LEN);
-	uint64_t total = p->res->bytes;
-	for (uint64_t off = 0, c = 0; off < total; off += STORE_CHUNK_DATA, c++) {
-		size_t len =
-		        (size_t)(total - off < STORE_CHUNK_DATA ? total - off : STORE_CHUNK_DATA);
-		store_be32(ck + STORE_KEY_LEN, (uint32_t)c);
-		MDB_val cvk = {sizeof(ck), ck}, cv = {len + 8, NULL};
-		if ((rc = mdb_put(txn, s->chunks, &cvk, &cv, MDB_RESERVE)) != 0)
-			return rc;
-		unsigned char *dst = cv.mv_data;
-		copy_stream(r, off, dst + 8, len);
-		uint64_t sum = XXH3_64bits_withSeed(dst + 8, len, c);
-		memcpy(dst, &sum, 8);
-	}
 
 	/* the prefix index */
 	uint32_t depth = r->n_tokens / PREFIX_BLOCK;
@@ -263,7 +262,36 @@ static int write_entry(struct store *s, MDB_txn *txn, struct pending *p,
 	MDB_val lkv = {sizeof(lk), lk}, empty = {0, NULL};
 	if ((rc = mdb_put(txn, s->lru, &lkv, &empty, 0)) != 0)
 		return rc;
-	totals->bytes += p->res->bytes;
+	totals->bytes += bytes;
+	return 0;
+}
+
+/* Writes one validated entry. MDB_KEYEXIST when it is already stored. */
+static int write_entry(struct store *s, MDB_txn *txn, struct pending *p,
+                       struct store_totals *totals)
+{
+	const struct store_publish_req *r = p->req;
+	const uint8_t *key = p->res->key;
+	int rc = store_write_index(s, txn, r, key, p->res->bytes, p->tags, p->sizes, p->sums,
+	                           totals);
+	if (rc)
+		return rc;
+	/* chunks: the layers end to end, cut into equal chunks */
+	unsigned char ck[STORE_CHUNK_KEY_LEN];
+	memcpy(ck, key, STORE_KEY_LEN);
+	uint64_t total = p->res->bytes;
+	for (uint64_t off = 0, c = 0; off < total; off += STORE_CHUNK_DATA, c++) {
+		size_t len =
+		        (size_t)(total - off < STORE_CHUNK_DATA ? total - off : STORE_CHUNK_DATA);
+		store_be32(ck + STORE_KEY_LEN, (uint32_t)c);
+		MDB_val cvk = {sizeof(ck), ck}, cv = {len + 8, NULL};
+		if ((rc = mdb_put(txn, s->chunks, &cvk, &cv, MDB_RESERVE)) != 0)
+			return rc;
+		unsigned char *dst = cv.mv_data;
+		store_copy_stream(r, off, dst + 8, len);
+		uint64_t sum = XXH3_64bits_withSeed(dst + 8, len, c);
+		memcpy(dst, &sum, 8);
+	}
 	return 0;
 }
 
@@ -310,7 +338,7 @@ int store_evict_lru(struct store *s, MDB_txn *txn, struct store_totals *totals, 
  * their own transaction and committing one more small transaction after it, so
  * that the pages they freed are reusable by the next one (LMDB reuses pages
  * freed by transaction N from N+2). */
-static int make_room(struct store *s, uint64_t need, uint32_t *evicted, int force)
+int store_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force)
 {
 	MDB_txn *txn;
 	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
@@ -352,6 +380,25 @@ static int make_room(struct store *s, uint64_t need, uint32_t *evicted, int forc
 	return rc;
 }
 
+/* Records the outcome of a write for one request. */
+static void set_outcome(struct store *s, struct pending *p, int rc, uint32_t evicted)
+{
+	if (rc == STORE_MAP_PINNED) {
+		status_set(p->st, STATUS_BUSY,
+		           "publish: the store's map is full and %d restore(s) in progress pin "
+		           "the pages eviction would free; retry shortly",
+		           (int)atomic_load(&s->open_snapshots));
+	} else if (rc == MDB_MAP_FULL) {
+		status_set(p->st, STATUS_FULL,
+		           "publish: the store is full and nothing is left to evict");
+	} else if (rc) {
+		store_mdb_error(p->st, rc, "publish");
+	} else {
+		p->res->evicted = evicted;
+		atomic_fetch_add(p->res->created ? &s->publishes : &s->publish_exists, 1);
+	}
+}
+
 static int write_all(struct store *s, struct pending *ps, uint32_t n)
 {
 	MDB_txn *txn;
@@ -364,7 +411,7 @@ static int write_all(struct store *s, struct pending *ps, uint32_t n)
 		return rc;
 	}
 	for (uint32_t i = 0; i < n && !rc; i++) {
-		if (!ps[i].ok)
+		if (!ps[i].ok || ps[i].staged)
 			continue;
 		rc = write_entry(s, txn, &ps[i], &t);
 		if (rc == MDB_KEYEXIST) {
@@ -397,7 +444,7 @@ static void write_group(struct store *s, struct pending *ps, uint32_t n)
 {
 	uint64_t need = 0;
 	for (uint32_t i = 0; i < n; i++)
-		if (ps[i].ok)
+		if (ps[i].ok && !ps[i].staged)
 			need += ps[i].res->bytes;
 	int rc = 0;
 	uint32_t evicted = 0;
@@ -408,48 +455,44 @@ static void write_group(struct store *s, struct pending *ps, uint32_t n)
 		/* entries already stored need no room */
 		for (uint32_t i = 0; i < n; i++) {
 			MDB_val k = {STORE_KEY_LEN, ps[i].res->key}, v;
-			if (ps[i].ok && mdb_get(rtxn, s->entries, &k, &v) == 0)
+			if (ps[i].ok && !ps[i].staged && mdb_get(rtxn, s->entries, &k, &v) == 0)
 				need -= ps[i].res->bytes;
 		}
 		rc = store_totals_get(s, rtxn, &t);
 		mdb_txn_abort(rtxn);
 	}
 	if (!rc && t.bytes + need > s->opt.max_bytes)
-		rc = make_room(s, need, &evicted, 0);
+		rc = store_make_room(s, need, &evicted, 0);
 	for (int tries = 0; !rc; tries++) {
 		rc = write_all(s, ps, n);
-		if (rc != MDB_MAP_FULL || tries >= MAP_FULL_TRIES)
+		if (rc != MDB_MAP_FULL || tries >= STORE_MAP_FULL_TRIES)
 			break;
 		atomic_fetch_add(&s->map_full_retries, 1);
 		/* Pages freed while a restore's read transaction is open stay pinned
 		 * until it ends: evicting more would empty the store and still not
 		 * make room. Say BUSY; the caller retries. */
 		if (tries > 0 && atomic_load(&s->open_snapshots) > 0) {
-			rc = MAP_PINNED;
+			rc = STORE_MAP_PINNED;
 			break;
 		}
-		rc = make_room(s, need, &evicted, 1);
+		rc = store_make_room(s, need, &evicted, 1);
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		if (!ps[i].ok)
-			continue;
-		if (rc == MAP_PINNED) {
-			status_set(ps[i].st, STATUS_BUSY,
-			           "publish: the store's map is full and %d restore(s) in progress "
-			           "pin "
-			           "the pages eviction would free; retry shortly",
-			           (int)atomic_load(&s->open_snapshots));
-		} else if (rc == MDB_MAP_FULL) {
-			status_set(ps[i].st, STATUS_FULL,
-			           "publish: the store is full and nothing is left to evict");
-		} else if (rc) {
-			store_mdb_error(ps[i].st, rc, "publish");
-		} else {
-			ps[i].res->evicted = evicted;
-			atomic_fetch_add(ps[i].res->created ? &s->publishes : &s->publish_exists,
-			                 1);
-		}
-	}
+	for (uint32_t i = 0; i < n; i++)
+		if (ps[i].ok && !ps[i].staged)
+			set_outcome(s, &ps[i], rc, evicted);
+}
+
+/* A snapshot larger than the stage size, written in stages. */
+static void write_staged(struct store *s, struct pending *p)
+{
+	uint32_t evicted = 0;
+	int created = 0;
+	int rc = store_publish_staged(s, p->req, p->model, p->res->key, p->res->bytes, p->tags,
+	                              p->sizes, p->sums, &created, &evicted, p->st);
+	if (rc == -1)
+		return; /* p->st says why */
+	p->res->created = created;
+	set_outcome(s, p, rc, evicted);
 }
 
 enum status_code store_publish_batch(struct store *s, const struct store_publish_req *reqs,
@@ -476,16 +519,19 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 			status_set(ps[i].st, STATUS_UNSUPPORTED, "the store is open read-only");
 			continue;
 		}
-		if (validate(s, &ps[i]) == STATUS_OK) {
+		if (validate(s, &ps[i]) == STATUS_OK && !ps[i].staged) {
 			need += res[i].bytes;
 			valid++;
 		}
 	}
+	for (uint32_t i = 0; i < n; i++)
+		if (ps[i].ok && ps[i].staged)
+			write_staged(s, &ps[i]);
 	if (valid > 1 && need > s->opt.max_bytes) {
 		/* together they do not fit: one commit each, each making its own
 		 * room, rather than evicting everything for a batch that cannot fit */
 		for (uint32_t i = 0; i < n; i++)
-			if (ps[i].ok)
+			if (ps[i].ok && !ps[i].staged)
 				write_group(s, &ps[i], 1);
 	} else if (valid) {
 		write_group(s, ps, n);
@@ -494,6 +540,7 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 		free(ps[i].sums);
 		free(ps[i].tags);
 		free(ps[i].sizes);
+		model_free(ps[i].model);
 		if (ps[i].st->code != STATUS_OK && first == STATUS_OK)
 			first = ps[i].st->code;
 	}

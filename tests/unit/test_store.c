@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "prefix.h"
+#include "store_internal.h" /* STORE_CHUNK_DATA */
 #include "storeutil.h"
 
 struct fixture {
@@ -117,6 +118,27 @@ static void test_publish_restore_identical(void **state)
 	storeutil_snap_free(&s);
 }
 
+/* Asserts that every layer of snap is byte-identical to the published one;
+ * returns the number of segments. */
+static uint32_t expect_same_layers(const struct store_snapshot *snap,
+                                   const struct storeutil_snap *s)
+{
+	uint32_t total_segments = 0;
+	assert_int_equal(snap->n_layers, s->n);
+	for (uint32_t i = 0; i < s->n; i++) {
+		size_t off = 0;
+		assert_int_equal(snap->layers[i].xxh3, s->blobs[i].xxh3);
+		for (uint32_t j = 0; j < snap->layers[i].n_segments; j++) {
+			assert_memory_equal(snap->layers[i].segments[j].data, s->bufs[i] + off,
+			                    snap->layers[i].segments[j].len);
+			off += snap->layers[i].segments[j].len;
+		}
+		assert_int_equal(off, s->blobs[i].size);
+		total_segments += snap->layers[i].n_segments;
+	}
+	return total_segments;
+}
+
 /* Multi-chunk entries: layers cross chunk boundaries and come back whole. */
 static void test_large_entry_spans_chunks(void **state)
 {
@@ -132,20 +154,153 @@ static void test_large_entry_spans_chunks(void **state)
 	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_OK);
 	struct store_snapshot *snap;
 	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_OK);
-	uint32_t total_segments = 0;
-	for (uint32_t i = 0; i < 4; i++) {
-		size_t off = 0;
-		for (uint32_t j = 0; j < snap->layers[i].n_segments; j++) {
-			assert_memory_equal(snap->layers[i].segments[j].data, s.bufs[i] + off,
-			                    snap->layers[i].segments[j].len);
-			off += snap->layers[i].segments[j].len;
-		}
-		assert_int_equal(off, s.blobs[i].size);
-		total_segments += snap->layers[i].n_segments;
-	}
-	assert_true(total_segments > 4);
+	assert_true(expect_same_layers(snap, &s) > 4);
 	store_snapshot_release(snap);
 	storeutil_snap_free(&s);
+	model_free(big);
+}
+
+/* ---- staged publish (store_staged.c) ------------------------------------ */
+
+static int reopen_staged(struct fixture *f, uint64_t max_bytes)
+{
+	store_close(f->st);
+	struct store_options o = {.max_bytes = max_bytes,
+	                          .durability = STORE_SAFE,
+	                          .stage_bytes = 256u << 10,
+	                          .clock = fake_clock};
+	struct status s;
+	if (store_open(f->dir, &o, &f->st, &s) != STATUS_OK) {
+		fprintf(stderr, "open: %s\n", s.message);
+		return -1;
+	}
+	return 0;
+}
+
+static uint64_t chunks_of(uint64_t bytes)
+{
+	return (bytes + STORE_CHUNK_DATA - 1) / STORE_CHUNK_DATA;
+}
+
+/* An entry larger than the stage size goes in over several transactions and
+ * comes back byte-identical; nothing of its staging is left behind. */
+static void test_staged_publish_restores_identical(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(reopen_staged(f, 0), 0);
+	struct model_spec *big = storeutil_model("big", 700000); /* ~8.4 MB entries */
+	store_put_model(f->st, big, NULL, NULL);
+	uint32_t t[20];
+	seq(t, 20, 5);
+	struct storeutil_snap s = storeutil_snap(big, 20, 3);
+	struct store_publish_req req = {big->fingerprint, "", 0, t, 20, s.blobs, s.n};
+	struct store_publish_res res;
+	struct status st;
+	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_OK);
+	assert_true(res.created);
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_OK);
+	expect_same_layers(snap, &s);
+	store_snapshot_release(snap);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 1);
+	assert_int_equal(stats.bytes, res.bytes);
+	assert_true(stats.chunks > 8);
+	assert_int_equal(stats.chunks, chunks_of(res.bytes));
+	assert_int_equal(stats.staging, 0);
+
+	/* it is found by lookup like any entry, and a second publish stores nothing */
+	uint32_t prompt[21];
+	seq(prompt, 21, 5);
+	struct store_lookup_req lq = {big->fingerprint, "", 0, prompt, 21, 0};
+	struct store_lookup_res lr;
+	assert_int_equal(store_lookup(f->st, &lq, &lr, &st), STATUS_OK);
+	assert_int_equal(lr.prefix_len, 20);
+	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_OK);
+	assert_false(res.created);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.chunks, chunks_of(res.bytes));
+	assert_int_equal(stats.publish_exists, 1);
+	storeutil_snap_free(&s);
+	model_free(big);
+}
+
+/* A layer found bad while the stages are being written (a NaN deep in the
+ * last layer, a wrong checksum) stores nothing: no entry, no chunk. */
+static void test_staged_invalid_stores_nothing(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(reopen_staged(f, 0), 0);
+	struct model_spec *big = storeutil_model("big", 700000);
+	store_put_model(f->st, big, NULL, NULL);
+	uint32_t t[20];
+	seq(t, 20, 5);
+	struct storeutil_snap s = storeutil_snap(big, 20, 3);
+	struct store_publish_req req = {big->fingerprint, "", 0, t, 20, s.blobs, s.n};
+	struct store_publish_res res;
+	struct status st;
+
+	/* a NaN near the end of the last layer */
+	float nan = __builtin_nanf("");
+	uint64_t last = s.blobs[3].size;
+	unsigned char saved[4];
+	memcpy(saved, s.bufs[3] + last - 8, 4);
+	memcpy(s.bufs[3] + last - 8, &nan, 4);
+	s.blobs[3].xxh3 = 0;
+	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_INVALID);
+	if (!strstr(st.message, "layer 3"))
+		fail_msg("message \"%s\" does not name layer 3", st.message);
+	memcpy(s.bufs[3] + last - 8, saved, 4);
+
+	/* a checksum that does not match the bytes */
+	s.blobs[2].xxh3 ^= 1;
+	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_INVALID);
+	if (!strstr(st.message, "checksum"))
+		fail_msg("message \"%s\" lacks \"checksum\"", st.message);
+
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 0);
+	assert_int_equal(stats.bytes, 0);
+	assert_int_equal(stats.chunks, 0);
+	assert_int_equal(stats.staging, 0);
+	assert_int_equal(stats.publishes, 0);
+
+	/* and the same snapshot, whole, then goes in */
+	s.blobs[2].xxh3 ^= 1;
+	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_OK);
+	assert_true(res.created);
+	storeutil_snap_free(&s);
+	model_free(big);
+}
+
+/* Staged publishes past the capacity evict the least recently used first. */
+static void test_staged_capacity_evicts(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(reopen_staged(f, 20u << 20), 0); /* room for two */
+	struct model_spec *big = storeutil_model("big", 700000);
+	store_put_model(f->st, big, NULL, NULL);
+	uint8_t keys[4][STORE_KEY_LEN];
+	for (uint32_t k = 0; k < 4; k++) {
+		uint32_t t[20];
+		seq(t, 20, 1000 * k);
+		struct store_publish_res res;
+		assert_int_equal(storeutil_publish(f->st, big, "", t, 20, k, &res), STATUS_OK);
+		memcpy(keys[k], res.key, STORE_KEY_LEN);
+		fake_now++;
+	}
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 2);
+	assert_true(stats.bytes <= (20u << 20));
+	assert_int_equal(stats.evictions, 2);
+	struct store_snapshot *snap;
+	struct status st;
+	assert_int_equal(store_restore(f->st, keys[0], &snap, &st), STATUS_NOT_FOUND);
+	assert_int_equal(store_restore(f->st, keys[3], &snap, &st), STATUS_OK);
+	store_snapshot_release(snap);
 	model_free(big);
 }
 
@@ -869,6 +1024,11 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_publish_restore_identical, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_large_entry_spans_chunks, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_staged_publish_restores_identical, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_staged_invalid_stores_nothing, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_staged_capacity_evicts, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_publish_rejects_bad_input, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_default_limit_leaves_one_token, setup,
 	                                        teardown),
