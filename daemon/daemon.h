@@ -77,7 +77,8 @@ struct k3d_server {
 		uint64_t cap;
 	} pool[16];
 	int pool_n;
-	uint64_t pool_bytes;
+	uint64_t pool_bytes;   /* pool + in flight <= --max-inflight */
+	uint64_t payload_tick; /* when the last payload was reserved */
 	struct k3d_hist latency[K3D_N_OPS];
 };
 
@@ -134,6 +135,9 @@ int k3d_op_index(const frame_request *req);
 /* pool (conn.c): a payload buffer of at least n bytes, and its return. */
 unsigned char *k3d_pool_get(struct k3d_server *srv, uint64_t n, uint64_t *cap);
 void k3d_pool_put(struct k3d_server *srv, unsigned char *buf, uint64_t cap);
+/* Frees the pool when no payload came for K3D_POOL_IDLE_TICKS (a tick). */
+#define K3D_POOL_IDLE_TICKS 30
+void k3d_pool_release_idle(struct k3d_server *srv);
 
 /* conn.c */
 void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer);

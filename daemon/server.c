@@ -309,6 +309,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	if (srv->tcp_listener)
 		evconnlistener_enable(srv->tcp_listener);
 	k3d_conn_sweep_timeouts(srv);
+	k3d_pool_release_idle(srv);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
