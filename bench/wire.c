@@ -971,6 +971,7 @@ int main(int argc, char **argv)
 	       peak <= bound ? "met" : "NOT met", peak, bound);
 	free(tokens);
 	model_free(m);
-	benchutil_rm_rf(dir);
+	if (!getenv("BENCH_KEEP")) /* BENCH_KEEP=1 keeps the daemon's log and store */
+		benchutil_rm_rf(dir);
 	return 0;
 }

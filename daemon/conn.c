@@ -18,7 +18,8 @@
 #include "daemon.h"
 
 #define OUT_HIGH_WATER (8u << 20)
-#define READ_SLICE     (4u << 20)
+#define READ_SLICE     (2u << 20)
+#define BULK_BYTES     (1u << 20) /* a transfer this large is bulk */
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
@@ -35,10 +36,28 @@ static void set_reading(struct k3d_conn *c, int on)
 		event_del(c->rev);
 }
 
+/* Bulk transfers (a payload coming in, a restore going out) run at the low
+ * priority: libevent runs every ready high-priority event (a lookup, a small
+ * answer) before the next slice of a bulk one. event_priority_set refuses an
+ * event that is active; then it keeps its priority until the next call. */
+static void set_bulk(struct event *ev, int bulk)
+{
+	(void)event_priority_set(ev, bulk ? K3D_PRIO_BULK : K3D_PRIO_HIGH);
+}
+
+static void set_state(struct k3d_conn *c, enum k3d_conn_state state)
+{
+	c->state = state;
+	set_bulk(c->rev,
+	         (state == K3D_READ_PAYLOAD || state == K3D_DISCARD) && c->plen >= BULK_BYTES);
+}
+
 static void want_write(struct k3d_conn *c)
 {
-	if (evbuffer_get_length(c->out) > 0)
+	if (evbuffer_get_length(c->out) > 0) {
+		set_bulk(c->wev, evbuffer_get_length(c->out) >= BULK_BYTES);
 		event_add(c->wev, NULL);
+	}
 }
 
 void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer)
@@ -59,6 +78,10 @@ void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer)
 	c->out = evbuffer_new();
 	c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_read, c);
 	c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+	if (c->rev)
+		set_bulk(c->rev, 0);
+	if (c->wev)
+		set_bulk(c->wev, 0);
 	if (!c->out || !c->rev || !c->wev) {
 		if (c->out)
 			evbuffer_free(c->out);
@@ -176,7 +199,7 @@ void k3d_conn_reset(struct k3d_conn *c)
 	c->pcap = 0;
 	c->hlen = c->hgot = 0;
 	c->plen = c->pgot = 0;
-	c->state = K3D_READ_LEN;
+	set_state(c, K3D_READ_LEN);
 }
 
 static void conn_free(struct k3d_conn *c)
@@ -221,7 +244,7 @@ void k3d_conn_close(struct k3d_conn *c)
 void k3d_conn_request_done(struct k3d_conn *c)
 {
 	if (c->dead) {
-		c->state = K3D_READ_LEN;
+		set_state(c, K3D_READ_LEN);
 		conn_free(c);
 		return;
 	}
@@ -399,7 +422,7 @@ static void header_done(struct k3d_conn *c)
 		c->pending = st;
 		c->plen = c->req->payload_len;
 		c->pgot = 0;
-		c->state = K3D_DISCARD;
+		set_state(c, K3D_DISCARD);
 		return;
 	}
 	if (c->req->payload_len == 0) {
@@ -408,7 +431,7 @@ static void header_done(struct k3d_conn *c)
 	}
 	c->plen = c->req->payload_len;
 	c->pgot = 0;
-	c->state = K3D_WAIT_MEMORY;
+	set_state(c, K3D_WAIT_MEMORY);
 }
 
 /* Reserves in-flight bytes and allocates the payload buffer; 0 when it must
@@ -426,13 +449,13 @@ static int reserve_payload(struct k3d_conn *c)
 		status_set(&st, STATUS_BUSY, "cannot hold a payload of %llu bytes now; retry later",
 		           (unsigned long long)c->plen);
 		c->pending = st;
-		c->state = K3D_DISCARD;
+		set_state(c, K3D_DISCARD);
 		return 1;
 	}
 	c->reserved = c->pcap; /* what is held, when a pooled buffer is larger */
 	srv->inflight_bytes += c->pcap;
 	srv->payload_tick = srv->ticks;
-	c->state = K3D_READ_PAYLOAD;
+	set_state(c, K3D_READ_PAYLOAD);
 	return 1;
 }
 
@@ -487,7 +510,7 @@ static void process(struct k3d_conn *c)
 				fatal_frame(c, &st);
 				return;
 			}
-			c->state = K3D_READ_HEADER;
+			set_state(c, K3D_READ_HEADER);
 			break;
 		case K3D_READ_HEADER:
 			if (c->in_end == c->in_start) {

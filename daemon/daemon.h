@@ -82,6 +82,10 @@ struct k3d_server {
 	struct k3d_hist latency[K3D_N_OPS];
 };
 
+/* libevent priorities (server.c sets up two queues) */
+#define K3D_PRIO_HIGH 0
+#define K3D_PRIO_BULK 1
+
 enum k3d_conn_state {
 	K3D_READ_LEN,
 	K3D_READ_HEADER,

@@ -357,9 +357,13 @@ int k3d_server_run(const struct k3d_config *cfg)
 	}
 	int rc = 1;
 	srv->base = event_base_new();
+	if (srv->base)
+		event_base_priority_init(srv->base, 2); /* K3D_PRIO_HIGH, K3D_PRIO_BULK */
 	if (!srv->base)
 		goto out;
 	srv->done_ev = event_new(srv->base, -1, 0, on_done, srv);
+	if (srv->done_ev) /* answers from the writer go out first */
+		event_priority_set(srv->done_ev, K3D_PRIO_HIGH);
 	srv->writer = k3d_writer_start(srv);
 	if (!srv->writer || !srv->done_ev)
 		goto out;

@@ -1,8 +1,12 @@
 /* writer: the one thread that runs the store's write transactions. Jobs queue
  * in order; consecutive publishes share one commit. Finished jobs go back to
  * the loop thread, which answers them. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "service.h"
@@ -76,9 +80,17 @@ static void finish(struct k3d_writer *w, struct k3d_job *job)
 	event_active(w->srv->done_ev, EV_READ, 0);
 }
 
+#define WRITER_NICE 10
+
 static void *writer_main(void *arg)
 {
 	struct k3d_writer *w = arg;
+	/* Commits are throughput work, requests on the loop are latency work: on
+	 * a machine with few cores, a lookup must not queue behind a snapshot's
+	 * scan and copy. A nicer writer (its helper threads inherit it) lets
+	 * the loop thread run first. Lowering priority needs no privilege. */
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WRITER_NICE) != 0)
+		k3d_log(K3D_LOG_DEBUG, "writer: setpriority: %s", strerror(errno));
 	for (;;) {
 		pthread_mutex_lock(&w->mu);
 		while (!w->head && !w->stop)
