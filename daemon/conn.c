@@ -233,7 +233,10 @@ void k3d_conn_close(struct k3d_conn *c)
 	k3d_log(K3D_LOG_DEBUG, "conn %llu: closed", (unsigned long long)c->id);
 	event_del(c->rev);
 	event_del(c->wev);
-	if (c->state == K3D_BUSY) {
+	int held = c->ingest != NULL; /* the writer has our streamed publish */
+	if (held)
+		k3d_ingest_cancel(c); /* it removes what it wrote, then hands it back */
+	if (c->state == K3D_BUSY || held) {
 		/* the writer holds our request: free us when it hands it back */
 		c->dead = 1;
 		return;
@@ -456,6 +459,7 @@ static int reserve_payload(struct k3d_conn *c)
 	srv->inflight_bytes += c->pcap;
 	srv->payload_tick = srv->ticks;
 	set_state(c, K3D_READ_PAYLOAD);
+	k3d_ingest_start(c); /* a large publish is written as it arrives */
 	return 1;
 }
 
@@ -534,8 +538,14 @@ static void process(struct k3d_conn *c)
 			}
 			c->pgot += (uint64_t)take(c, c->payload + c->pgot,
 			                          (size_t)(c->plen - c->pgot));
-			if (c->pgot == c->plen)
-				k3d_handle(c);
+			if (c->pgot == c->plen) {
+				if (c->ingest)
+					k3d_ingest_complete(c);
+				else
+					k3d_handle(c);
+			} else if (c->ingest) {
+				k3d_ingest_arrived(c);
+			}
 			break;
 		case K3D_DISCARD:
 			if (c->pgot == c->plen) {
@@ -579,8 +589,13 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 				srv->bytes_in += (uint64_t)n;
 				c->last_progress = srv->ticks;
 				if (c->pgot == c->plen) {
-					k3d_handle(c);
+					if (c->ingest)
+						k3d_ingest_complete(c);
+					else
+						k3d_handle(c);
 					process(c);
+				} else if (c->ingest) {
+					k3d_ingest_arrived(c);
 				}
 				if (!c->reading || c->dead || c->closing)
 					return;

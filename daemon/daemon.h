@@ -26,6 +26,7 @@ struct k3d_config {
 	uint64_t max_bytes;
 	uint64_t max_payload;
 	uint64_t max_inflight;  /* payload bytes held for publishes in flight */
+	uint64_t stage_bytes;   /* store_options.stage_bytes; 0: the store's default */
 	uint32_t max_restores;  /* restores streaming at once */
 	uint64_t idle_timeout;  /* seconds without a request */
 	uint64_t stall_timeout; /* seconds without progress mid-frame or mid-send */
@@ -69,6 +70,7 @@ struct k3d_server {
 	uint64_t bytes_in, bytes_out;
 	uint64_t timeouts, closed_mid_frame, busy_pauses;
 	int chore_pending; /* a housekeeping job is with the writer */
+	int done_fd;       /* eventfd: the writer has finished jobs */
 
 	/* payload buffers kept for reuse: touching fresh memory is slow on a VM
 	 * that hands freed pages back to its host */
@@ -118,9 +120,10 @@ struct k3d_conn {
 	frame_request *req;
 	unsigned char *payload;
 	uint64_t plen, pgot;
-	uint64_t reserved;     /* in-flight bytes charged to this connection */
-	uint64_t pcap;         /* capacity of the payload buffer */
-	struct status pending; /* the error to answer after a discard */
+	uint64_t reserved;      /* in-flight bytes charged to this connection */
+	uint64_t pcap;          /* capacity of the payload buffer */
+	struct status pending;  /* the error to answer after a discard */
+	struct k3d_job *ingest; /* a publish written while its payload arrives */
 
 	double t_request;       /* when the current request's header completed */
 	uint64_t last_progress; /* tick count of the last byte moved */
@@ -195,6 +198,11 @@ struct k3d_job {
 	unsigned char *payload;
 	uint64_t plen;
 	double t_request;
+	/* a publish streamed into the store while its payload arrives (ingest.c) */
+	int streamed;
+	struct k3d_ingest *ingest;
+	struct k3d_job *snext; /* the writer's list of streamed publishes */
+	int kicked;            /* under the writer's mutex */
 	/* results */
 	struct status st;             /* publish */
 	struct store_publish_res pub; /* publish */
@@ -211,6 +219,31 @@ void k3d_writer_stop(struct k3d_writer *w);
 void k3d_writer_free(struct k3d_writer *w);
 void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
 void k3d_job_free(struct k3d_job *job);
+/* Asks the writer to look at a streamed publish again (any thread). */
+void k3d_writer_kick(struct k3d_writer *w, struct k3d_job *job);
+
+/* ingest.c: a publish larger than the store's stage size is handed to the
+ * writer as soon as its header is in; the writer writes its stages as the
+ * bytes arrive (store_stage_*), never waiting for them: a slow uploader holds
+ * neither the writer thread nor LMDB's write lock. The answer goes out once
+ * the whole payload is in and the entry committed (or refused).
+ *
+ * loop thread: */
+/* Starts streaming c's publish, if it qualifies. 1 when it did. */
+int k3d_ingest_start(struct k3d_conn *c);
+/* c's payload grew to c->pgot bytes. */
+void k3d_ingest_arrived(struct k3d_conn *c);
+/* c's payload is whole: the connection waits for the answer. */
+void k3d_ingest_complete(struct k3d_conn *c);
+/* c closed mid-payload: the writer removes what was written. */
+void k3d_ingest_cancel(struct k3d_conn *c);
+/* writer thread: */
+/* Begins the store side of a newly queued streamed publish. */
+void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job);
+/* Writes what is ready; 1 when the job is finished (results set). `stopping`:
+ * the loop is gone, bytes still missing never come. */
+int k3d_ingest_progress(struct k3d_job *job, int stopping);
+void k3d_ingest_free(struct k3d_ingest *in);
 
 /* metrics.c */
 int k3d_metrics_start(struct k3d_server *srv, const char *hostport);

@@ -29,6 +29,8 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "  --max-inflight SIZE   payload bytes held for publishes at once; past it,\n"
 	        "                        connections wait (default 2GiB)\n"
 	        "  --max-restores N      restores streaming at once; past it BUSY (default 64)\n"
+	        "  --stage-size SIZE     a publish larger than this is written as it arrives,\n"
+	        "                        a stage of this size per commit (default 32MiB)\n"
 	        "  --idle-timeout DUR    close connections idle this long (default 300s)\n"
 	        "  --stall-timeout DUR   close connections stalled mid-frame or mid-reply\n"
 	        "                        this long (default 30s)\n"
@@ -72,6 +74,7 @@ int main(int argc, char **argv)
 		O_METRICS,
 		O_MAXP,
 		O_INFL,
+		O_STAGE,
 		O_MAXR,
 		O_IDLE,
 		O_STALL,
@@ -88,6 +91,7 @@ int main(int argc, char **argv)
 	        {"metrics", required_argument, NULL, O_METRICS},
 	        {"max-payload", required_argument, NULL, O_MAXP},
 	        {"max-inflight", required_argument, NULL, O_INFL},
+	        {"stage-size", required_argument, NULL, O_STAGE},
 	        {"max-restores", required_argument, NULL, O_MAXR},
 	        {"idle-timeout", required_argument, NULL, O_IDLE},
 	        {"stall-timeout", required_argument, NULL, O_STALL},
@@ -119,6 +123,10 @@ int main(int argc, char **argv)
 		case O_MAXP:
 			if (units_parse_size(optarg, &cfg.max_payload) || cfg.max_payload == 0)
 				return bad("--max-payload", optarg, "a size such as 1GiB");
+			break;
+		case O_STAGE:
+			if (units_parse_size(optarg, &cfg.stage_bytes) || cfg.stage_bytes == 0)
+				return bad("--stage-size", optarg, "a size such as 32MiB");
 			break;
 		case O_INFL:
 			if (units_parse_size(optarg, &cfg.max_inflight) || cfg.max_inflight == 0)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -112,9 +113,11 @@ static void answer_job(struct k3d_job *job)
 
 static void on_done(evutil_socket_t fd, short what, void *arg)
 {
-	(void)fd;
 	(void)what;
 	struct k3d_server *srv = arg;
+	uint64_t n;
+	if (fd >= 0 && read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		k3d_log(K3D_LOG_WARN, "done: read: %s", strerror(errno));
 	struct k3d_job *job = k3d_writer_take_done(srv->writer);
 	while (job) {
 		struct k3d_job *next = job->next;
@@ -130,6 +133,17 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 		if (job->chore) {
 			srv->chore_pending = 0;
 			k3d_job_free(job);
+			job = next;
+			continue;
+		}
+		if (job->streamed && !c->dead && c->state != K3D_BUSY) {
+			/* a streamed publish the writer ended before its payload was
+			 * whole (the daemon is stopping): there is nothing to answer */
+			c->ingest = NULL;
+			c->payload = job->payload;
+			job->payload = NULL;
+			k3d_job_free(job);
+			k3d_conn_close(c);
 			job = next;
 			continue;
 		}
@@ -339,6 +353,7 @@ int k3d_server_run(const struct k3d_config *cfg)
 	if (!srv)
 		return 1;
 	srv->cfg = *cfg;
+	srv->done_fd = -1;
 	k3d_set_log_level(cfg->log_level);
 	signal(SIGPIPE, SIG_IGN);
 	evthread_use_pthreads();
@@ -348,7 +363,9 @@ int k3d_server_run(const struct k3d_config *cfg)
 		free(srv);
 		return 1;
 	}
-	struct store_options so = {.max_bytes = cfg->max_bytes, .durability = cfg->durability};
+	struct store_options so = {.max_bytes = cfg->max_bytes,
+	                           .durability = cfg->durability,
+	                           .stage_bytes = cfg->stage_bytes};
 	struct status st;
 	if (store_open(cfg->db, &so, &srv->store, &st) != STATUS_OK) {
 		k3d_log(K3D_LOG_ERROR, "--db %s: %s", cfg->db, st.message);
@@ -361,9 +378,16 @@ int k3d_server_run(const struct k3d_config *cfg)
 		event_base_priority_init(srv->base, 2); /* K3D_PRIO_HIGH, K3D_PRIO_BULK */
 	if (!srv->base)
 		goto out;
-	srv->done_ev = event_new(srv->base, -1, 0, on_done, srv);
-	if (srv->done_ev) /* answers from the writer go out first */
+	srv->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (srv->done_fd < 0) {
+		k3d_log(K3D_LOG_ERROR, "eventfd: %s", strerror(errno));
+		goto out;
+	}
+	srv->done_ev = event_new(srv->base, srv->done_fd, EV_READ | EV_PERSIST, on_done, srv);
+	if (srv->done_ev) { /* answers from the writer go out first */
 		event_priority_set(srv->done_ev, K3D_PRIO_HIGH);
+		event_add(srv->done_ev, NULL);
+	}
 	srv->writer = k3d_writer_start(srv);
 	if (!srv->writer || !srv->done_ev)
 		goto out;
@@ -425,6 +449,8 @@ out:
 		event_free(srv->tick);
 	if (srv->done_ev)
 		event_free(srv->done_ev);
+	if (srv->done_fd >= 0)
+		close(srv->done_fd);
 	if (srv->base)
 		event_base_free(srv->base);
 	for (int i = 0; i < srv->pool_n; i++)

@@ -20,6 +20,7 @@ struct k3d_writer {
 	pthread_cond_t cv;
 	struct k3d_job *head, *tail; /* queued */
 	struct k3d_job *done_head, *done_tail;
+	struct k3d_job *streams; /* streamed publishes begun (ingest.c) */
 	int stop;
 };
 
@@ -27,6 +28,7 @@ void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
 
 void k3d_job_free(struct k3d_job *job)
 {
+	k3d_ingest_free(job->ingest);
 	frame_request_free(job->req);
 	free(job->payload);
 	service_response_clear(&job->resp);
@@ -77,10 +79,45 @@ static void finish(struct k3d_writer *w, struct k3d_job *job)
 		w->done_head = job;
 	w->done_tail = job;
 	pthread_mutex_unlock(&w->mu);
-	event_active(w->srv->done_ev, EV_READ, 0);
+	/* An eventfd, not event_active(): that takes libevent's base lock, which
+	 * the loop thread, busy with bulk reads, re-takes between callbacks so
+	 * often that this thread could wait for it until the loop went idle
+	 * (measured: a streamed publish's start waited 120 ms for its payload to
+	 * finish arriving). */
+	uint64_t one = 1;
+	if (write(w->srv->done_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		k3d_log(K3D_LOG_ERROR, "writer: cannot wake the loop: %s", strerror(errno));
 }
 
 #define WRITER_NICE 10
+
+/* Under w->mu. */
+static int any_kicked(struct k3d_writer *w)
+{
+	for (struct k3d_job *j = w->streams; j; j = j->snext)
+		if (j->kicked)
+			return 1;
+	return 0;
+}
+
+/* Gives each kicked streamed publish one step (all of them when stopping);
+ * hands back the finished ones. */
+static void progress_streams(struct k3d_writer *w, int stopping)
+{
+	for (struct k3d_job **pj = &w->streams; *pj;) {
+		struct k3d_job *job = *pj;
+		pthread_mutex_lock(&w->mu);
+		int kicked = job->kicked || stopping;
+		job->kicked = 0;
+		pthread_mutex_unlock(&w->mu);
+		if (kicked && k3d_ingest_progress(job, stopping)) {
+			*pj = job->snext;
+			finish(w, job);
+			continue;
+		}
+		pj = &job->snext;
+	}
+}
 
 static void *writer_main(void *arg)
 {
@@ -93,10 +130,13 @@ static void *writer_main(void *arg)
 		k3d_log(K3D_LOG_DEBUG, "writer: setpriority: %s", strerror(errno));
 	for (;;) {
 		pthread_mutex_lock(&w->mu);
-		while (!w->head && !w->stop)
+		while (!w->head && !w->stop && !any_kicked(w))
 			pthread_cond_wait(&w->cv, &w->mu);
 		if (!w->head && w->stop) {
 			pthread_mutex_unlock(&w->mu);
+			/* the loop is gone: finish or remove the streamed publishes */
+			while (w->streams)
+				progress_streams(w, 1);
 			break;
 		}
 		/* take a run of publishes (one commit), or one other job */
@@ -106,7 +146,7 @@ static void *writer_main(void *arg)
 		while (w->head && n < BATCH_MAX) {
 			int pub = !w->head->chore &&
 			          w->head->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH;
-			if (n > 0 && !pub)
+			if (n > 0 && (!pub || w->head->streamed))
 				break;
 			/* a batch never needs more room than the store has */
 			if (n > 0 && bytes + w->head->plen > w->srv->cfg.max_bytes)
@@ -116,10 +156,21 @@ static void *writer_main(void *arg)
 			w->head = w->head->next;
 			if (!w->head)
 				w->tail = NULL;
-			if (!pub)
+			if (!pub || batch[0]->streamed)
 				break;
 		}
 		pthread_mutex_unlock(&w->mu);
+		progress_streams(w, 0);
+		if (n == 0)
+			continue;
+		if (batch[0]->streamed) {
+			/* begun now, written as its bytes arrive */
+			k3d_ingest_begin(w, batch[0]);
+			batch[0]->snext = w->streams;
+			w->streams = batch[0];
+			k3d_writer_kick(w, batch[0]);
+			continue;
+		}
 		if (batch[0]->chore == K3D_CHORE_FLUSH)
 			store_flush(w->srv->store, NULL);
 		else if (batch[0]->chore == K3D_CHORE_SYNC)
@@ -149,6 +200,14 @@ struct k3d_writer *k3d_writer_start(struct k3d_server *srv)
 		return NULL;
 	}
 	return w;
+}
+
+void k3d_writer_kick(struct k3d_writer *w, struct k3d_job *job)
+{
+	pthread_mutex_lock(&w->mu);
+	job->kicked = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
 }
 
 void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job)

@@ -427,6 +427,9 @@ void service_store_counters(struct store *s, frame_response *resp)
 	service_add_counter(resp, "free_pages", st.free_pages);
 	service_add_counter(resp, "page_size", st.page_size);
 	service_add_counter(resp, "file_bytes", st.file_bytes);
+	service_add_counter(resp, "chunks", st.chunks);
+	service_add_counter(resp, "staging", st.staging);
+	service_add_counter(resp, "staged_swept", st.swept);
 }
 
 void service_response_clear(frame_response *resp)

@@ -114,6 +114,48 @@ enum status_code store_publish(struct store *s, const struct store_publish_req *
 enum status_code store_publish_batch(struct store *s, const struct store_publish_req *reqs,
                                      struct store_publish_res *res, struct status *sts, uint32_t n);
 
+/* ---- staged publish, its bytes still arriving (store_staged.c) ----
+ *
+ * A snapshot larger than the stage size is written in short transactions
+ * (each about options.stage_bytes of chunks) under a pending row, and made
+ * visible whole by a last one; store_publish() does this by itself. A server
+ * receiving such a snapshot can begin before its bytes are all in: a helper
+ * thread checks each layer (slot, shape, seq_len, finite, checksum) once its
+ * bytes are in place, and the writer writes the stages those layers complete.
+ * Nothing is visible to lookups before the end. A crash leaves a pending row
+ * and chunks, which the next open removes.
+ *
+ *   begin    on the writer's thread: checks P, salt, model, layer count and
+ *            size; makes room; records the pending row. The request (its
+ *            blobs pointing into the buffer being filled) must stay valid
+ *            until end. *out is NULL when the entry exists (res->created 0).
+ *            notify(ctx) is called from the helper thread whenever step may
+ *            make progress.
+ *   arrived  any thread: stream bytes [0, bytes) are in place.
+ *   cancel   any thread: the rest will never arrive.
+ *   step     the writer: writes up to max_stages ready stages (0: all).
+ *   wait     blocks until step may make progress.
+ *   end      the writer: commits the entry (when READY) or removes what was
+ *            written; frees the stage. */
+#define STORE_STAGE_WAIT   0 /* nothing to write until notify */
+#define STORE_STAGE_MORE   1 /* more stages are ready: call again */
+#define STORE_STAGE_READY  2 /* every stage written and every layer valid: end */
+#define STORE_STAGE_FAILED 3 /* a layer failed, a write failed or cancelled: end */
+
+struct store_stage;
+
+enum status_code store_stage_begin(struct store *s, const struct store_publish_req *req,
+                                   void (*notify)(void *ctx), void *ctx, struct store_stage **out,
+                                   struct store_publish_res *res, struct status *st);
+void store_stage_arrived(struct store_stage *g, uint64_t bytes);
+void store_stage_cancel(struct store_stage *g);
+int store_stage_step(struct store_stage *g, uint32_t max_stages);
+void store_stage_wait(struct store_stage *g);
+enum status_code store_stage_end(struct store_stage *g, struct store_publish_res *res,
+                                 struct status *st);
+/* The store's stage size: a publish larger than this is staged. */
+uint64_t store_stage_bytes(const struct store *s);
+
 /* ---- lookup and restore ---- */
 
 struct store_lookup_req {

@@ -151,14 +151,19 @@ int store_write_index(struct store *s, MDB_txn *txn, const struct store_publish_
  * MAP_FULL, free `need` more than now; MDB_MAP_FULL when nothing is left). */
 int store_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force);
 
-/* store_staged.c: writes one validated-in-structure entry larger than the
- * stage size in short transactions under a pending row, scanning its layers
- * (filling layer_sums) on a helper thread meanwhile. Returns 0, an LMDB code
- * or STORE_MAP_PINNED, or -1 with st set (invalid layer, busy key). */
-int store_publish_staged(struct store *s, const struct store_publish_req *r,
-                         const struct model_spec *m, const uint8_t *key, uint64_t total,
-                         const uint8_t *tags, const uint64_t *sizes, uint64_t *layer_sums,
-                         int *created, uint32_t *evicted, struct status *st);
+/* Checks what a publish needs before its bytes: P, the salt, the model and
+ * its layer count, the size against the capacity. Fills *model (the caller
+ * frees it), *total and the key. */
+enum status_code store_check_publish(struct store *s, const struct store_publish_req *r,
+                                     struct model_spec **model, uint64_t *total,
+                                     uint8_t key[STORE_KEY_LEN], struct status *st);
+
+/* The status of a failed write: STORE_MAP_PINNED is BUSY, MDB_MAP_FULL FULL. */
+enum status_code store_write_status(struct store *s, int rc, struct status *st);
+
+/* store_staged.c: the whole of a staged publish, every byte in place. */
+enum status_code store_publish_staged(struct store *s, const struct store_publish_req *r,
+                                      struct store_publish_res *res, struct status *st);
 
 /* Removes the pending rows (and their chunks) of staged publishes whose
  * process is gone. Counts them in *swept. */

@@ -22,8 +22,7 @@ struct pending {
 	uint64_t *sums;
 	uint8_t *tags;
 	uint64_t *sizes;
-	struct model_spec *model; /* kept for a staged publish, which scans later */
-	int staged;               /* larger than the stage size: store_staged.c */
+	int staged; /* larger than the stage size: store_staged.c */
 };
 
 /* Validation of every layer of one publish: one pass over the bytes (scan and
@@ -87,10 +86,11 @@ static void check_layers_parallel(struct check_job *job, uint64_t total)
 	pthread_mutex_destroy(&job->mu);
 }
 
-static enum status_code validate(struct store *s, struct pending *p)
+enum status_code store_check_publish(struct store *s, const struct store_publish_req *r,
+                                     struct model_spec **model, uint64_t *total_out,
+                                     uint8_t key[STORE_KEY_LEN], struct status *st)
 {
-	const struct store_publish_req *r = p->req;
-	struct status *st = p->st;
+	*model = NULL;
 	if (r->n_tokens == 0)
 		return status_set(st, STATUS_INVALID,
 		                  "a snapshot covers at least one token (P >= 1)");
@@ -100,29 +100,44 @@ static enum status_code validate(struct store *s, struct pending *p)
 		                  MAX_SALT);
 	struct model_spec *m = store_get_model(s, r->fingerprint, st);
 	if (!m)
-		return st ? st->code : STATUS_UNKNOWN_MODEL;
-	enum status_code code = STATUS_OK;
+		return st && st->code != STATUS_OK ? st->code : STATUS_UNKNOWN_MODEL;
 	if (r->n_blobs != m->n_layers) {
-		code = status_set(
+		enum status_code code = status_set(
 		        st, STATUS_INVALID,
 		        "the publish has %u layers; model %s has %u (every layer, once, in "
 		        "index order)",
 		        r->n_blobs, m->name, m->n_layers);
-		goto out;
-	}
-	p->sums = calloc(r->n_blobs, sizeof(*p->sums));
-	p->tags = calloc(r->n_blobs, 1);
-	p->sizes = calloc(r->n_blobs, sizeof(*p->sizes));
-	if (!p->sums || !p->tags || !p->sizes) {
-		code = status_set(st, STATUS_INTERNAL, "out of memory");
-		goto out;
+		model_free(m);
+		return code;
 	}
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < r->n_blobs; i++)
 		total += r->blobs[i].size;
+	if (total > s->opt.max_bytes) {
+		model_free(m);
+		return status_set(st, STATUS_TOO_LARGE,
+		                  "the snapshot is %llu bytes; the store's capacity is %llu",
+		                  (unsigned long long)total, (unsigned long long)s->opt.max_bytes);
+	}
+	prefix_key(r->fingerprint, r->salt, r->salt_len, r->tokens, r->n_tokens, key);
+	*model = m;
+	*total_out = total;
+	return STATUS_OK;
+}
+
+static enum status_code validate(struct store *s, struct pending *p)
+{
+	const struct store_publish_req *r = p->req;
+	struct status *st = p->st;
+	struct model_spec *m = NULL;
+	uint64_t total = 0;
+	enum status_code code = store_check_publish(s, r, &m, &total, p->res->key, st);
+	if (code != STATUS_OK)
+		return code;
 	p->staged = total > s->opt.stage_bytes;
 	if (p->staged) {
-		/* the structure now; the scan runs beside the staged writes */
+		/* checked whole by the stage's scan, beside the staged writes; the
+		 * structure now, so that a malformed publish writes nothing */
 		for (uint32_t i = 0; i < r->n_blobs; i++) {
 			struct blob_view view;
 			struct blob_error berr;
@@ -133,17 +148,26 @@ static enum status_code validate(struct store *s, struct pending *p)
 				goto out;
 			}
 		}
-	} else {
-		struct check_job job = {.r = r, .m = m, .sums = p->sums, .first_bad = UINT32_MAX};
-		check_layers_parallel(&job, total);
-		if (job.first_bad != UINT32_MAX) {
-			code = status_set(st, STATUS_INVALID, "%s", job.message);
-			goto out;
-		}
+		p->res->bytes = total;
+		p->ok = 1;
+		goto out;
+	}
+	p->sums = calloc(r->n_blobs ? r->n_blobs : 1, sizeof(*p->sums));
+	p->tags = calloc(r->n_blobs ? r->n_blobs : 1, 1);
+	p->sizes = calloc(r->n_blobs ? r->n_blobs : 1, sizeof(*p->sizes));
+	if (!p->sums || !p->tags || !p->sizes) {
+		code = status_set(st, STATUS_INTERNAL, "out of memory");
+		goto out;
+	}
+	struct check_job job = {.r = r, .m = m, .sums = p->sums, .first_bad = UINT32_MAX};
+	check_layers_parallel(&job, total);
+	if (job.first_bad != UINT32_MAX) {
+		code = status_set(st, STATUS_INVALID, "%s", job.message);
+		goto out;
 	}
 	for (uint32_t i = 0; i < r->n_blobs; i++) {
 		const struct store_blob *b = &r->blobs[i];
-		if (!p->staged && b->xxh3 && b->xxh3 != p->sums[i]) {
+		if (b->xxh3 && b->xxh3 != p->sums[i]) {
 			code = status_set(
 			        st, STATUS_INVALID,
 			        "layer %u: checksum mismatch: given %016llx, the bytes hash to "
@@ -154,19 +178,8 @@ static enum status_code validate(struct store *s, struct pending *p)
 		p->tags[i] = ((const unsigned char *)b->data)[0];
 		p->sizes[i] = b->size;
 	}
-	if (total > s->opt.max_bytes) {
-		code = status_set(st, STATUS_TOO_LARGE,
-		                  "the snapshot is %llu bytes; the store's capacity is %llu",
-		                  (unsigned long long)total, (unsigned long long)s->opt.max_bytes);
-		goto out;
-	}
 	p->res->bytes = total;
-	prefix_key(r->fingerprint, r->salt, r->salt_len, r->tokens, r->n_tokens, p->res->key);
 	p->ok = 1;
-	if (p->staged) {
-		p->model = m;
-		m = NULL;
-	}
 out:
 	model_free(m);
 	return code;
@@ -380,19 +393,24 @@ int store_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force
 	return rc;
 }
 
+enum status_code store_write_status(struct store *s, int rc, struct status *st)
+{
+	if (rc == STORE_MAP_PINNED)
+		return status_set(st, STATUS_BUSY,
+		                  "publish: the store's map is full and %d restore(s) in progress "
+		                  "pin the pages eviction would free; retry shortly",
+		                  (int)atomic_load(&s->open_snapshots));
+	if (rc == MDB_MAP_FULL)
+		return status_set(st, STATUS_FULL,
+		                  "publish: the store is full and nothing is left to evict");
+	return store_mdb_error(st, rc, "publish");
+}
+
 /* Records the outcome of a write for one request. */
 static void set_outcome(struct store *s, struct pending *p, int rc, uint32_t evicted)
 {
-	if (rc == STORE_MAP_PINNED) {
-		status_set(p->st, STATUS_BUSY,
-		           "publish: the store's map is full and %d restore(s) in progress pin "
-		           "the pages eviction would free; retry shortly",
-		           (int)atomic_load(&s->open_snapshots));
-	} else if (rc == MDB_MAP_FULL) {
-		status_set(p->st, STATUS_FULL,
-		           "publish: the store is full and nothing is left to evict");
-	} else if (rc) {
-		store_mdb_error(p->st, rc, "publish");
+	if (rc) {
+		store_write_status(s, rc, p->st);
 	} else {
 		p->res->evicted = evicted;
 		atomic_fetch_add(p->res->created ? &s->publishes : &s->publish_exists, 1);
@@ -482,17 +500,10 @@ static void write_group(struct store *s, struct pending *ps, uint32_t n)
 			set_outcome(s, &ps[i], rc, evicted);
 }
 
-/* A snapshot larger than the stage size, written in stages. */
+/* A snapshot larger than the stage size, written in stages (store_staged.c). */
 static void write_staged(struct store *s, struct pending *p)
 {
-	uint32_t evicted = 0;
-	int created = 0;
-	int rc = store_publish_staged(s, p->req, p->model, p->res->key, p->res->bytes, p->tags,
-	                              p->sizes, p->sums, &created, &evicted, p->st);
-	if (rc == -1)
-		return; /* p->st says why */
-	p->res->created = created;
-	set_outcome(s, p, rc, evicted);
+	store_publish_staged(s, p->req, p->res, p->st);
 }
 
 enum status_code store_publish_batch(struct store *s, const struct store_publish_req *reqs,
@@ -540,7 +551,6 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 		free(ps[i].sums);
 		free(ps[i].tags);
 		free(ps[i].sizes);
-		model_free(ps[i].model);
 		if (ps[i].st->code != STATUS_OK && first == STATUS_OK)
 			first = ps[i].st->code;
 	}

@@ -149,24 +149,38 @@ int store_sweep_staged(struct store *s, MDB_txn *txn, uint32_t *swept)
 	return rc;
 }
 
-/* ---- the scan running ahead ----------------------------------------------- */
+/* ---- a staged publish ------------------------------------------------------ */
 
-struct ahead {
-	const struct store_publish_req *r;
-	const struct model_spec *m;
-	uint64_t *layer_sums;
-	uint64_t *chunk_sums;
-	uint32_t n_chunks;
+struct store_stage {
+	struct store *s;
+	struct store_publish_req r; /* blobs, tokens, salt: the caller's, until end */
+	struct model_spec *m;
+	uint8_t key[STORE_KEY_LEN];
 	uint64_t total;
+	uint32_t n_chunks, per; /* chunks in all, per stage transaction */
+	uint8_t *tags;
+	uint64_t *sizes, *layer_sums, *chunk_sums;
+	void (*notify)(void *ctx);
+	void *notify_ctx;
 
-	pthread_mutex_t mu;
+	pthread_mutex_t mu; /* guards the fields below */
 	pthread_cond_t cv;
+	uint64_t avail;        /* stream bytes [0, avail) are in place */
 	uint32_t chunks_ready; /* chunk_sums[0, chunks_ready) are known */
-	int done;              /* every layer checked (or one failed) */
+	int done;              /* every layer scanned (or one failed) */
 	int failed;
-	int stop; /* the writer is done or gave up */
-	int fd;   /* the data file, to start its write-back early; -1: not */
+	int stop;      /* end() or cancel(): the scan gives up waiting */
+	int cancelled; /* the bytes will never all arrive */
 	char message[STATUS_MESSAGE_MAX];
+
+	/* the writer's side */
+	int fd; /* the data file, to start its write-back early; -1: not */
+	pthread_t th;
+	int threaded;
+	uint32_t next_chunk; /* chunks [0, next_chunk) are written */
+	int write_rc;        /* an LMDB code (or STORE_MAP_PINNED) from a stage */
+	uint32_t evicted;
+	uint32_t from, to; /* the stage being written */
 };
 
 /* XXH3 of stream bytes [off, off+len), seeded with the chunk number, the way
@@ -197,79 +211,102 @@ static uint64_t hash_stream(const struct store_publish_req *r, XXH3_state_t *hs,
 }
 
 /* Starts write-back of the data file's dirty pages without waiting for it. */
-static void start_writeback(struct ahead *a)
+static void start_writeback(struct store_stage *g)
 {
-	if (a->fd >= 0)
-		(void)sync_file_range(a->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+	if (g->fd >= 0)
+		(void)sync_file_range(g->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 }
 
-static void *ahead_run(void *arg)
+static void poke(struct store_stage *g)
 {
-	struct ahead *a = arg;
-	const struct store_publish_req *r = a->r;
+	if (g->notify)
+		g->notify(g->notify_ctx);
+}
+
+/* Waits until stream bytes [0, end) are in place. 0, or -1 when told to stop. */
+static int wait_bytes(struct store_stage *g, uint64_t end)
+{
+	pthread_mutex_lock(&g->mu);
+	while (g->avail < end && !g->stop)
+		pthread_cond_wait(&g->cv, &g->mu);
+	int ok = g->avail >= end && !g->stop;
+	pthread_mutex_unlock(&g->mu);
+	return ok ? 0 : -1;
+}
+
+/* The scan: each layer as soon as its bytes are in place (slot, shape,
+ * seq_len, finiteness, checksum), then the sums of the chunks it completes,
+ * while they are still in cache. */
+static void *scan_run(void *arg)
+{
+	struct store_stage *g = arg;
+	const struct store_publish_req *r = &g->r;
 	XXH3_state_t *hs = XXH3_createState();
 	uint64_t end = 0, hstart = 0;
 	uint32_t next = 0, hli = 0;
-	int failed = hs == NULL;
+	int failed = hs == NULL, gaveup = 0;
 	char message[STATUS_MESSAGE_MAX] = "out of memory";
 	for (uint32_t i = 0; i < r->n_blobs && !failed; i++) {
-		pthread_mutex_lock(&a->mu);
-		int stop = a->stop;
-		pthread_mutex_unlock(&a->mu);
-		if (stop)
-			break;
 		const struct store_blob *b = &r->blobs[i];
+		if (wait_bytes(g, end + b->size) != 0) {
+			gaveup = 1;
+			break;
+		}
 		struct blob_error berr;
-		if (blob_check_sum(b->data, b->size, a->m, i, r->n_tokens, &a->layer_sums[i],
+		if (blob_check_sum(b->data, b->size, g->m, i, r->n_tokens, &g->layer_sums[i],
 		                   &berr) != BLOB_OK) {
 			snprintf(message, sizeof(message), "%.200s (%s)", berr.message,
 			         blob_class_name(berr.cls));
 			failed = 1;
 			break;
 		}
-		if (b->xxh3 && b->xxh3 != a->layer_sums[i]) {
+		if (b->xxh3 && b->xxh3 != g->layer_sums[i]) {
 			snprintf(message, sizeof(message),
 			         "layer %u: checksum mismatch: given %016llx, the bytes hash to "
 			         "%016llx",
 			         i, (unsigned long long)b->xxh3,
-			         (unsigned long long)a->layer_sums[i]);
+			         (unsigned long long)g->layer_sums[i]);
 			failed = 1;
 			break;
 		}
-		/* hash the chunks this layer completes while it is still in cache */
+		g->tags[i] = ((const unsigned char *)b->data)[0];
 		end += b->size;
 		uint32_t from = next;
-		for (; next < a->n_chunks; next++) {
+		for (; next < g->n_chunks; next++) {
 			uint64_t off = (uint64_t)next * STORE_CHUNK_DATA;
-			size_t len = (size_t)(a->total - off < STORE_CHUNK_DATA ? a->total - off
+			size_t len = (size_t)(g->total - off < STORE_CHUNK_DATA ? g->total - off
 			                                                        : STORE_CHUNK_DATA);
 			if (off + len > end)
 				break;
-			a->chunk_sums[next] = hash_stream(r, hs, &hli, &hstart, off, len, next);
+			g->chunk_sums[next] = hash_stream(r, hs, &hli, &hstart, off, len, next);
 		}
 		if (next != from) {
-			pthread_mutex_lock(&a->mu);
-			a->chunks_ready = next;
-			pthread_cond_broadcast(&a->cv);
-			pthread_mutex_unlock(&a->mu);
+			pthread_mutex_lock(&g->mu);
+			g->chunks_ready = next;
+			pthread_cond_broadcast(&g->cv);
+			pthread_mutex_unlock(&g->mu);
+			poke(g);
 		}
-		start_writeback(a);
+		start_writeback(g);
 	}
 	XXH3_freeState(hs);
-	pthread_mutex_lock(&a->mu);
-	a->done = 1;
-	a->failed = failed;
+	pthread_mutex_lock(&g->mu);
+	g->done = !gaveup;
+	g->failed = failed;
 	if (failed)
-		memcpy(a->message, message, sizeof(message));
-	pthread_cond_broadcast(&a->cv);
+		memcpy(g->message, message, sizeof(message));
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+	poke(g);
 	/* Then keep the disk busy while the writer copies: each commit's
 	 * fdatasync finds most of its pages already written. Write-back started
 	 * early changes no order LMDB relies on: a commit writes its meta page
 	 * only after its data pages are synced. */
-	while (!a->stop && !failed && a->fd >= 0) {
-		pthread_mutex_unlock(&a->mu);
-		start_writeback(a);
-		pthread_mutex_lock(&a->mu);
+	pthread_mutex_lock(&g->mu);
+	while (!g->stop && !failed && !gaveup && g->fd >= 0) {
+		pthread_mutex_unlock(&g->mu);
+		start_writeback(g);
+		pthread_mutex_lock(&g->mu);
 		struct timespec until;
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_nsec += 2000000;
@@ -277,47 +314,35 @@ static void *ahead_run(void *arg)
 			until.tv_sec++;
 			until.tv_nsec -= 1000000000;
 		}
-		if (!a->stop)
-			pthread_cond_timedwait(&a->cv, &a->mu, &until);
+		if (!g->stop)
+			pthread_cond_timedwait(&g->cv, &g->mu, &until);
 	}
-	pthread_mutex_unlock(&a->mu);
+	pthread_mutex_unlock(&g->mu);
 	return NULL;
 }
 
-/* Waits until chunk sums [0, want) are known or the scan ended. Returns 0, or
- * -1 when a layer failed. */
-static int ahead_wait(struct ahead *a, uint32_t want)
-{
-	pthread_mutex_lock(&a->mu);
-	while (!a->failed && a->chunks_ready < want && !a->done)
-		pthread_cond_wait(&a->cv, &a->mu);
-	int failed = a->failed;
-	pthread_mutex_unlock(&a->mu);
-	return failed ? -1 : 0;
-}
-
-/* ---- the writer ------------------------------------------------------------ */
+/* ---- the writer's transactions ---------------------------------------------- */
 
 /* Writes chunks [from, to) in one transaction. */
-static int write_stage(struct store *s, const struct store_publish_req *r, const uint8_t *key,
-                       const uint64_t *sums, uint64_t total, uint32_t from, uint32_t to)
+static int op_stage(struct store *s, void *ctx)
 {
+	struct store_stage *g = ctx;
 	MDB_txn *txn;
 	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 	if (rc)
 		return rc;
 	unsigned char ck[STORE_CHUNK_KEY_LEN];
-	memcpy(ck, key, STORE_KEY_LEN);
-	for (uint32_t c = from; c < to && !rc; c++) {
+	memcpy(ck, g->key, STORE_KEY_LEN);
+	for (uint32_t c = g->from; c < g->to && !rc; c++) {
 		uint64_t off = (uint64_t)c * STORE_CHUNK_DATA;
-		size_t len =
-		        (size_t)(total - off < STORE_CHUNK_DATA ? total - off : STORE_CHUNK_DATA);
+		size_t len = (size_t)(g->total - off < STORE_CHUNK_DATA ? g->total - off
+		                                                        : STORE_CHUNK_DATA);
 		store_be32(ck + STORE_KEY_LEN, c);
 		MDB_val k = {sizeof(ck), ck}, v = {len + 8, NULL};
 		if ((rc = mdb_put(txn, s->chunks, &k, &v, MDB_RESERVE)) != 0)
 			break;
-		memcpy(v.mv_data, &sums[c], 8);
-		store_copy_stream(r, off, (unsigned char *)v.mv_data + 8, len);
+		memcpy(v.mv_data, &g->chunk_sums[c], 8);
+		store_copy_stream(&g->r, off, (unsigned char *)v.mv_data + 8, len);
 	}
 	if (rc) {
 		mdb_txn_abort(txn);
@@ -328,51 +353,38 @@ static int write_stage(struct store *s, const struct store_publish_req *r, const
 
 /* Runs op (a write step) until it succeeds, making room after MAP_FULL the
  * way a one-transaction publish does. */
-static int with_room(struct store *s, uint64_t need, uint32_t *evicted,
-                     int (*op)(struct store *s, void *ctx), void *ctx)
+static int with_room(struct store_stage *g, int (*op)(struct store *s, void *ctx))
 {
 	int rc;
 	for (int tries = 0;; tries++) {
-		rc = op(s, ctx);
+		rc = op(g->s, g);
 		if (rc != MDB_MAP_FULL || tries >= STORE_MAP_FULL_TRIES)
 			return rc;
-		atomic_fetch_add(&s->map_full_retries, 1);
-		if (tries > 0 && atomic_load(&s->open_snapshots) > 0)
+		atomic_fetch_add(&g->s->map_full_retries, 1);
+		if (tries > 0 && atomic_load(&g->s->open_snapshots) > 0)
 			return STORE_MAP_PINNED;
-		if ((rc = store_make_room(s, need, evicted, 1)) != 0)
+		if ((rc = store_make_room(g->s, g->total, &g->evicted, 1)) != 0)
 			return rc;
 	}
 }
 
-struct staged {
-	const struct store_publish_req *r;
-	const uint8_t *key;
-	const uint8_t *tags;
-	const uint64_t *sizes;
-	uint64_t total;
-	struct ahead *a;
-	uint32_t from, to;
-	int exists; /* begin: a live entry exists already */
-	int busy;   /* begin: another publish of this key is in progress */
-	const uint64_t *layer_sums;
-};
-
-static int op_begin(struct store *s, void *ctx)
+/* The pending row: 1 when the entry exists already, 2 when another publish
+ * of it is in progress, else 0 or an LMDB code. */
+static int op_begin_txn(struct store_stage *g)
 {
-	struct staged *g = ctx;
+	struct store *s = g->s;
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	int rc = mdb_txn_begin(s->env, NULL, 0, &txn), verdict = 0;
 	if (rc)
 		return rc;
-	g->exists = g->busy = 0;
 	struct store_totals t;
 	struct store_record old;
-	MDB_val k = {STORE_KEY_LEN, (void *)g->key}, v;
+	MDB_val k = {STORE_KEY_LEN, g->key}, v;
 	if ((rc = store_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)))
 		goto out;
 	rc = store_read_record(s, txn, g->key, &old);
 	if (rc == 0 && !(old.flags & STORE_FLAG_QUARANTINED)) {
-		g->exists = 1;
+		verdict = 1;
 		goto out;
 	}
 	if (rc == 0) { /* a quarantined copy is replaced */
@@ -384,7 +396,7 @@ static int op_begin(struct store *s, void *ctx)
 	}
 	rc = mdb_get(txn, s->pending, &k, &v);
 	if (rc == 0 && pending_alive(&v, 1)) {
-		g->busy = 1;
+		verdict = 2;
 		goto out;
 	}
 	if (rc && rc != MDB_NOTFOUND)
@@ -396,30 +408,24 @@ static int op_begin(struct store *s, void *ctx)
 	MDB_val pv = {sizeof(b), b};
 	rc = mdb_put(txn, s->pending, &k, &pv, 0);
 out:
-	if (rc || g->exists || g->busy) {
+	if (rc || verdict) {
 		mdb_txn_abort(txn);
-		return rc;
+		return rc ? rc : verdict;
 	}
 	return mdb_txn_commit(txn);
 }
 
-static int op_stage(struct store *s, void *ctx)
-{
-	struct staged *g = ctx;
-	return write_stage(s, g->r, g->key, g->a->chunk_sums, g->total, g->from, g->to);
-}
-
 static int op_finish(struct store *s, void *ctx)
 {
-	struct staged *g = ctx;
+	struct store_stage *g = ctx;
 	MDB_txn *txn;
 	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 	if (rc)
 		return rc;
 	struct store_totals t;
-	MDB_val k = {STORE_KEY_LEN, (void *)g->key};
+	MDB_val k = {STORE_KEY_LEN, g->key};
 	if ((rc = store_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)) ||
-	    (rc = store_write_index(s, txn, g->r, g->key, g->total, g->tags, g->sizes,
+	    (rc = store_write_index(s, txn, &g->r, g->key, g->total, g->tags, g->sizes,
 	                            g->layer_sums, &t)) != 0 ||
 	    (rc = mdb_del(txn, s->pending, &k, NULL)) != 0) {
 		mdb_txn_abort(txn);
@@ -437,12 +443,12 @@ static int op_finish(struct store *s, void *ctx)
 
 static int op_cleanup(struct store *s, void *ctx)
 {
-	struct staged *g = ctx;
+	struct store_stage *g = ctx;
 	MDB_txn *txn;
 	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 	if (rc)
 		return rc;
-	MDB_val k = {STORE_KEY_LEN, (void *)g->key};
+	MDB_val k = {STORE_KEY_LEN, g->key};
 	if ((rc = delete_chunks(s, txn, g->key)) ||
 	    ((rc = mdb_del(txn, s->pending, &k, NULL)) && rc != MDB_NOTFOUND)) {
 		mdb_txn_abort(txn);
@@ -451,101 +457,241 @@ static int op_cleanup(struct store *s, void *ctx)
 	return mdb_txn_commit(txn);
 }
 
-int store_publish_staged(struct store *s, const struct store_publish_req *r,
-                         const struct model_spec *m, const uint8_t *key, uint64_t total,
-                         const uint8_t *tags, const uint64_t *sizes, uint64_t *layer_sums,
-                         int *created, uint32_t *evicted, struct status *st)
+/* ---- the interface ------------------------------------------------------------ */
+
+static void stage_free(struct store_stage *g)
 {
-	*created = 0;
+	pthread_cond_destroy(&g->cv);
+	pthread_mutex_destroy(&g->mu);
+	model_free(g->m);
+	free(g->tags);
+	free(g->sizes);
+	free(g->layer_sums);
+	free(g->chunk_sums);
+	free(g);
+}
+
+enum status_code store_stage_begin(struct store *s, const struct store_publish_req *req,
+                                   void (*notify)(void *ctx), void *ctx, struct store_stage **out,
+                                   struct store_publish_res *res, struct status *st)
+{
+	*out = NULL;
+	memset(res, 0, sizeof(*res));
+	if (s->opt.read_only)
+		return status_set(st, STATUS_UNSUPPORTED, "the store is open read-only");
+	struct model_spec *m = NULL;
+	uint64_t total = 0;
+	enum status_code code = store_check_publish(s, req, &m, &total, res->key, st);
+	if (code != STATUS_OK)
+		return code;
+	res->bytes = total;
+	struct store_stage *g = calloc(1, sizeof(*g));
+	uint32_t n = req->n_blobs;
 	uint32_t n_chunks = (uint32_t)((total + STORE_CHUNK_DATA - 1) / STORE_CHUNK_DATA);
-	uint64_t *chunk_sums = malloc((size_t)n_chunks * sizeof(uint64_t));
-	if (!chunk_sums) {
-		status_set(st, STATUS_INTERNAL, "out of memory");
-		return -1;
+	if (g) {
+		g->tags = calloc(n ? n : 1, 1);
+		g->sizes = calloc(n ? n : 1, sizeof(uint64_t));
+		g->layer_sums = calloc(n ? n : 1, sizeof(uint64_t));
+		g->chunk_sums = calloc(n_chunks ? n_chunks : 1, sizeof(uint64_t));
 	}
-	struct ahead a = {.r = r,
-	                  .m = m,
-	                  .layer_sums = layer_sums,
-	                  .chunk_sums = chunk_sums,
-	                  .n_chunks = n_chunks,
-	                  .total = total};
-	struct staged g = {.r = r,
-	                   .key = key,
-	                   .tags = tags,
-	                   .sizes = sizes,
-	                   .total = total,
-	                   .a = &a,
-	                   .layer_sums = layer_sums};
-	a.fd = -1;
-	mdb_filehandle_t fd;
-	if (mdb_env_get_fd(s->env, &fd) == 0)
-		a.fd = fd;
-	pthread_mutex_init(&a.mu, NULL);
-	pthread_cond_init(&a.cv, NULL);
-	pthread_t th;
-	int threaded = 0, bad = 0;
+	if (!g || !g->tags || !g->sizes || !g->layer_sums || !g->chunk_sums) {
+		if (g) {
+			free(g->tags);
+			free(g->sizes);
+			free(g->layer_sums);
+			free(g->chunk_sums);
+			free(g);
+		}
+		model_free(m);
+		return status_set(st, STATUS_INTERNAL, "out of memory");
+	}
+	g->s = s;
+	g->r = *req;
+	g->m = m;
+	memcpy(g->key, res->key, STORE_KEY_LEN);
+	g->total = total;
+	g->n_chunks = n_chunks;
+	g->per = (uint32_t)(s->opt.stage_bytes / STORE_CHUNK_DATA);
+	if (g->per == 0)
+		g->per = 1;
+	for (uint32_t i = 0; i < n; i++)
+		g->sizes[i] = req->blobs[i].size;
+	g->notify = notify;
+	g->notify_ctx = ctx;
+	g->fd = -1;
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cv, NULL);
 
 	/* room first, as a one-transaction publish makes it */
-	int rc = 0;
+	int rc;
 	MDB_txn *rtxn;
-	struct store_totals t;
+	struct store_totals t = {0};
 	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &rtxn)) == 0) {
 		rc = store_totals_get(s, rtxn, &t);
 		mdb_txn_abort(rtxn);
 	}
 	if (!rc && t.bytes + total > s->opt.max_bytes)
-		rc = store_make_room(s, total, evicted, 0);
-	if (!rc)
-		rc = with_room(s, total, evicted, op_begin, &g);
-	if (rc || g.exists || g.busy)
-		goto done;
-	if (pthread_create(&th, NULL, ahead_run, &a) == 0)
-		threaded = 1;
-	else {
-		a.fd = -1; /* inline: no write-back loop after the scan */
-		ahead_run(&a);
-	}
-
-	uint32_t per = (uint32_t)(s->opt.stage_bytes / STORE_CHUNK_DATA);
-	if (per == 0)
-		per = 1;
-	for (uint32_t c = 0; c < n_chunks && !rc;) {
-		uint32_t want = n_chunks - c < per ? n_chunks : c + per;
-		if (ahead_wait(&a, want) != 0) {
-			bad = 1;
+		rc = store_make_room(s, total, &g->evicted, 0);
+	int verdict = 0;
+	for (int tries = 0; !rc; tries++) {
+		rc = op_begin_txn(g);
+		if (rc == 1 || rc == 2) {
+			verdict = rc;
+			rc = 0;
 			break;
 		}
-		g.from = c;
-		g.to = want;
-		rc = with_room(s, total, evicted, op_stage, &g);
-		c = want;
+		if (rc != MDB_MAP_FULL || tries >= STORE_MAP_FULL_TRIES)
+			break;
+		rc = store_make_room(s, total, &g->evicted, 1);
 	}
-	if (!rc && !bad)
-		bad = ahead_wait(&a, n_chunks) != 0;
-	if (!rc && !bad)
-		rc = with_room(s, total, evicted, op_finish, &g);
-	pthread_mutex_lock(&a.mu);
-	a.stop = 1;
-	pthread_cond_broadcast(&a.cv);
-	pthread_mutex_unlock(&a.mu);
-	if (rc || bad) {
-		int crc = op_cleanup(s, &g); /* what is left is swept at the next open */
-		(void)crc;
+	if (rc || verdict) {
+		res->evicted = g->evicted;
+		stage_free(g);
+		if (rc)
+			return store_write_status(s, rc, st);
+		if (verdict == 2)
+			return status_set(st, STATUS_BUSY,
+			                  "another publish of this entry is in progress; retry "
+			                  "shortly");
+		atomic_fetch_add(&s->publish_exists, 1);
+		return STATUS_OK; /* it exists: nothing to write (created 0) */
+	}
+	mdb_filehandle_t fd;
+	if (mdb_env_get_fd(s->env, &fd) == 0)
+		g->fd = fd;
+	if (pthread_create(&g->th, NULL, scan_run, g) == 0) {
+		g->threaded = 1;
 	} else {
-		*created = 1;
+		g->fd = -1; /* no thread: the scan runs in end(), without write-back */
 	}
-	if (threaded)
-		pthread_join(th, NULL);
-	if (bad)
-		status_set(st, STATUS_INVALID, "%s", a.message);
-done:
-	if (!rc && g.busy)
-		status_set(st, STATUS_BUSY,
-		           "another publish of this entry is in progress; retry shortly");
-	pthread_cond_destroy(&a.cv);
-	pthread_mutex_destroy(&a.mu);
-	free(chunk_sums);
-	if (bad || (!rc && g.busy))
-		return -1;
-	return rc;
+	*out = g;
+	return STATUS_OK;
+}
+
+void store_stage_arrived(struct store_stage *g, uint64_t bytes)
+{
+	pthread_mutex_lock(&g->mu);
+	if (bytes > g->avail)
+		g->avail = bytes > g->total ? g->total : bytes;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+void store_stage_cancel(struct store_stage *g)
+{
+	pthread_mutex_lock(&g->mu);
+	g->stop = 1;
+	g->cancelled = 1;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+int store_stage_step(struct store_stage *g, uint32_t max_stages)
+{
+	if (!g->threaded) {
+		/* no scan thread: scan here, once every byte is in place */
+		pthread_mutex_lock(&g->mu);
+		int all = g->avail == g->total || g->cancelled;
+		pthread_mutex_unlock(&g->mu);
+		if (!all)
+			return STORE_STAGE_WAIT;
+		if (!g->done && !g->failed)
+			scan_run(g);
+	}
+	pthread_mutex_lock(&g->mu);
+	uint32_t ready = g->chunks_ready;
+	int done = g->done, failed = g->failed || g->cancelled;
+	pthread_mutex_unlock(&g->mu);
+	if (failed || g->write_rc)
+		return STORE_STAGE_FAILED;
+	uint32_t written = 0;
+	while (g->next_chunk < g->n_chunks) {
+		uint32_t want =
+		        g->n_chunks - g->next_chunk < g->per ? g->n_chunks : g->next_chunk + g->per;
+		if (ready < want)
+			break;
+		if (max_stages && written == max_stages)
+			return STORE_STAGE_MORE;
+		g->from = g->next_chunk;
+		g->to = want;
+		if ((g->write_rc = with_room(g, op_stage)) != 0)
+			return STORE_STAGE_FAILED;
+		g->next_chunk = want;
+		written++;
+	}
+	if (g->next_chunk == g->n_chunks && done)
+		return STORE_STAGE_READY;
+	return STORE_STAGE_WAIT;
+}
+
+void store_stage_wait(struct store_stage *g)
+{
+	pthread_mutex_lock(&g->mu);
+	uint32_t ready = g->chunks_ready;
+	while (g->threaded && g->chunks_ready == ready && !g->done && !g->failed && !g->stop)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+}
+
+enum status_code store_stage_end(struct store_stage *g, struct store_publish_res *res,
+                                 struct status *st)
+{
+	struct store *s = g->s;
+	pthread_mutex_lock(&g->mu);
+	int ok = g->done && !g->failed && !g->cancelled && !g->write_rc &&
+	         g->next_chunk == g->n_chunks;
+	pthread_mutex_unlock(&g->mu);
+	int rc = ok ? with_room(g, op_finish) : 0;
+	/* the scan and the write-back loop stop here */
+	pthread_mutex_lock(&g->mu);
+	g->stop = 1;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+	if (g->threaded)
+		pthread_join(g->th, NULL);
+	if (!ok || rc) {
+		int crc = op_cleanup(s, g); /* what is left is swept at the next open */
+		(void)crc;
+	}
+	memcpy(res->key, g->key, STORE_KEY_LEN);
+	res->bytes = g->total;
+	res->evicted = g->evicted;
+	res->created = ok && !rc;
+	enum status_code code = STATUS_OK;
+	if (g->failed)
+		code = status_set(st, STATUS_INVALID, "%s", g->message);
+	else if (g->cancelled)
+		code = status_set(st, STATUS_INVALID,
+		                  "the publish ended before all of its bytes arrived");
+	else if (g->write_rc || rc)
+		code = store_write_status(s, g->write_rc ? g->write_rc : rc, st);
+	else if (!ok)
+		code = status_set(st, STATUS_INTERNAL, "the staged publish ended unfinished");
+	else
+		atomic_fetch_add(&s->publishes, 1);
+	stage_free(g);
+	return code;
+}
+
+enum status_code store_publish_staged(struct store *s, const struct store_publish_req *r,
+                                      struct store_publish_res *res, struct status *st)
+{
+	struct store_stage *g;
+	enum status_code code = store_stage_begin(s, r, NULL, NULL, &g, res, st);
+	if (code != STATUS_OK || !g)
+		return code;
+	store_stage_arrived(g, UINT64_MAX); /* every byte is in place */
+	for (;;) {
+		int step = store_stage_step(g, 0);
+		if (step == STORE_STAGE_READY || step == STORE_STAGE_FAILED)
+			break;
+		if (step == STORE_STAGE_WAIT)
+			store_stage_wait(g);
+	}
+	return store_stage_end(g, res, st);
+}
+
+uint64_t store_stage_bytes(const struct store *s)
+{
+	return s->opt.stage_bytes;
 }

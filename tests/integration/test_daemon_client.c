@@ -18,6 +18,7 @@
 
 static struct daemonutil d;
 static struct model_spec *twin;
+static const char *stage_size; /* argv: --stage-size SIZE streams publishes */
 
 struct snap {
 	uint32_t n;
@@ -125,6 +126,9 @@ static void expect_restore(struct k3cache *c, uint32_t p, uint32_t base, uint32_
 
 static int start_daemon(void)
 {
+	if (stage_size)
+		return daemonutil_start(&d, "--max-inflight", "4M", "--stall-timeout", "3s",
+		                        "--stage-size", stage_size, (char *)NULL);
 	return daemonutil_start(&d, "--max-inflight", "4M", "--stall-timeout", "3s", (char *)NULL);
 }
 
@@ -530,8 +534,176 @@ static void test_sigterm_during_publish(void **state)
 	k3cache_close(c);
 }
 
-int main(void)
+/* ---- streamed publishes (run with --stage-size) ------------------------------ */
+
+/* Sends a publish header for snapshot s of prompt t[0, p), then its payload
+ * bytes [0, upto); returns the raw connection. */
+static int raw_publish_partial(const struct snap *s, const uint32_t *t, uint32_t p, size_t upto)
 {
+	int fd = daemonutil_connect_raw(d.sock);
+	assert_true(fd >= 0);
+	frame_request req;
+	K3cache__V1__Publish pub;
+	k3cache__v1__request__init(&req);
+	k3cache__v1__publish__init(&pub);
+	K3cache__V1__LayerRef *refs = calloc(s->n, sizeof(*refs));
+	K3cache__V1__LayerRef **prefs = calloc(s->n, sizeof(*prefs));
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < s->n; i++) {
+		k3cache__v1__layer_ref__init(&refs[i]);
+		refs[i].index = i;
+		refs[i].size = s->bufs[i].len;
+		prefs[i] = &refs[i];
+		total += s->bufs[i].len;
+	}
+	req.op_case = K3CACHE__V1__REQUEST__OP_PUBLISH;
+	req.publish = &pub;
+	req.id = 77;
+	req.payload_len = total;
+	pub.model.data = twin->fingerprint;
+	pub.model.len = 32;
+	pub.tokens = (uint32_t *)t;
+	pub.n_tokens = p;
+	pub.layers = prefs;
+	pub.n_layers = s->n;
+	assert_int_equal(daemonutil_send_request(fd, &req), 0);
+	free(refs);
+	free(prefs);
+	size_t sent = 0;
+	for (uint32_t i = 0; i < s->n && sent < upto; i++) {
+		size_t take = s->bufs[i].len < upto - sent ? s->bufs[i].len : upto - sent;
+		assert_int_equal(daemonutil_write_all(fd, s->bufs[i].data, take), 0);
+		sent += take;
+	}
+	return fd;
+}
+
+static uint64_t snap_bytes(const struct snap *s)
+{
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < s->n; i++)
+		total += s->bufs[i].len;
+	return total;
+}
+
+/* A streamed publish whose client leaves mid-payload stores nothing: the
+ * stages already written are removed, no pending row is left, and the
+ * daemon serves the next publish of the same prompt. */
+static void test_streamed_publish_client_leaves(void **state)
+{
+	(void)state;
+	if (!stage_size)
+		skip();
+	struct k3cache *c = connect_ok();
+	uint64_t entries = counter(c, "entries"), chunks = counter(c, "chunks");
+	uint32_t t[2000];
+	tokens_for(t, 2000, 7000000);
+	struct snap s = make_snap(twin, 2000, 41); /* ~10 MiB: many stages of 64 KiB */
+	int fd = raw_publish_partial(&s, t, 2000, (size_t)(snap_bytes(&s) * 3 / 4));
+	/* the stages of what arrived are written meanwhile */
+	for (int i = 0; i < 100 && counter(c, "chunks") == chunks; i++)
+		daemonutil_sleep_ms(20);
+	assert_true(counter(c, "chunks") > chunks);
+	assert_int_equal(counter(c, "staging"), 1);
+	close(fd);
+	for (int i = 0; i < 100 && counter(c, "staging") != 0; i++)
+		daemonutil_sleep_ms(20);
+	assert_int_equal(counter(c, "staging"), 0);
+	assert_int_equal(counter(c, "chunks"), chunks);
+	assert_int_equal(counter(c, "entries"), entries);
+	assert_int_equal(counter(c, "inflight_bytes"), 0);
+	/* the same prompt publishes whole afterwards */
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 2000, 7000000, 41, &res), 0);
+	assert_true(res.created);
+	expect_restore(c, 2000, 7000000, 41);
+	free_snap(&s);
+	k3cache_close(c);
+}
+
+/* A streamed publish with a bad layer near its end (found after earlier
+ * stages were written): INVALID naming the layer, nothing stored. */
+static void test_streamed_publish_bad_layer(void **state)
+{
+	(void)state;
+	if (!stage_size)
+		skip();
+	struct k3cache *c = connect_ok();
+	uint64_t entries = counter(c, "entries"), chunks = counter(c, "chunks");
+	uint32_t t[2000];
+	tokens_for(t, 2000, 8000000);
+	struct snap s = make_snap(twin, 2000, 42);
+	uint32_t last = s.n - 1;
+	float nan = __builtin_nanf("");
+	memcpy((unsigned char *)s.bufs[last].data + s.bufs[last].len - 4, &nan, 4);
+	struct k3cache_publish_result res;
+	struct k3cache_error e;
+	assert_int_not_equal(
+	        k3cache_publish(c, twin->fingerprint, "", 0, t, 2000, s.bufs, s.n, &res, &e), 0);
+	assert_int_equal(e.code, STATUS_INVALID);
+	char want[32];
+	snprintf(want, sizeof(want), "layer %u", last);
+	if (!strstr(e.message, want))
+		fail_msg("message \"%s\" does not name %s", e.message, want);
+	assert_int_equal(counter(c, "entries"), entries);
+	assert_int_equal(counter(c, "chunks"), chunks);
+	assert_int_equal(counter(c, "staging"), 0);
+	free_snap(&s);
+	k3cache_close(c);
+}
+
+/* A streamed uploader that stalls holds neither the writer nor LMDB: other
+ * publishes (streamed ones too) land meanwhile. */
+static void test_stalled_streamed_upload_does_not_block_writes(void **state)
+{
+	(void)state;
+	if (!stage_size)
+		skip();
+	/* 1.2 + 1.7 + 0.4 MiB: within --max-inflight (4M) together, so nothing
+	 * waits for memory (the cap's own waiting is test_inflight_cap_waits) */
+	uint32_t t[100];
+	tokens_for(t, 100, 9000000);
+	struct snap s = make_snap(twin, 100, 43);
+	assert_true(snap_bytes(&s) < (3u << 19) && snap_bytes(&s) > (1u << 20));
+	int fd = raw_publish_partial(&s, t, 100, (size_t)(snap_bytes(&s) / 2));
+	daemonutil_sleep_ms(100);
+	struct k3cache *c = connect_ok();
+	double t0 = now_s();
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 150, 9100000, 44, &res), 0); /* streamed too */
+	assert_true(res.created);
+	assert_int_equal(publish(c, 20, 9200000, 45, &res), 0); /* one commit */
+	assert_true(res.created);
+	assert_true(now_s() - t0 < 2.0);
+	expect_restore(c, 150, 9100000, 44);
+	/* the stalled one finishes later and lands whole */
+	size_t half = (size_t)(snap_bytes(&s) / 2), off = 0;
+	for (uint32_t i = 0; i < s.n; i++) {
+		size_t len = s.bufs[i].len;
+		if (off + len > half) {
+			size_t from = half > off ? half - off : 0;
+			assert_int_equal(daemonutil_write_all(
+			                         fd, (const unsigned char *)s.bufs[i].data + from,
+			                         len - from),
+			                 0);
+		}
+		off += len;
+	}
+	frame_response *r = daemonutil_read_response(fd, 5000);
+	assert_non_null(r);
+	assert_int_equal(r->code, 0);
+	assert_true(r->created);
+	frame_response_free(r);
+	close(fd);
+	expect_restore(c, 100, 9000000, 43);
+	free_snap(&s);
+	k3cache_close(c);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && !strcmp(argv[1], "--stage-size"))
+		stage_size = argv[2];
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_publish_in_one_process_restore_in_another),
 	        cmocka_unit_test(test_lookup_restore_one_round_trip),
@@ -543,6 +715,9 @@ int main(void)
 	        cmocka_unit_test(test_inflight_cap_waits),
 	        cmocka_unit_test(test_waiting_publish_client_leaves),
 	        cmocka_unit_test(test_sigterm_during_publish),
+	        cmocka_unit_test(test_streamed_publish_client_leaves),
+	        cmocka_unit_test(test_streamed_publish_bad_layer),
+	        cmocka_unit_test(test_stalled_streamed_upload_does_not_block_writes),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,215 @@
+/* ingest: a large publish written into the store while its payload arrives.
+ *
+ * The loop thread receives the payload into one buffer, as for any publish,
+ * but hands the job to the writer as soon as the header is in. The writer
+ * begins a staged publish (store_stage_begin: pending row, helper scan) and
+ * then writes each stage whose layers have arrived and passed their checks,
+ * interleaved with its other jobs; it never waits for the socket. The job
+ * comes back (and is answered) once the payload is whole and the entry is
+ * committed or refused, or once the connection is gone and what was written
+ * is removed.
+ *
+ * Threads: the loop writes `arrived`, `complete`, `cancelled` under mu; the
+ * writer owns `stage` (set and cleared under mu, so that the loop can pass
+ * arrivals and cancels to it); the stage's scan thread only kicks the writer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+struct k3d_ingest {
+	struct k3d_writer *w;
+	struct k3d_job *job;
+	pthread_mutex_t mu;
+	uint64_t arrived;
+	int complete, cancelled;
+	struct store_stage *stage;
+	/* the writer's */
+	int begun;
+	struct store_blob *blobs;
+	struct store_publish_req req;
+};
+
+/* ---- the loop's side ------------------------------------------------------- */
+
+int k3d_ingest_start(struct k3d_conn *c)
+{
+	struct k3d_server *srv = c->srv;
+	if (srv->stopping || c->req->op_case != K3CACHE__V1__REQUEST__OP_PUBLISH ||
+	    c->plen <= store_stage_bytes(srv->store))
+		return 0;
+	struct k3d_job *job = calloc(1, sizeof(*job));
+	struct k3d_ingest *in = calloc(1, sizeof(*in));
+	if (!job || !in) {
+		free(job);
+		free(in);
+		return 0; /* received whole, then written as before */
+	}
+	pthread_mutex_init(&in->mu, NULL);
+	in->w = srv->writer;
+	in->job = job;
+	k3cache__v1__response__init(&job->resp);
+	job->conn = c;
+	job->req = c->req;
+	job->payload = c->payload; /* the job's; the connection keeps filling it */
+	job->plen = c->plen;
+	job->t_request = c->t_request;
+	job->streamed = 1;
+	job->ingest = in;
+	c->req = NULL;
+	c->ingest = job;
+	k3d_writer_submit(srv->writer, job);
+	return 1;
+}
+
+void k3d_ingest_arrived(struct k3d_conn *c)
+{
+	struct k3d_ingest *in = c->ingest->ingest;
+	pthread_mutex_lock(&in->mu);
+	in->arrived = c->pgot;
+	if (in->stage)
+		store_stage_arrived(in->stage, c->pgot);
+	pthread_mutex_unlock(&in->mu);
+}
+
+void k3d_ingest_complete(struct k3d_conn *c)
+{
+	struct k3d_job *job = c->ingest;
+	struct k3d_ingest *in = job->ingest;
+	pthread_mutex_lock(&in->mu);
+	in->arrived = c->pgot;
+	in->complete = 1;
+	if (in->stage)
+		store_stage_arrived(in->stage, c->pgot);
+	pthread_mutex_unlock(&in->mu);
+	c->ingest = NULL;
+	c->payload = NULL; /* the job's; handed back with the answer */
+	c->state = K3D_BUSY;
+	k3d_writer_kick(in->w, job);
+}
+
+void k3d_ingest_cancel(struct k3d_conn *c)
+{
+	struct k3d_job *job = c->ingest;
+	struct k3d_ingest *in = job->ingest;
+	pthread_mutex_lock(&in->mu);
+	in->cancelled = 1;
+	if (in->stage)
+		store_stage_cancel(in->stage);
+	pthread_mutex_unlock(&in->mu);
+	c->ingest = NULL;
+	c->payload = NULL;
+	k3d_writer_kick(in->w, job);
+}
+
+/* ---- the writer's side ------------------------------------------------------ */
+
+static void kick(void *ctx)
+{
+	struct k3d_job *job = ctx;
+	k3d_writer_kick(job->ingest->w, job);
+}
+
+void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
+{
+	(void)w;
+	struct k3d_ingest *in = job->ingest;
+	const K3cache__V1__Publish *p = job->req->publish;
+	in->begun = 1;
+	pthread_mutex_lock(&in->mu);
+	int cancelled = in->cancelled;
+	pthread_mutex_unlock(&in->mu);
+	if (cancelled) {
+		status_set(&job->st, STATUS_INVALID, "the connection closed mid-payload");
+		return;
+	}
+	in->blobs = calloc(p->n_layers ? p->n_layers : 1, sizeof(struct store_blob));
+	if (!in->blobs) {
+		status_set(&job->st, STATUS_BUSY, "out of memory; retry later");
+		return;
+	}
+	uint64_t off = 0;
+	for (size_t l = 0; l < p->n_layers; l++) {
+		in->blobs[l].data = job->payload + off;
+		in->blobs[l].size = p->layers[l]->size;
+		in->blobs[l].xxh3 = p->layers[l]->xxh3;
+		off += p->layers[l]->size;
+	}
+	in->req = (struct store_publish_req){
+	        .fingerprint = p->model.data,
+	        .salt = p->salt.data,
+	        .salt_len = p->salt.len,
+	        .tokens = p->tokens,
+	        .n_tokens = (uint32_t)p->n_tokens,
+	        .blobs = in->blobs,
+	        .n_blobs = (uint32_t)p->n_layers,
+	};
+	struct store_stage *g = NULL;
+	job->st.code = STATUS_OK;
+	job->st.message[0] = 0;
+	store_stage_begin(job->conn->srv->store, &in->req, kick, job, &g, &job->pub, &job->st);
+	if (!g)
+		return; /* refused, or stored already: answered once the payload is in */
+	pthread_mutex_lock(&in->mu);
+	in->stage = g;
+	store_stage_arrived(g, in->arrived);
+	if (in->cancelled)
+		store_stage_cancel(g);
+	pthread_mutex_unlock(&in->mu);
+}
+
+int k3d_ingest_progress(struct k3d_job *job, int stopping)
+{
+	struct k3d_ingest *in = job->ingest;
+	pthread_mutex_lock(&in->mu);
+	int whole = in->complete, gone = in->cancelled;
+	if (stopping && !whole && !gone) {
+		/* the loop has stopped: the rest never comes */
+		in->cancelled = gone = 1;
+		if (in->stage)
+			store_stage_cancel(in->stage);
+	}
+	struct store_stage *g = in->stage;
+	pthread_mutex_unlock(&in->mu);
+	if (!g)
+		return whole || gone; /* nothing was begun: answer when the payload is in */
+	int step;
+	for (;;) {
+		step = store_stage_step(g, 1);
+		if (step == STORE_STAGE_MORE || step == STORE_STAGE_READY)
+			if (step == STORE_STAGE_MORE) {
+				if (!stopping) {
+					k3d_writer_kick(in->w,
+					                job); /* one stage, then other jobs */
+					return 0;
+				}
+				continue;
+			}
+		if (step == STORE_STAGE_WAIT && stopping && whole) {
+			store_stage_wait(g); /* shutting down: finish this one */
+			continue;
+		}
+		break;
+	}
+	if (step == STORE_STAGE_WAIT || !(whole || gone))
+		return 0; /* a kick comes when there is more to do */
+	pthread_mutex_lock(&in->mu);
+	in->stage = NULL;
+	pthread_mutex_unlock(&in->mu);
+	store_stage_end(g, &job->pub, &job->st);
+	if (gone && job->st.code == STATUS_OK)
+		status_set(&job->st, STATUS_INVALID, "the connection closed mid-payload");
+	return 1;
+}
+
+void k3d_ingest_free(struct k3d_ingest *in)
+{
+	if (!in)
+		return;
+	if (in->stage) { /* never left running: progress ends every stage */
+		store_stage_cancel(in->stage);
+	}
+	pthread_mutex_destroy(&in->mu);
+	free(in->blobs);
+	free(in);
+}
