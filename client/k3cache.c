@@ -23,7 +23,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +35,7 @@
 #include <unistd.h>
 
 #include "blob.h"
+#include "blob_stream.h"
 #include "checksum.h"
 #include "frame.h"
 #include "hexutil.h"
@@ -1021,16 +1021,14 @@ static int check_layer_list(const struct model_spec *model, const frame_response
 	return 0;
 }
 
-/* Checks one received layer: the test tamper hook, then the blob against the
- * model at P, then the checksum bound to the slot. */
-static int check_layer(struct k3cache *c, const struct model_spec *model, const frame_response *r,
-                       uint32_t i, void *blob, size_t len, struct k3cache_error *err)
+/* Ends the checks of one received layer: the blob against the model's slot,
+ * shape, seq_len and finiteness, and its checksum against the daemon's. */
+static int finish_layer(struct blob_stream *bs, const frame_response *r, uint32_t i,
+                        struct k3cache_error *err)
 {
-	if (c->tamper)
-		c->tamper(i, blob, len);
 	struct blob_error be;
 	uint64_t sum = 0;
-	enum blob_class cls = blob_check_sum(blob, len, model, i, r->prefix_len, &sum, &be);
+	enum blob_class cls = blob_stream_end(bs, &sum, &be);
 	if (cls != BLOB_OK)
 		return FAIL(err, STATUS_INVALID, 0, "%s (%s)", be.message, blob_class_name(cls));
 	if (sum != r->layers[i]->xxh3)
@@ -1041,49 +1039,47 @@ static int check_layer(struct k3cache *c, const struct model_spec *model, const 
 	return 0;
 }
 
-/* Large restores check each layer on a second thread while the next one is
- * received, so that validation and the socket overlap. */
-#define OVERLAP_MIN_BYTES (32u << 20)
+/* Each layer is received in pieces small enough to stay in cache, and each
+ * piece is scanned and hashed as soon as it lands: the check costs little
+ * more than the copy out of the socket, on the same thread. */
+#define PIECE_BYTES (256u << 10)
 
-struct checker {
-	struct k3cache *c;
-	const struct model_spec *model;
-	const frame_response *r;
-	unsigned char **dst; /* each layer's bytes */
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	uint32_t received; /* layers fully read */
-	int rc;            /* first failure, with err */
-	struct k3cache_error err;
-};
-
-static void *checker_main(void *arg)
+/* Receives one layer into dst and checks it. */
+static int receive_layer(struct k3cache *c, const struct model_spec *model, const frame_response *r,
+                         uint32_t i, unsigned char *dst, struct k3cache_error *err)
 {
-	struct checker *ck = arg;
-	for (uint32_t i = 0; i < ck->model->n_layers; i++) {
-		pthread_mutex_lock(&ck->mu);
-		while (ck->received <= i && ck->received != UINT32_MAX)
-			pthread_cond_wait(&ck->cv, &ck->mu);
-		int gone = ck->received == UINT32_MAX;
-		pthread_mutex_unlock(&ck->mu);
-		if (gone)
-			return NULL; /* the connection broke: nothing to check */
-		int rc = check_layer(ck->c, ck->model, ck->r, i, ck->dst[i],
-		                     (size_t)ck->r->layers[i]->size, &ck->err);
-		if (rc) {
-			ck->rc = rc;
-			return NULL;
+	size_t len = (size_t)r->layers[i]->size;
+	struct blob_stream bs;
+	if (blob_stream_begin(&bs, dst, len, model, i, r->prefix_len) != 0) {
+		blob_stream_abandon(&bs);
+		int rc = FAIL(err, STATUS_INTERNAL, 0, "out of memory");
+		drain_after_failure(c, err);
+		return rc;
+	}
+	int rc = 0;
+	if (c->tamper) {
+		/* a test build: the daemon "sent" what the hook makes of the layer */
+		rc = read_payload(c, dst, len, err);
+		if (!rc) {
+			c->tamper(i, dst, len);
+			blob_stream_feed(&bs, len);
+		}
+	} else {
+		for (size_t off = 0; off < len && !rc;) {
+			size_t n = len - off < PIECE_BYTES ? len - off : PIECE_BYTES;
+			rc = read_payload(c, dst + off, n, err);
+			off += n;
+			if (!rc)
+				blob_stream_feed(&bs, off);
 		}
 	}
-	return NULL;
-}
-
-static void checker_post(struct checker *ck, uint32_t received)
-{
-	pthread_mutex_lock(&ck->mu);
-	ck->received = received;
-	pthread_cond_signal(&ck->cv);
-	pthread_mutex_unlock(&ck->mu);
+	if (rc) { /* the connection is gone */
+		blob_stream_abandon(&bs);
+		return rc;
+	}
+	if ((rc = finish_layer(&bs, r, i, err)) != 0)
+		drain_after_failure(c, err);
+	return rc;
 }
 
 /* Receives and validates the payload of a restore answer, into the caller's
@@ -1117,66 +1113,13 @@ static int receive_snapshot(struct k3cache *c, const struct model_spec *model,
 		}
 		c->snap_cap = (size_t)r->payload_len;
 	}
-	unsigned char **dst = calloc(model->n_layers, sizeof(*dst));
-	if (!dst) {
-		rc = FAIL(err, STATUS_INTERNAL, 0, "out of memory");
-		drain_after_failure(c, err);
-		return rc;
-	}
 	size_t off = 0;
-	for (uint32_t i = 0; i < model->n_layers; i++) {
-		dst[i] = bufs ? bufs[i] : c->snap + off;
+	for (uint32_t i = 0; i < model->n_layers && !rc; i++) {
+		unsigned char *dst = bufs ? bufs[i] : c->snap + off;
 		off += (size_t)r->layers[i]->size;
+		rc = receive_layer(c, model, r, i, dst, err);
 	}
-	struct checker ck = {.c = c, .model = model, .r = r, .dst = dst};
-	pthread_t th;
-	int threaded = 0;
-	if (r->payload_len >= OVERLAP_MIN_BYTES && model->n_layers > 1) {
-		pthread_mutex_init(&ck.mu, NULL);
-		pthread_cond_init(&ck.cv, NULL);
-		threaded = pthread_create(&th, NULL, checker_main, &ck) == 0;
-		if (!threaded) {
-			pthread_mutex_destroy(&ck.mu);
-			pthread_cond_destroy(&ck.cv);
-		}
-	}
-	for (uint32_t i = 0; i < model->n_layers; i++) {
-		size_t len = (size_t)r->layers[i]->size;
-		if ((rc = read_payload(c, dst[i], len, err))) {
-			/* the connection is gone */
-			if (threaded) {
-				checker_post(&ck, UINT32_MAX);
-				pthread_join(th, NULL);
-				pthread_mutex_destroy(&ck.mu);
-				pthread_cond_destroy(&ck.cv);
-			}
-			free(dst);
-			return rc;
-		}
-		if (threaded) {
-			checker_post(&ck, i + 1);
-			continue;
-		}
-		if ((rc = check_layer(c, model, r, i, dst[i], len, err))) {
-			drain_after_failure(c, err);
-			free(dst);
-			return rc;
-		}
-	}
-	if (threaded) {
-		pthread_join(th, NULL); /* before dst goes: the checker reads it */
-		pthread_mutex_destroy(&ck.mu);
-		pthread_cond_destroy(&ck.cv);
-	}
-	free(dst);
-	if (threaded) {
-		if (ck.rc) {
-			if (err)
-				*err = ck.err;
-			return ck.rc; /* the whole payload was read: the connection is usable */
-		}
-	}
-	return 0;
+	return rc;
 }
 
 /* Calls fn for each layer of the validated snapshot in c->snap. */

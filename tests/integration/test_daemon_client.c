@@ -270,8 +270,8 @@ static void test_client_refuses_tampered_restore(void **state)
 	k3cache_close(c);
 }
 
-/* The same with a restore large enough (over 32 MiB) to be checked on a
- * second thread while it is received. */
+/* The same with a restore of many pieces (over 32 MiB): the tampered bytes
+ * go through the piecewise check (blob_stream) like received ones. */
 static void test_large_restore_checked_while_received(void **state)
 {
 	(void)state;

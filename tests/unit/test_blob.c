@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "blob.h"
+#include "blob_stream.h"
 #include "checksum.h"
 #include "model.h"
 #include "testutil.h"
@@ -279,6 +280,114 @@ static void test_nonfinite_positions(void **state)
 	model_free(m);
 }
 
+/* blob_stream over pieces of `step` bytes (0: random sizes) gives exactly
+ * what blob_check_sum gives for the whole. */
+static void expect_stream_same(const unsigned char *b, size_t len, const struct model_spec *m,
+                               uint32_t layer, uint32_t plen, size_t step, const char *what)
+{
+	struct blob_error want_err = {0}, got_err = {0};
+	uint64_t want_sum = 0, got_sum = 0;
+	enum blob_class want = blob_check_sum(b, len, m, layer, plen, &want_sum, &want_err);
+	/* fill a fresh buffer piece by piece, as a socket would */
+	unsigned char *buf = malloc(len ? len : 1);
+	memset(buf, 0xff, len); /* 0xffffffff is a NaN: unfilled bytes must not be scanned */
+	struct blob_stream bs;
+	assert_int_equal(blob_stream_begin(&bs, buf, len, m, layer, plen), 0);
+	uint32_t rng = (uint32_t)len * 2654435761u + (uint32_t)step + 1u;
+	for (size_t off = 0; off < len;) {
+		size_t n = step;
+		if (!n) {
+			rng ^= rng << 13;
+			rng ^= rng >> 17;
+			rng ^= rng << 5;
+			n = 1 + rng % 9000;
+		}
+		if (n > len - off)
+			n = len - off;
+		memcpy(buf + off, b + off, n);
+		off += n;
+		blob_stream_feed(&bs, off);
+	}
+	enum blob_class got = blob_stream_end(&bs, &got_sum, &got_err);
+	if (got != want || (want == BLOB_OK && got_sum != want_sum) ||
+	    (want != BLOB_OK && strcmp(got_err.message, want_err.message) != 0))
+		fail_msg("%s, pieces of %zu: stream gave %s \"%s\" %016llx, whole gave %s \"%s\" "
+		         "%016llx",
+		         what, step, blob_class_name(got), got_err.message,
+		         (unsigned long long)got_sum, blob_class_name(want), want_err.message,
+		         (unsigned long long)want_sum);
+	free(buf);
+}
+
+static void test_stream_matches_whole_on_vectors(void **state)
+{
+	(void)state;
+	char *rows[TESTUTIL_MAX_ROWS][TESTUTIL_MAX_COLS];
+	int n;
+	char *text = testutil_tsv("vectors/semantic.tsv", rows, &n);
+	assert_true(n >= 12);
+	static const size_t steps[] = {1, 3, 4, 5, 64, 0};
+	for (int i = 0; i < n; i++) {
+		char path[1024], merr[MODEL_ERROR_MAX];
+		snprintf(path, sizeof(path), "%s/%s", K3_SHARED_DIR, rows[i][1]);
+		struct model_spec *m = model_load_file(path, merr);
+		assert_non_null(m);
+		uint32_t layer = (uint32_t)strtoul(rows[i][2], NULL, 10);
+		uint32_t plen = (uint32_t)strtoul(rows[i][3], NULL, 10);
+		size_t len;
+		char rel[512];
+		snprintf(rel, sizeof(rel), "vectors/%s", rows[i][0]);
+		unsigned char *b = testutil_read(rel, &len);
+		for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++)
+			expect_stream_same(b, len, m, layer, plen, steps[k], rows[i][0]);
+		/* and every layer and a wrong prefix length, wherever it fails */
+		for (uint32_t l = 0; l < m->n_layers; l++)
+			expect_stream_same(b, len, m, l, plen + 1, 0, rows[i][0]);
+		free(b);
+		model_free(m);
+	}
+	free(text);
+}
+
+/* Twin-size blobs with a bad float in each place a piece can split. */
+static void test_stream_matches_whole_on_large_blobs(void **state)
+{
+	(void)state;
+	struct model_spec *m = twin();
+	size_t klen, mlen;
+	unsigned char *k = make_kda(&m->layers[0], 0.25f, &klen);
+	unsigned char *v = make_mla(&m->layers[3], 37, &mlen);
+	static const size_t steps[] = {4096, 65536, 262144, 0};
+	for (size_t s = 0; s < sizeof(steps) / sizeof(steps[0]); s++) {
+		expect_stream_same(k, klen, m, 0, 37, steps[s], "kda ok");
+		expect_stream_same(v, mlen, m, 3, 37, steps[s], "mla ok");
+	}
+	float nan = __builtin_nanf(""), inf = __builtin_inff();
+	const size_t at[] = {5, 9, 4093, 65535, 262141, klen - 8, klen - 4};
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		unsigned char *b = malloc(klen);
+		memcpy(b, k, klen);
+		memcpy(b + at[i], i % 2 ? &nan : &inf, 4);
+		for (size_t s = 0; s < sizeof(steps) / sizeof(steps[0]); s++)
+			expect_stream_same(b, klen, m, 0, 37, steps[s], "kda with a bad float");
+		free(b);
+	}
+	/* a NaN in the MLA v vector, and a count changed so the layout shifts */
+	unsigned char *b = malloc(mlen);
+	memcpy(b, v, mlen);
+	memcpy(b + mlen - 4, &nan, 4);
+	expect_stream_same(b, mlen, m, 3, 37, 4096, "mla NaN at the end");
+	memcpy(b, v, mlen);
+	b[5] ^= 1; /* the k count */
+	expect_stream_same(b, mlen, m, 3, 37, 4096, "mla count changed");
+	expect_stream_same(v, mlen - 3, m, 3, 37, 4096, "mla truncated");
+	expect_stream_same(v, mlen, m, 0, 37, 4096, "mla in a KDA slot");
+	free(b);
+	free(k);
+	free(v);
+	model_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -291,6 +400,8 @@ int main(void)
 	        cmocka_unit_test(test_mutant_swapped_mla_row),
 	        cmocka_unit_test(test_mutant_swapped_kda_layers),
 	        cmocka_unit_test(test_nonfinite_positions),
+	        cmocka_unit_test(test_stream_matches_whole_on_vectors),
+	        cmocka_unit_test(test_stream_matches_whole_on_large_blobs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,47 @@
+/* blob_stream: the checks of blob_check_sum() for a blob that arrives in
+ * pieces, each piece scanned and hashed as it lands (while it is in cache).
+ *
+ * The caller owns one contiguous buffer of the blob's final length and fills
+ * it front to back; after each piece it calls blob_stream_feed() with how much
+ * is in place. The float ranges are taken from the model's layout for the
+ * layer; blob_stream_end() then parses the header (tag, counts, seq_len,
+ * trailing bytes) and gives exactly what blob_check_sum() would give for the
+ * same bytes: the same class, the same message, the same checksum. */
+#ifndef K3_BLOB_STREAM_H
+#define K3_BLOB_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blob.h"
+
+struct model_spec;
+struct checksum_state;
+
+struct blob_stream {
+	const unsigned char *base;
+	size_t len;
+	const struct model_spec *model;
+	uint32_t layer, prefix_len;
+	size_t fed;         /* bytes [0, fed) seen */
+	size_t data_off[2]; /* where each vector's floats start, per the model */
+	size_t data_len[2]; /* and their byte length */
+	size_t scanned[2];  /* bytes of each vector's floats scanned */
+	int nonfinite;      /* a NaN or an Inf was seen */
+	struct checksum_state *cs;
+};
+
+/* Starts the checks of a blob for `layer` of `model` at prefix length
+ * `prefix_len` that will occupy base[0, len). Returns 0, or -1 when out of
+ * memory. */
+int blob_stream_begin(struct blob_stream *s, const void *base, size_t len,
+                      const struct model_spec *model, uint32_t layer, uint32_t prefix_len);
+/* base[0, upto) is in place (upto never decreases). */
+void blob_stream_feed(struct blob_stream *s, size_t upto);
+/* Every byte must have been fed. Returns the class (BLOB_OK with *xxh3 set)
+ * and frees the state. */
+enum blob_class blob_stream_end(struct blob_stream *s, uint64_t *xxh3, struct blob_error *err);
+/* Frees the state of a stream that will not be ended. */
+void blob_stream_abandon(struct blob_stream *s);
+
+#endif
