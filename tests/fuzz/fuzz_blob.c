@@ -2,12 +2,15 @@
  * The first input byte picks the layer and the prefix length; the rest is the
  * blob. Properties checked beyond "no crash, no sanitizer report":
  *  - a blob that parses re-encodes to exactly its input;
- *  - every rejection has a class and a non-empty message. */
+ *  - every rejection has a class and a non-empty message;
+ *  - blob_stream, fed the blob in pieces (sizes drawn from the selector),
+ *    gives exactly what blob_check_sum gives for the whole. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "blob.h"
+#include "blob_stream.h"
 #include "model.h"
 
 static struct model_spec *fuzz_model(void)
@@ -53,5 +56,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (rc != BLOB_OK && (err.cls != rc || err.message[0] == '\0'))
 		abort();
+
+	/* the piecewise check agrees with the whole one */
+	struct blob_error whole_err = {0}, stream_err = {0};
+	uint64_t whole_sum = 0, stream_sum = 0;
+	enum blob_class whole =
+	        blob_check_sum(blob, len, fuzz_model(), layer, prefix, &whole_sum, &whole_err);
+	uint8_t *buf = malloc(len ? len : 1);
+	struct blob_stream bs;
+	if (!buf || blob_stream_begin(&bs, buf, len, fuzz_model(), layer, prefix) != 0)
+		abort();
+	memset(buf, 0xff, len);
+	size_t piece = 1u + (sel % 13u);
+	for (size_t off = 0; off < len;) {
+		size_t n = len - off < piece ? len - off : piece;
+		memcpy(buf + off, blob + off, n);
+		off += n;
+		blob_stream_feed(&bs, off);
+		piece = piece * 3u % 29u + 1u;
+	}
+	enum blob_class streamed = blob_stream_end(&bs, &stream_sum, &stream_err);
+	if (streamed != whole || (whole == BLOB_OK && stream_sum != whole_sum) ||
+	    (whole != BLOB_OK && strcmp(stream_err.message, whole_err.message) != 0))
+		abort();
+	free(buf);
 	return 0;
 }
