@@ -46,11 +46,18 @@
 #endif
 
 #define DEFAULT_TIMEOUT_MS 60000
-#define SOCKET_BUFFER      (4 << 20) /* SO_SNDBUF / SO_RCVBUF asked for */
-#define DRAIN_CHUNK        (64u << 10)
-#define HEADER_SMALL       4096u /* response headers up to this need no malloc */
-#define ADDR_MAX           300
-#define CLIENT_NAME        "libk3cache"
+/* Bytes per sendmsg. One call with a whole snapshot's iovecs copies hundreds
+ * of MiB inside the kernel while the daemon drains the socket, and a kernel
+ * built with preemption "none" (common on servers, and this VM's) switches
+ * tasks only when the call returns: every other process on that CPU, other
+ * workers' lookups included, waited up to 46 ms (measured with perf sched).
+ * A bounded call returns to user space, where the scheduler can switch. */
+#define SEND_SLICE    ((size_t)1 << 20)
+#define SOCKET_BUFFER (4 << 20) /* SO_SNDBUF / SO_RCVBUF asked for */
+#define DRAIN_CHUNK   (64u << 10)
+#define HEADER_SMALL  4096u /* response headers up to this need no malloc */
+#define ADDR_MAX      300
+#define CLIENT_NAME   "libk3cache"
 
 struct k3cache {
 	int fd;              /* -1 once the connection is closed */
@@ -235,11 +242,19 @@ static int send_iov(struct k3cache *c, struct iovec *iov, size_t n)
 			n--;
 			continue;
 		}
+		/* at most SEND_SLICE bytes per call: see its definition */
+		size_t cnt = 0, bytes = 0;
+		while (cnt < n && cnt < (size_t)IOV_MAX && bytes < SEND_SLICE)
+			bytes += iov[cnt++].iov_len;
+		size_t last_len = iov[cnt - 1].iov_len;
+		if (bytes > SEND_SLICE)
+			iov[cnt - 1].iov_len -= bytes - SEND_SLICE;
 		struct msghdr msg;
 		memset(&msg, 0, sizeof(msg));
 		msg.msg_iov = iov;
-		msg.msg_iovlen = n < (size_t)IOV_MAX ? n : (size_t)IOV_MAX;
+		msg.msg_iovlen = cnt;
 		ssize_t k = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+		iov[cnt - 1].iov_len = last_len;
 		if (k < 0) {
 			if (errno == EINTR)
 				continue;

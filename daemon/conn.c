@@ -20,6 +20,7 @@
 #define OUT_HIGH_WATER (8u << 20)
 #define READ_SLICE     (2u << 20)
 #define BULK_BYTES     (1u << 20) /* a transfer this large is bulk */
+#define WRITE_SLICE    (2u << 20) /* bytes written per write callback */
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
@@ -651,11 +652,18 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	struct k3d_conn *c = arg;
 	struct k3d_server *srv = c->srv;
+	/* at most WRITE_SLICE bytes per callback, a syscall each MiB: a restore
+	 * that the client drains as fast as it is written would otherwise keep
+	 * the loop (and, in the kernel, the CPU) for its whole length */
+	size_t budget = WRITE_SLICE;
 	while (evbuffer_get_length(c->out) > 0) {
-		int n = evbuffer_write_atmost(c->out, fd, 16 << 20);
+		if (budget == 0)
+			return; /* still writable: the loop comes back after other events */
+		int n = evbuffer_write_atmost(c->out, fd, (ev_ssize_t)(1u << 20));
 		if (n > 0) {
 			srv->bytes_out += (uint64_t)n;
 			c->last_progress = srv->ticks;
+			budget = budget > (size_t)n ? budget - (size_t)n : 0;
 			continue;
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
