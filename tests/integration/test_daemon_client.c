@@ -700,6 +700,42 @@ static void test_stalled_streamed_upload_does_not_block_writes(void **state)
 	k3cache_close(c);
 }
 
+/* The daemon SIGKILLed while a streamed publish has stages on disk: the
+ * restarted daemon sweeps them (its predecessor is gone), serves everything
+ * committed before, and the same prompt publishes whole again. */
+static void test_sigkill_mid_streamed_publish(void **state)
+{
+	(void)state;
+	if (!stage_size)
+		skip();
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 30, 6600000, 51, &res), 0);
+	uint64_t entries = counter(c, "entries"), chunks = counter(c, "chunks");
+	uint32_t t[2000];
+	tokens_for(t, 2000, 6700000);
+	struct snap s = make_snap(twin, 2000, 52);
+	int fd = raw_publish_partial(&s, t, 2000, (size_t)(snap_bytes(&s) / 2));
+	for (int i = 0; i < 100 && counter(c, "chunks") == chunks; i++)
+		daemonutil_sleep_ms(20);
+	assert_true(counter(c, "chunks") > chunks);
+	k3cache_close(c);
+	assert_int_equal(daemonutil_stop(&d, SIGKILL), 128 + SIGKILL);
+	close(fd);
+	assert_int_equal(start_daemon(), 0);
+	c = connect_ok();
+	assert_int_equal(counter(c, "staged_swept"), 1);
+	assert_int_equal(counter(c, "staging"), 0);
+	assert_int_equal(counter(c, "chunks"), chunks);
+	assert_int_equal(counter(c, "entries"), entries);
+	expect_restore(c, 30, 6600000, 51);
+	assert_int_equal(publish(c, 2000, 6700000, 52, &res), 0);
+	assert_true(res.created);
+	expect_restore(c, 2000, 6700000, 52);
+	free_snap(&s);
+	k3cache_close(c);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "--stage-size"))
@@ -718,6 +754,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_streamed_publish_client_leaves),
 	        cmocka_unit_test(test_streamed_publish_bad_layer),
 	        cmocka_unit_test(test_stalled_streamed_upload_does_not_block_writes),
+	        cmocka_unit_test(test_sigkill_mid_streamed_publish),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
