@@ -363,15 +363,31 @@ static void test_stream_matches_whole_on_large_blobs(void **state)
 		expect_stream_same(v, mlen, m, 3, 37, steps[s], "mla ok");
 	}
 	float nan = __builtin_nanf(""), inf = __builtin_inff();
-	const size_t at[] = {5, 9, 4093, 65535, 262141, klen - 8, klen - 4};
-	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
-		unsigned char *b = malloc(klen);
-		memcpy(b, k, klen);
-		memcpy(b + at[i], i % 2 ? &nan : &inf, 4);
-		for (size_t s = 0; s < sizeof(steps) / sizeof(steps[0]); s++)
-			expect_stream_same(b, klen, m, 0, 37, steps[s], "kda with a bad float");
+	/* offsets (not float-aligned ones too) across 4 KiB and 64 KiB piece
+	 * boundaries, in both vectors of both blobs */
+	const size_t at[] = {5, 9, 4093, 4094, 12293, 32765, 65535, 65537, 131070, 188000};
+	const unsigned char *src[2] = {k, v};
+	const size_t lens[2] = {klen, mlen};
+	const uint32_t slot[2] = {0, 3};
+	for (int w = 0; w < 2; w++) {
+		for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+			if (at[i] + 4 > lens[w])
+				continue;
+			unsigned char *b = malloc(lens[w]);
+			memcpy(b, src[w], lens[w]);
+			memcpy(b + at[i], i % 2 ? &nan : &inf, 4);
+			for (size_t s = 0; s < sizeof(steps) / sizeof(steps[0]); s++)
+				expect_stream_same(b, lens[w], m, slot[w], 37, steps[s],
+				                   "a bad float");
+			free(b);
+		}
+		unsigned char *b = malloc(lens[w]);
+		memcpy(b, src[w], lens[w]);
+		memcpy(b + lens[w] - 4, &nan, 4);
+		expect_stream_same(b, lens[w], m, slot[w], 37, 65536, "NaN as the last float");
 		free(b);
 	}
+	assert_true(klen > 12293 + 4 && mlen > 188000 + 4); /* the offsets above are inside */
 	/* a NaN in the MLA v vector, and a count changed so the layout shifts */
 	unsigned char *b = malloc(mlen);
 	memcpy(b, v, mlen);
