@@ -26,6 +26,7 @@ struct k3d_ingest {
 	struct store_stage *stage;
 	/* the writer's */
 	int begun;
+	int retried; /* begun again after BUSY, once the payload was whole */
 	struct store_blob *blobs;
 	struct store_publish_req req;
 };
@@ -171,6 +172,22 @@ int k3d_ingest_progress(struct k3d_job *job, int stopping)
 	}
 	struct store_stage *g = in->stage;
 	pthread_mutex_unlock(&in->mu);
+	if (!g && whole && !gone && job->st.code == STATUS_BUSY && !in->retried) {
+		/* another publish of this prompt was under way when the header came:
+		 * look again now that the payload is whole; if it committed, the
+		 * answer is "exists" rather than BUSY */
+		in->retried = 1;
+		free(in->blobs);
+		in->blobs = NULL;
+		k3d_ingest_begin(in->w, job);
+		pthread_mutex_lock(&in->mu);
+		g = in->stage;
+		pthread_mutex_unlock(&in->mu);
+		if (g) {
+			k3d_writer_kick(in->w, job);
+			return 0;
+		}
+	}
 	if (!g)
 		return whole || gone; /* nothing was begun: answer when the payload is in */
 	int step;

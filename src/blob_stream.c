@@ -53,10 +53,15 @@ void blob_stream_feed(struct blob_stream *s, size_t upto)
 		if (end <= from)
 			continue;
 		size_t floats = (end - from) / 4u; /* whole floats; the rest next time */
-		struct blob_f32vec part = {s->base + from, (uint32_t)floats};
-		if (floats && blob_first_nonfinite(&part) >= 0)
-			s->nonfinite = 1;
-		s->scanned[v] += floats * 4u;
+		while (floats && !s->nonfinite) {
+			uint32_t take = floats > UINT32_MAX ? UINT32_MAX : (uint32_t)floats;
+			struct blob_f32vec part = {s->base + from, take};
+			if (blob_first_nonfinite(&part) >= 0)
+				s->nonfinite = 1;
+			s->scanned[v] += (size_t)take * 4u;
+			from += (size_t)take * 4u;
+			floats -= take;
+		}
 	}
 }
 

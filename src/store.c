@@ -248,13 +248,7 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		code = store_mdb_error(st, rc, "opening the databases");
 		goto fail;
 	}
-	uint32_t swept = 0;
-	if (!s->opt.read_only && (rc = store_sweep_staged(s, txn, &swept)) != 0) {
-		mdb_txn_abort(txn);
-		code = store_mdb_error(st, rc, "removing unfinished publishes");
-		goto fail;
-	}
-	s->swept_at_open = swept;
+
 	struct store_totals t;
 	if ((rc = store_totals_get(s, txn, &t)) != 0) {
 		mdb_txn_abort(txn);
@@ -265,6 +259,16 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 	if ((rc = mdb_txn_commit(txn)) != 0) {
 		code = store_mdb_error(st, rc, "opening the store");
 		goto fail;
+	}
+	/* Unfinished staged publishes of dead processes: best effort, in a
+	 * transaction of its own; what it cannot remove now (a full map, say)
+	 * stays invisible and is tried again at the next open. */
+	if (!s->opt.read_only && s->has_pending && mdb_txn_begin(s->env, NULL, 0, &txn) == 0) {
+		uint32_t swept = 0;
+		if (store_sweep_staged(s, txn, &swept) != 0)
+			mdb_txn_abort(txn);
+		else if (mdb_txn_commit(txn) == 0) /* frees txn either way */
+			s->swept_at_open = swept;
 	}
 	*out = s;
 	return STATUS_OK;
@@ -290,6 +294,7 @@ void store_close(struct store *s)
 		model_free(s->model_cache[i].spec);
 	free(s->model_cache);
 	free(s->touches);
+	free(s->live);
 	pthread_mutex_destroy(&s->mu);
 	free(s->dir);
 	free(s);

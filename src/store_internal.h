@@ -72,10 +72,13 @@ struct store {
 	size_t n_touches, cap_touches;
 	struct model_cache_entry *model_cache;
 	size_t n_models_cached;
+	uint8_t (*live)[STORE_KEY_LEN]; /* keys with a staged publish in progress here */
+	size_t n_live, cap_live;
 
 	atomic_uint_fast64_t lru_clock;
 	atomic_int open_snapshots;
-	uint32_t swept_at_open; /* unfinished staged publishes removed at open */
+	uint32_t swept_at_open;             /* unfinished staged publishes removed at open */
+	atomic_uint_fast64_t staging_bytes; /* chunks written by staged publishes in progress */
 	atomic_uint_fast64_t hits, misses, hit_tokens, publishes, publish_exists, evictions,
 	        quarantined, restores, corrupt, map_full_retries;
 };
@@ -164,6 +167,10 @@ enum status_code store_write_status(struct store *s, int rc, struct status *st);
 /* store_staged.c: the whole of a staged publish, every byte in place. */
 enum status_code store_publish_staged(struct store *s, const struct store_publish_req *r,
                                       struct store_publish_res *res, struct status *st);
+
+/* 1 when a staged publish of key is in progress (its pending row is live):
+ * a one-transaction publish of the same key must not write its chunks. */
+int store_key_staging(struct store *s, MDB_txn *txn, const uint8_t *key);
 
 /* Removes the pending rows (and their chunks) of staged publishes whose
  * process is gone. Counts them in *swept. */

@@ -23,6 +23,7 @@ struct pending {
 	uint8_t *tags;
 	uint64_t *sizes;
 	int staged; /* larger than the stage size: store_staged.c */
+	int busy;   /* a staged publish of the same key is in progress */
 };
 
 /* Validation of every layer of one publish: one pass over the bytes (scan and
@@ -409,7 +410,10 @@ enum status_code store_write_status(struct store *s, int rc, struct status *st)
 /* Records the outcome of a write for one request. */
 static void set_outcome(struct store *s, struct pending *p, int rc, uint32_t evicted)
 {
-	if (rc) {
+	if (!rc && p->busy) {
+		status_set(p->st, STATUS_BUSY,
+		           "another publish of this entry is in progress; retry shortly");
+	} else if (rc) {
 		store_write_status(s, rc, p->st);
 	} else {
 		p->res->evicted = evicted;
@@ -430,6 +434,8 @@ static int write_all(struct store *s, struct pending *ps, uint32_t n)
 	}
 	for (uint32_t i = 0; i < n && !rc; i++) {
 		if (!ps[i].ok || ps[i].staged)
+			continue;
+		if ((ps[i].busy = store_key_staging(s, txn, ps[i].res->key)) != 0)
 			continue;
 		rc = write_entry(s, txn, &ps[i], &t);
 		if (rc == MDB_KEYEXIST) {
@@ -479,8 +485,9 @@ static void write_group(struct store *s, struct pending *ps, uint32_t n)
 		rc = store_totals_get(s, rtxn, &t);
 		mdb_txn_abort(rtxn);
 	}
-	if (!rc && t.bytes + need > s->opt.max_bytes)
-		rc = store_make_room(s, need, &evicted, 0);
+	uint64_t staged = atomic_load(&s->staging_bytes); /* staged publishes' chunks */
+	if (!rc && t.bytes + staged + need > s->opt.max_bytes)
+		rc = store_make_room(s, staged + need, &evicted, 0);
 	for (int tries = 0; !rc; tries++) {
 		rc = write_all(s, ps, n);
 		if (rc != MDB_MAP_FULL || tries >= STORE_MAP_FULL_TRIES)

@@ -64,18 +64,61 @@ static void pending_encode(unsigned char *b, uint64_t created, uint64_t bytes)
 	store_be64(b + 20, bytes);
 }
 
-/* Whether a pending row belongs to a publish that may still be running: its
- * process exists (same pid, same start time) and is not this one, or it is
- * this one and `self_live` says this process has it in progress. */
-static int pending_alive(const MDB_val *v, int self_live)
+/* The keys this process has staged publishes in progress for (s->mu). */
+static int live_has(struct store *s, const uint8_t *key)
+{
+	pthread_mutex_lock(&s->mu);
+	int found = 0;
+	for (size_t i = 0; i < s->n_live && !found; i++)
+		found = !memcmp(s->live[i], key, STORE_KEY_LEN);
+	pthread_mutex_unlock(&s->mu);
+	return found;
+}
+
+static int live_add(struct store *s, const uint8_t *key)
+{
+	pthread_mutex_lock(&s->mu);
+	int rc = 0;
+	if (s->n_live == s->cap_live) {
+		size_t nc = s->cap_live ? s->cap_live * 2 : 8;
+		void *nl = realloc(s->live, nc * STORE_KEY_LEN);
+		if (nl) {
+			s->live = nl;
+			s->cap_live = nc;
+		}
+	}
+	if (s->n_live < s->cap_live)
+		memcpy(s->live[s->n_live++], key, STORE_KEY_LEN);
+	else
+		rc = -1;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+static void live_remove(struct store *s, const uint8_t *key)
+{
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; i < s->n_live; i++)
+		if (!memcmp(s->live[i], key, STORE_KEY_LEN)) {
+			memcpy(s->live[i], s->live[--s->n_live], STORE_KEY_LEN);
+			break;
+		}
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Whether the pending row v of key belongs to a publish that may still be
+ * running: its process exists (same pid, same start time) and, when it is
+ * this process, has the key in progress (a row of ours whose cleanup failed
+ * is dead). */
+static int pending_alive(struct store *s, const uint8_t *key, const MDB_val *v)
 {
 	if (v->mv_size != PENDING_LEN)
 		return 0;
 	long pid = (long)store_get_be32(v->mv_data);
 	uint64_t start = store_get_be64((const unsigned char *)v->mv_data + 4);
-	if (pid == (long)getpid())
-		return self_live && start == process_start(pid);
-	return start != 0 && process_start(pid) == start;
+	if (start == 0 || process_start(pid) != start)
+		return 0;
+	return pid != (long)getpid() || live_has(s, key);
 }
 
 /* Deletes every chunk stored under key. */
@@ -99,6 +142,14 @@ static int delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key)
 	return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
+int store_key_staging(struct store *s, MDB_txn *txn, const uint8_t *key)
+{
+	if (!s->has_pending)
+		return 0;
+	MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
+	return mdb_get(txn, s->pending, &k, &v) == 0 && pending_alive(s, key, &v);
+}
+
 int store_sweep_staged(struct store *s, MDB_txn *txn, uint32_t *swept)
 {
 	MDB_cursor *cur;
@@ -111,7 +162,7 @@ int store_sweep_staged(struct store *s, MDB_txn *txn, uint32_t *swept)
 	MDB_val k, v;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		if (k.mv_size == STORE_KEY_LEN && pending_alive(&v, 0))
+		if (k.mv_size == STORE_KEY_LEN && pending_alive(s, k.mv_data, &v))
 			continue;
 		if (k.mv_size != STORE_KEY_LEN) { /* not ours to interpret: drop it */
 			if ((rc = mdb_cursor_del(cur, 0)) != 0)
@@ -181,6 +232,7 @@ struct store_stage {
 	int write_rc;        /* an LMDB code (or STORE_MAP_PINNED) from a stage */
 	uint32_t evicted;
 	uint32_t from, to; /* the stage being written */
+	uint64_t staged;   /* bytes written so far, counted in s->staging_bytes */
 };
 
 /* XXH3 of stream bytes [off, off+len), seeded with the chunk number, the way
@@ -351,9 +403,9 @@ static int op_stage(struct store *s, void *ctx)
 	return mdb_txn_commit(txn);
 }
 
-/* Runs op (a write step) until it succeeds, making room after MAP_FULL the
- * way a one-transaction publish does. */
-static int with_room(struct store_stage *g, int (*op)(struct store *s, void *ctx))
+/* Runs op (a write step) until it succeeds; after MDB_MAP_FULL, evicts `need`
+ * bytes and retries, the way a one-transaction publish does. */
+static int with_room(struct store_stage *g, uint64_t need, int (*op)(struct store *s, void *ctx))
 {
 	int rc;
 	for (int tries = 0;; tries++) {
@@ -363,9 +415,29 @@ static int with_room(struct store_stage *g, int (*op)(struct store *s, void *ctx
 		atomic_fetch_add(&g->s->map_full_retries, 1);
 		if (tries > 0 && atomic_load(&g->s->open_snapshots) > 0)
 			return STORE_MAP_PINNED;
-		if ((rc = store_make_room(g->s, g->total, &g->evicted, 1)) != 0)
+		if ((rc = store_make_room(g->s, need, &g->evicted, 1)) != 0)
 			return rc;
 	}
+}
+
+/* Before a stage of `bytes`: evicts least-recently-used entries until the
+ * committed entries, every staged publish's chunks so far and this stage fit
+ * the capacity. Room is made stage by stage, never for a whole snapshot whose
+ * bytes may never come. */
+static int room_for_stage(struct store_stage *g, uint64_t bytes)
+{
+	struct store *s = g->s;
+	MDB_txn *rtxn;
+	struct store_totals t = {0};
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &rtxn);
+	if (rc)
+		return rc;
+	rc = store_totals_get(s, rtxn, &t);
+	mdb_txn_abort(rtxn);
+	uint64_t staged = atomic_load(&s->staging_bytes);
+	if (rc || t.bytes + staged + bytes <= s->opt.max_bytes)
+		return rc;
+	return store_make_room(s, staged + bytes, &g->evicted, 0);
 }
 
 /* The pending row: 1 when the entry exists already, 2 when another publish
@@ -395,7 +467,7 @@ static int op_begin_txn(struct store_stage *g)
 		goto out;
 	}
 	rc = mdb_get(txn, s->pending, &k, &v);
-	if (rc == 0 && pending_alive(&v, 1)) {
+	if (rc == 0 && pending_alive(s, g->key, &v)) {
 		verdict = 2;
 		goto out;
 	}
@@ -448,8 +520,11 @@ static int op_cleanup(struct store *s, void *ctx)
 	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 	if (rc)
 		return rc;
-	MDB_val k = {STORE_KEY_LEN, g->key};
-	if ((rc = delete_chunks(s, txn, g->key)) ||
+	MDB_val k = {STORE_KEY_LEN, g->key}, v;
+	/* a record under the key (committed by another writer meanwhile) owns
+	 * the chunks under it */
+	int committed = mdb_get(txn, s->entries, &k, &v) == 0;
+	if ((!committed && (rc = delete_chunks(s, txn, g->key)) != 0) ||
 	    ((rc = mdb_del(txn, s->pending, &k, NULL)) && rc != MDB_NOTFOUND)) {
 		mdb_txn_abort(txn);
 		return rc;
@@ -522,18 +597,11 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 	pthread_mutex_init(&g->mu, NULL);
 	pthread_cond_init(&g->cv, NULL);
 
-	/* room first, as a one-transaction publish makes it */
-	int rc;
-	MDB_txn *rtxn;
-	struct store_totals t = {0};
-	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &rtxn)) == 0) {
-		rc = store_totals_get(s, rtxn, &t);
-		mdb_txn_abort(rtxn);
-	}
-	if (!rc && t.bytes + total > s->opt.max_bytes)
-		rc = store_make_room(s, total, &g->evicted, 0);
-	int verdict = 0;
-	for (int tries = 0; !rc; tries++) {
+	/* The pending row: no room is made here. Each stage makes its own
+	 * (room_for_stage), so a publish that exists already, or whose bytes
+	 * never come, evicts nothing. */
+	int rc, verdict = 0;
+	for (int tries = 0;; tries++) {
 		rc = op_begin_txn(g);
 		if (rc == 1 || rc == 2) {
 			verdict = rc;
@@ -542,7 +610,18 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		}
 		if (rc != MDB_MAP_FULL || tries >= STORE_MAP_FULL_TRIES)
 			break;
-		rc = store_make_room(s, total, &g->evicted, 1);
+		atomic_fetch_add(&s->map_full_retries, 1);
+		if (tries > 0 && atomic_load(&s->open_snapshots) > 0) {
+			rc = STORE_MAP_PINNED;
+			break;
+		}
+		if ((rc = store_make_room(s, STORE_CHUNK_VALUE, &g->evicted, 1)) != 0)
+			break;
+	}
+	if (!rc && !verdict && live_add(s, g->key) != 0) {
+		int crc = op_cleanup(s, g);
+		(void)crc;
+		rc = ENOMEM;
 	}
 	if (rc || verdict) {
 		res->evicted = g->evicted;
@@ -556,8 +635,9 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		atomic_fetch_add(&s->publish_exists, 1);
 		return STATUS_OK; /* it exists: nothing to write (created 0) */
 	}
+	/* in durability fast the operator chose not to force writes */
 	mdb_filehandle_t fd;
-	if (mdb_env_get_fd(s->env, &fd) == 0)
+	if (s->opt.durability != STORE_FAST && mdb_env_get_fd(s->env, &fd) == 0)
 		g->fd = fd;
 	if (pthread_create(&g->th, NULL, scan_run, g) == 0) {
 		g->threaded = 1;
@@ -584,6 +664,15 @@ void store_stage_cancel(struct store_stage *g)
 	g->cancelled = 1;
 	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
+}
+
+/* Blob bytes of chunks [from, to). */
+static uint64_t stage_bytes_of(const struct store_stage *g, uint32_t from, uint32_t to)
+{
+	uint64_t end = (uint64_t)to * STORE_CHUNK_DATA;
+	if (end > g->total)
+		end = g->total;
+	return end - (uint64_t)from * STORE_CHUNK_DATA;
 }
 
 int store_stage_step(struct store_stage *g, uint32_t max_stages)
@@ -614,8 +703,12 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 			return STORE_STAGE_MORE;
 		g->from = g->next_chunk;
 		g->to = want;
-		if ((g->write_rc = with_room(g, op_stage)) != 0)
+		uint64_t bytes = stage_bytes_of(g, g->from, g->to);
+		if ((g->write_rc = room_for_stage(g, bytes)) != 0 ||
+		    (g->write_rc = with_room(g, bytes, op_stage)) != 0)
 			return STORE_STAGE_FAILED;
+		atomic_fetch_add(&g->s->staging_bytes, bytes);
+		g->staged += bytes;
 		g->next_chunk = want;
 		written++;
 	}
@@ -641,7 +734,7 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 	int ok = g->done && !g->failed && !g->cancelled && !g->write_rc &&
 	         g->next_chunk == g->n_chunks;
 	pthread_mutex_unlock(&g->mu);
-	int rc = ok ? with_room(g, op_finish) : 0;
+	int rc = ok ? with_room(g, STORE_CHUNK_VALUE, op_finish) : 0;
 	/* the scan and the write-back loop stop here */
 	pthread_mutex_lock(&g->mu);
 	g->stop = 1;
@@ -650,9 +743,13 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 	if (g->threaded)
 		pthread_join(g->th, NULL);
 	if (!ok || rc) {
-		int crc = op_cleanup(s, g); /* what is left is swept at the next open */
+		/* a failure here leaves a row of ours that live_remove() below makes
+		 * dead: the next publish of the key or the next open removes it */
+		int crc = op_cleanup(s, g);
 		(void)crc;
 	}
+	atomic_fetch_sub(&s->staging_bytes, g->staged);
+	live_remove(s, g->key);
 	memcpy(res->key, g->key, STORE_KEY_LEN);
 	res->bytes = g->total;
 	res->evicted = g->evicted;

@@ -700,6 +700,61 @@ static void test_stalled_streamed_upload_does_not_block_writes(void **state)
 	k3cache_close(c);
 }
 
+/* Writes the rest of s (from byte `from`) on fd. */
+static void send_rest(int fd, const struct snap *s, size_t from)
+{
+	size_t off = 0;
+	for (uint32_t i = 0; i < s->n; i++) {
+		size_t len = s->bufs[i].len;
+		if (off + len > from) {
+			size_t skip = from > off ? from - off : 0;
+			assert_int_equal(daemonutil_write_all(
+			                         fd, (const unsigned char *)s->bufs[i].data + skip,
+			                         len - skip),
+			                 0);
+		}
+		off += len;
+	}
+}
+
+/* Two workers publish the same prompt at once: the second header arrives
+ * while the first is being written, yet the second gets "exists" (created
+ * 0) once the first has committed, not BUSY. */
+static void test_same_prompt_streamed_twice(void **state)
+{
+	(void)state;
+	if (!stage_size)
+		skip();
+	uint32_t t[100];
+	tokens_for(t, 100, 6800000);
+	struct snap s = make_snap(twin, 100, 53);
+	size_t half = (size_t)(snap_bytes(&s) / 2);
+	int first = raw_publish_partial(&s, t, 100, half);
+	daemonutil_sleep_ms(100);
+	int second = raw_publish_partial(&s, t, 100, half);
+	daemonutil_sleep_ms(100);
+	send_rest(first, &s, half);
+	frame_response *r = daemonutil_read_response(first, 5000);
+	assert_non_null(r);
+	assert_int_equal(r->code, 0);
+	assert_true(r->created);
+	frame_response_free(r);
+	send_rest(second, &s, half);
+	r = daemonutil_read_response(second, 5000);
+	assert_non_null(r);
+	if (r->code != 0)
+		fail_msg("second publish: %s", r->message);
+	assert_false(r->created);
+	frame_response_free(r);
+	close(first);
+	close(second);
+	struct k3cache *c = connect_ok();
+	expect_restore(c, 100, 6800000, 53);
+	assert_int_equal(counter(c, "staging"), 0);
+	k3cache_close(c);
+	free_snap(&s);
+}
+
 /* The daemon SIGKILLed while a streamed publish has stages on disk: the
  * restarted daemon sweeps them (its predecessor is gone), serves everything
  * committed before, and the same prompt publishes whole again. */
@@ -755,6 +810,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_streamed_publish_bad_layer),
 	        cmocka_unit_test(test_stalled_streamed_upload_does_not_block_writes),
 	        cmocka_unit_test(test_sigkill_mid_streamed_publish),
+	        cmocka_unit_test(test_same_prompt_streamed_twice),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,6 +9,7 @@
 #include <lmdb.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "prefix.h"
 #include "store_internal.h" /* STORE_CHUNK_DATA */
@@ -301,6 +302,117 @@ static void test_staged_capacity_evicts(void **state)
 	assert_int_equal(store_restore(f->st, keys[0], &snap, &st), STATUS_NOT_FOUND);
 	assert_int_equal(store_restore(f->st, keys[3], &snap, &st), STATUS_OK);
 	store_snapshot_release(snap);
+	model_free(big);
+}
+
+/* Publishing an entry that exists already, at capacity, evicts nothing: the
+ * staged publish makes room stage by stage, not before it knows. */
+static void test_staged_existing_evicts_nothing(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(reopen_staged(f, 20u << 20), 0); /* room for two */
+	struct model_spec *big = storeutil_model("big", 700000);
+	store_put_model(f->st, big, NULL, NULL);
+	uint32_t a[20], b[20];
+	seq(a, 20, 100);
+	seq(b, 20, 200);
+	struct store_publish_res res;
+	assert_int_equal(storeutil_publish(f->st, big, "", a, 20, 1, &res), STATUS_OK);
+	assert_int_equal(storeutil_publish(f->st, big, "", b, 20, 2, &res), STATUS_OK);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(storeutil_publish(f->st, big, "", a, 20, 1, &res), STATUS_OK);
+		assert_false(res.created);
+		assert_int_equal(res.evicted, 0);
+	}
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 2);
+	assert_int_equal(stats.evictions, 0);
+	assert_int_equal(stats.publish_exists, 3);
+	model_free(big);
+}
+
+/* A pending row left by this very process (its cleanup failed, say) is not
+ * taken for a publish in progress: the next publish of the key replaces it. */
+static void test_own_dead_pending_row_is_replaced(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(reopen_staged(f, 0), 0);
+	struct model_spec *big = storeutil_model("big", 700000);
+	store_put_model(f->st, big, NULL, NULL);
+	uint32_t t[20];
+	seq(t, 20, 300);
+	uint8_t key[32];
+	prefix_key(big->fingerprint, "", 0, t, 20, key);
+	/* this process's identity, as store_staged.c writes it */
+	char buf[1024];
+	FILE *fp = fopen("/proc/self/stat", "r");
+	assert_non_null(fp);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = 0;
+	const char *q = strrchr(buf, ')');
+	for (int field = 2; *q && field < 22; q++)
+		if (*q == ' ')
+			field++;
+	unsigned long long start = strtoull(q, NULL, 10);
+	unsigned char row[28] = {0};
+	uint32_t pid = (uint32_t)getpid();
+	for (int i = 0; i < 4; i++)
+		row[i] = (unsigned char)(pid >> (24 - 8 * i));
+	for (int i = 0; i < 8; i++)
+		row[4 + i] = (unsigned char)(start >> (56 - 8 * i));
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	MDB_val k = {32, key}, v = {sizeof(row), row};
+	assert_int_equal(mdb_put(txn, f->st->pending, &k, &v, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.staging, 1);
+
+	struct store_publish_res res;
+	assert_int_equal(storeutil_publish(f->st, big, "", t, 20, 4, &res), STATUS_OK);
+	assert_true(res.created);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.staging, 0);
+	model_free(big);
+}
+
+/* While a staged publish of a key is in progress, a one-transaction publish
+ * of the same key (another writer with another stage size) is told BUSY and
+ * writes no chunk over the staged ones. */
+static void test_one_commit_publish_waits_for_staged_key(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(reopen_staged(f, 0), 0);
+	struct model_spec *big = storeutil_model("big", 700000);
+	store_put_model(f->st, big, NULL, NULL);
+	uint32_t t[20];
+	seq(t, 20, 400);
+	struct storeutil_snap sn = storeutil_snap(big, 20, 5);
+	struct store_publish_req req = {big->fingerprint, "", 0, t, 20, sn.blobs, sn.n};
+	struct store_publish_res res;
+	struct status st;
+	struct store_stage *g;
+	assert_int_equal(store_stage_begin(f->st, &req, NULL, NULL, &g, &res, &st), STATUS_OK);
+	assert_non_null(g);
+	f->st->opt.stage_bytes = UINT64_MAX; /* the next publish takes one commit */
+	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_BUSY);
+	f->st->opt.stage_bytes = 256u << 10;
+	store_stage_arrived(g, UINT64_MAX);
+	int step;
+	while ((step = store_stage_step(g, 0)) == STORE_STAGE_WAIT || step == STORE_STAGE_MORE)
+		if (step == STORE_STAGE_WAIT)
+			store_stage_wait(g);
+	assert_int_equal(step, STORE_STAGE_READY);
+	assert_int_equal(store_stage_end(g, &res, &st), STATUS_OK);
+	assert_true(res.created);
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_OK);
+	expect_same_layers(snap, &sn);
+	store_snapshot_release(snap);
+	storeutil_snap_free(&sn);
 	model_free(big);
 }
 
@@ -1029,6 +1141,12 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_staged_invalid_stores_nothing, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_staged_capacity_evicts, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_staged_existing_evicts_nothing, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_own_dead_pending_row_is_replaced, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_one_commit_publish_waits_for_staged_key, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_publish_rejects_bad_input, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_default_limit_leaves_one_token, setup,
 	                                        teardown),
