@@ -62,7 +62,8 @@ static int is_counter(const char *name)
 	        "entries",          "bytes",          "max_bytes",
 	        "models",           "map_size",       "map_used_pages",
 	        "free_pages",       "page_size",      "file_bytes",
-	        "connections_open", "inflight_bytes", "restores_streaming"};
+	        "connections_open", "inflight_bytes", "restores_streaming",
+	        "chunks",           "staging"};
 	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++)
 		if (!strcmp(gauges[i], name))
 			return 0;
