@@ -586,6 +586,23 @@ static uint64_t snap_bytes(const struct snap *s)
 	return total;
 }
 
+/* Writes the rest of s (from byte `from`) on fd. */
+static void send_rest(int fd, const struct snap *s, size_t from)
+{
+	size_t off = 0;
+	for (uint32_t i = 0; i < s->n; i++) {
+		size_t len = s->bufs[i].len;
+		if (off + len > from) {
+			size_t skip = from > off ? from - off : 0;
+			assert_int_equal(daemonutil_write_all(
+			                         fd, (const unsigned char *)s->bufs[i].data + skip,
+			                         len - skip),
+			                 0);
+		}
+		off += len;
+	}
+}
+
 /* A streamed publish whose client leaves mid-payload stores nothing: the
  * stages already written are removed, no pending row is left, and the
  * daemon serves the next publish of the same prompt. */
@@ -677,18 +694,7 @@ static void test_stalled_streamed_upload_does_not_block_writes(void **state)
 	assert_true(now_s() - t0 < 2.0);
 	expect_restore(c, 150, 9100000, 44);
 	/* the stalled one finishes later and lands whole */
-	size_t half = (size_t)(snap_bytes(&s) / 2), off = 0;
-	for (uint32_t i = 0; i < s.n; i++) {
-		size_t len = s.bufs[i].len;
-		if (off + len > half) {
-			size_t from = half > off ? half - off : 0;
-			assert_int_equal(daemonutil_write_all(
-			                         fd, (const unsigned char *)s.bufs[i].data + from,
-			                         len - from),
-			                 0);
-		}
-		off += len;
-	}
+	send_rest(fd, &s, (size_t)(snap_bytes(&s) / 2));
 	frame_response *r = daemonutil_read_response(fd, 5000);
 	assert_non_null(r);
 	assert_int_equal(r->code, 0);
@@ -698,23 +704,6 @@ static void test_stalled_streamed_upload_does_not_block_writes(void **state)
 	expect_restore(c, 100, 9000000, 43);
 	free_snap(&s);
 	k3cache_close(c);
-}
-
-/* Writes the rest of s (from byte `from`) on fd. */
-static void send_rest(int fd, const struct snap *s, size_t from)
-{
-	size_t off = 0;
-	for (uint32_t i = 0; i < s->n; i++) {
-		size_t len = s->bufs[i].len;
-		if (off + len > from) {
-			size_t skip = from > off ? from - off : 0;
-			assert_int_equal(daemonutil_write_all(
-			                         fd, (const unsigned char *)s->bufs[i].data + skip,
-			                         len - skip),
-			                 0);
-		}
-		off += len;
-	}
 }
 
 /* Two workers publish the same prompt at once: the second header arrives
