@@ -104,8 +104,11 @@ struct store_publish_res {
 };
 
 /* Validates every blob against the model (slot, shape, seq_len == P, finite,
- * checksum when given), then writes the whole entry in one transaction, or
- * nothing. Evicts least-recently-used entries first when over capacity. */
+ * checksum when given) and stores the entry whole, or nothing. An entry up to
+ * options.stage_bytes is written in one transaction; a larger one in stages
+ * under a pending row and made visible by a last transaction (see the staged
+ * publish below), so that lookups see it whole or not at all either way.
+ * Evicts least-recently-used entries first when over capacity. */
 enum status_code store_publish(struct store *s, const struct store_publish_req *req,
                                struct store_publish_res *res, struct status *st);
 

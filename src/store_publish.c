@@ -1,5 +1,6 @@
 /* store_publish: validate outside any transaction, make room, then write each
- * entry whole in one transaction. */
+ * entry whole in one transaction; entries larger than the stage size go to
+ * store_staged.c instead. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
