@@ -219,6 +219,9 @@ void k3d_writer_stop(struct k3d_writer *w);
 void k3d_writer_free(struct k3d_writer *w);
 void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
 void k3d_job_free(struct k3d_job *job);
+/* The store request of a publish job: its layers point into job->payload.
+ * Returns the layer array (the caller frees it), NULL when out of memory. */
+struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_publish_req *req);
 /* Asks the writer to look at a streamed publish again (any thread). */
 void k3d_writer_kick(struct k3d_writer *w, struct k3d_job *job);
 

@@ -115,7 +115,6 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 {
 	(void)w;
 	struct k3d_ingest *in = job->ingest;
-	const K3cache__V1__Publish *p = job->req->publish;
 	in->begun = 1;
 	pthread_mutex_lock(&in->mu);
 	int cancelled = in->cancelled;
@@ -124,27 +123,11 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 		status_set(&job->st, STATUS_INVALID, "the connection closed mid-payload");
 		return;
 	}
-	in->blobs = calloc(p->n_layers ? p->n_layers : 1, sizeof(struct store_blob));
+	in->blobs = k3d_publish_request(job, &in->req);
 	if (!in->blobs) {
 		status_set(&job->st, STATUS_BUSY, "out of memory; retry later");
 		return;
 	}
-	uint64_t off = 0;
-	for (size_t l = 0; l < p->n_layers; l++) {
-		in->blobs[l].data = job->payload + off;
-		in->blobs[l].size = p->layers[l]->size;
-		in->blobs[l].xxh3 = p->layers[l]->xxh3;
-		off += p->layers[l]->size;
-	}
-	in->req = (struct store_publish_req){
-	        .fingerprint = p->model.data,
-	        .salt = p->salt.data,
-	        .salt_len = p->salt.len,
-	        .tokens = p->tokens,
-	        .n_tokens = (uint32_t)p->n_tokens,
-	        .blobs = in->blobs,
-	        .n_blobs = (uint32_t)p->n_layers,
-	};
 	struct store_stage *g = NULL;
 	job->st.code = STATUS_OK;
 	job->st.message[0] = 0;
@@ -223,9 +206,6 @@ void k3d_ingest_free(struct k3d_ingest *in)
 {
 	if (!in)
 		return;
-	if (in->stage) { /* never left running: progress ends every stage */
-		store_stage_cancel(in->stage);
-	}
 	pthread_mutex_destroy(&in->mu);
 	free(in->blobs);
 	free(in);

@@ -35,32 +35,37 @@ void k3d_job_free(struct k3d_job *job)
 	free(job);
 }
 
+struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_publish_req *req)
+{
+	const K3cache__V1__Publish *p = job->req->publish;
+	struct store_blob *blobs = calloc(p->n_layers ? p->n_layers : 1, sizeof(*blobs));
+	uint64_t off = 0;
+	for (size_t l = 0; blobs && l < p->n_layers; l++) {
+		blobs[l].data = job->payload + off;
+		blobs[l].size = p->layers[l]->size;
+		blobs[l].xxh3 = p->layers[l]->xxh3;
+		off += p->layers[l]->size;
+	}
+	*req = (struct store_publish_req){
+	        .fingerprint = p->model.data,
+	        .salt = p->salt.data,
+	        .salt_len = p->salt.len,
+	        .tokens = p->tokens,
+	        .n_tokens = (uint32_t)p->n_tokens,
+	        .blobs = blobs,
+	        .n_blobs = blobs ? (uint32_t)p->n_layers : 0,
+	};
+	return blobs;
+}
+
 static void run_publishes(struct k3d_server *srv, struct k3d_job **jobs, uint32_t n)
 {
 	struct store_publish_req reqs[BATCH_MAX] = {0};
 	struct store_publish_res res[BATCH_MAX] = {0};
 	struct status sts[BATCH_MAX];
 	struct store_blob *blobs[BATCH_MAX];
-	for (uint32_t i = 0; i < n; i++) {
-		const K3cache__V1__Publish *p = jobs[i]->req->publish;
-		blobs[i] = calloc(p->n_layers ? p->n_layers : 1, sizeof(struct store_blob));
-		uint64_t off = 0;
-		for (size_t l = 0; blobs[i] && l < p->n_layers; l++) {
-			blobs[i][l].data = jobs[i]->payload + off;
-			blobs[i][l].size = p->layers[l]->size;
-			blobs[i][l].xxh3 = p->layers[l]->xxh3;
-			off += p->layers[l]->size;
-		}
-		reqs[i] = (struct store_publish_req){
-		        .fingerprint = p->model.data,
-		        .salt = p->salt.data,
-		        .salt_len = p->salt.len,
-		        .tokens = p->tokens,
-		        .n_tokens = (uint32_t)p->n_tokens,
-		        .blobs = blobs[i],
-		        .n_blobs = blobs[i] ? (uint32_t)p->n_layers : 0,
-		};
-	}
+	for (uint32_t i = 0; i < n; i++)
+		blobs[i] = k3d_publish_request(jobs[i], &reqs[i]);
 	store_publish_batch(srv->store, reqs, res, sts, n);
 	for (uint32_t i = 0; i < n; i++) {
 		jobs[i]->st = sts[i];

@@ -613,6 +613,27 @@ void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN])
 
 /* ---- delete --------------------------------------------------------------- */
 
+/* Deletes every chunk stored under key. */
+int store_delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key)
+{
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->chunks, &cur);
+	if (rc)
+		return rc;
+	unsigned char ck[STORE_CHUNK_KEY_LEN] = {0};
+	memcpy(ck, key, STORE_KEY_LEN);
+	for (;;) { /* seek again after each delete */
+		MDB_val k = {sizeof(ck), ck}, v;
+		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		if (rc || k.mv_size < STORE_KEY_LEN || memcmp(k.mv_data, key, STORE_KEY_LEN) != 0)
+			break;
+		if ((rc = mdb_cursor_del(cur, 0)) != 0)
+			break;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record *rec,
                        struct store_totals *totals)
 {
@@ -687,15 +708,8 @@ int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record 
 	if ((rc = mdb_del(txn, s->tokens, &k, NULL)) && rc != MDB_NOTFOUND)
 		return rc;
 
-	uint64_t nchunks = (r->bytes + STORE_CHUNK_DATA - 1) / STORE_CHUNK_DATA;
-	unsigned char ck[STORE_CHUNK_KEY_LEN];
-	memcpy(ck, r->key, STORE_KEY_LEN);
-	for (uint64_t c = 0; c < nchunks; c++) {
-		store_be32(ck + STORE_KEY_LEN, (uint32_t)c);
-		MDB_val ckv = {sizeof(ck), ck};
-		if ((rc = mdb_del(txn, s->chunks, &ckv, NULL)) && rc != MDB_NOTFOUND)
-			return rc;
-	}
+	if ((rc = store_delete_chunks(s, txn, r->key)) != 0)
+		return rc;
 	if ((rc = mdb_del(txn, s->entries, &k, NULL)) && rc != MDB_NOTFOUND)
 		return rc;
 	if (totals)

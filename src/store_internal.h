@@ -107,6 +107,10 @@ uint32_t store_get_be32(const unsigned char *p);
 void store_be64(unsigned char *p, uint64_t v);
 uint64_t store_get_be64(const unsigned char *p);
 
+/* Deletes every chunk stored under key (an entry's, or an unfinished staged
+ * publish's), whatever their number. */
+int store_delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key);
+
 /* Deletes one entry and everything it owns inside txn (nodes, attach, lru,
  * tokens, chunks) and subtracts its bytes from *totals. */
 int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record *r,
@@ -160,6 +164,12 @@ int store_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force
 enum status_code store_check_publish(struct store *s, const struct store_publish_req *r,
                                      struct model_spec **model, uint64_t *total,
                                      uint8_t key[STORE_KEY_LEN], struct status *st);
+
+/* Checks layer i of a publish against the model (slot, shape, seq_len, finite;
+ * blob_check_sum) and against its given checksum, if any. 0 with *sum set, or
+ * -1 with the message naming the layer. */
+int store_check_layer(const struct store_publish_req *r, const struct model_spec *m, uint32_t i,
+                      uint64_t *sum, char message[STATUS_MESSAGE_MAX]);
 
 /* The status of a failed write: STORE_MAP_PINNED is BUSY, MDB_MAP_FULL FULL. */
 enum status_code store_write_status(struct store *s, int rc, struct status *st);

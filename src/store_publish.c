@@ -2,7 +2,6 @@
  * entry whole in one transaction; entries larger than the stage size go to
  * store_staged.c instead. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,65 +26,23 @@ struct pending {
 	int busy;   /* a staged publish of the same key is in progress */
 };
 
-/* Validation of every layer of one publish: one pass over the bytes (scan and
- * checksum together), split across two threads for large snapshots so that
- * both cores read memory. */
-#define PARALLEL_MIN_BYTES (32u << 20)
-
-struct check_job {
-	const struct store_publish_req *r;
-	const struct model_spec *m;
-	uint64_t *sums;
-	pthread_mutex_t mu;
-	uint32_t first_bad; /* lowest failing layer, UINT32_MAX when none */
-	char message[STATUS_MESSAGE_MAX];
-};
-
-struct check_range {
-	struct check_job *job;
-	uint32_t from, to;
-};
-
-static void *check_range_run(void *arg)
+int store_check_layer(const struct store_publish_req *r, const struct model_spec *m, uint32_t i,
+                      uint64_t *sum, char message[STATUS_MESSAGE_MAX])
 {
-	struct check_range *cr = arg;
-	struct check_job *job = cr->job;
-	for (uint32_t i = cr->from; i < cr->to; i++) {
-		const struct store_blob *b = &job->r->blobs[i];
-		struct blob_error berr;
-		if (blob_check_sum(b->data, b->size, job->m, i, job->r->n_tokens, &job->sums[i],
-		                   &berr) == BLOB_OK)
-			continue;
-		pthread_mutex_lock(&job->mu);
-		if (i < job->first_bad) {
-			job->first_bad = i;
-			snprintf(job->message, sizeof(job->message), "%.200s (%s)", berr.message,
-			         blob_class_name(berr.cls));
-		}
-		pthread_mutex_unlock(&job->mu);
-		break;
+	const struct store_blob *b = &r->blobs[i];
+	struct blob_error berr;
+	if (blob_check_sum(b->data, b->size, m, i, r->n_tokens, sum, &berr) != BLOB_OK) {
+		snprintf(message, STATUS_MESSAGE_MAX, "%.200s (%s)", berr.message,
+		         blob_class_name(berr.cls));
+		return -1;
 	}
-	return NULL;
-}
-
-static void check_layers_parallel(struct check_job *job, uint64_t total)
-{
-	pthread_mutex_init(&job->mu, NULL);
-	uint32_t n = job->r->n_blobs, split = n;
-	if (total >= PARALLEL_MIN_BYTES && n > 1) {
-		uint64_t acc = 0;
-		for (split = 0; split < n && acc < total / 2; split++)
-			acc += job->r->blobs[split].size;
+	if (b->xxh3 && b->xxh3 != *sum) {
+		snprintf(message, STATUS_MESSAGE_MAX,
+		         "layer %u: checksum mismatch: given %016llx, the bytes hash to %016llx", i,
+		         (unsigned long long)b->xxh3, (unsigned long long)*sum);
+		return -1;
 	}
-	struct check_range a = {job, 0, split}, b = {job, split, n};
-	pthread_t th;
-	int threaded = split < n && pthread_create(&th, NULL, check_range_run, &b) == 0;
-	check_range_run(&a);
-	if (threaded)
-		pthread_join(th, NULL);
-	else if (split < n)
-		check_range_run(&b);
-	pthread_mutex_destroy(&job->mu);
+	return 0;
 }
 
 enum status_code store_check_publish(struct store *s, const struct store_publish_req *r,
@@ -161,22 +118,13 @@ static enum status_code validate(struct store *s, struct pending *p)
 		code = status_set(st, STATUS_INTERNAL, "out of memory");
 		goto out;
 	}
-	struct check_job job = {.r = r, .m = m, .sums = p->sums, .first_bad = UINT32_MAX};
-	check_layers_parallel(&job, total);
-	if (job.first_bad != UINT32_MAX) {
-		code = status_set(st, STATUS_INVALID, "%s", job.message);
-		goto out;
-	}
 	for (uint32_t i = 0; i < r->n_blobs; i++) {
-		const struct store_blob *b = &r->blobs[i];
-		if (b->xxh3 && b->xxh3 != p->sums[i]) {
-			code = status_set(
-			        st, STATUS_INVALID,
-			        "layer %u: checksum mismatch: given %016llx, the bytes hash to "
-			        "%016llx",
-			        i, (unsigned long long)b->xxh3, (unsigned long long)p->sums[i]);
+		char message[STATUS_MESSAGE_MAX];
+		if (store_check_layer(r, m, i, &p->sums[i], message) != 0) {
+			code = status_set(st, STATUS_INVALID, "%s", message);
 			goto out;
 		}
+		const struct store_blob *b = &r->blobs[i];
 		p->tags[i] = ((const unsigned char *)b->data)[0];
 		p->sizes[i] = b->size;
 	}

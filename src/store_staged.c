@@ -24,7 +24,6 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#include "blob.h"
 #include "store_internal.h"
 
 /* pending row: u32 pid | u64 process start time | u64 created | u64 bytes */
@@ -121,27 +120,6 @@ static int pending_alive(struct store *s, const uint8_t *key, const MDB_val *v)
 	return pid != (long)getpid() || live_has(s, key);
 }
 
-/* Deletes every chunk stored under key. */
-static int delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key)
-{
-	MDB_cursor *cur;
-	int rc = mdb_cursor_open(txn, s->chunks, &cur);
-	if (rc)
-		return rc;
-	unsigned char ck[STORE_CHUNK_KEY_LEN] = {0};
-	memcpy(ck, key, STORE_KEY_LEN);
-	for (;;) { /* seek again after each delete */
-		MDB_val k = {sizeof(ck), ck}, v;
-		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-		if (rc || k.mv_size < STORE_KEY_LEN || memcmp(k.mv_data, key, STORE_KEY_LEN) != 0)
-			break;
-		if ((rc = mdb_cursor_del(cur, 0)) != 0)
-			break;
-	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : rc;
-}
-
 int store_key_staging(struct store *s, MDB_txn *txn, const uint8_t *key)
 {
 	if (!s->has_pending)
@@ -192,7 +170,7 @@ int store_sweep_staged(struct store *s, MDB_txn *txn, uint32_t *swept)
 		 * pending row of an older publish): the chunks are its own */
 		rc = mdb_get(txn, s->entries, &pk, &ev);
 		if (rc == MDB_NOTFOUND)
-			rc = delete_chunks(s, txn, keys[i]);
+			rc = store_delete_chunks(s, txn, keys[i]);
 		if (swept && !rc)
 			(*swept)++;
 	}
@@ -304,20 +282,7 @@ static void *scan_run(void *arg)
 			gaveup = 1;
 			break;
 		}
-		struct blob_error berr;
-		if (blob_check_sum(b->data, b->size, g->m, i, r->n_tokens, &g->layer_sums[i],
-		                   &berr) != BLOB_OK) {
-			snprintf(message, sizeof(message), "%.200s (%s)", berr.message,
-			         blob_class_name(berr.cls));
-			failed = 1;
-			break;
-		}
-		if (b->xxh3 && b->xxh3 != g->layer_sums[i]) {
-			snprintf(message, sizeof(message),
-			         "layer %u: checksum mismatch: given %016llx, the bytes hash to "
-			         "%016llx",
-			         i, (unsigned long long)b->xxh3,
-			         (unsigned long long)g->layer_sums[i]);
+		if (store_check_layer(r, g->m, i, &g->layer_sums[i], message) != 0) {
 			failed = 1;
 			break;
 		}
@@ -473,7 +438,7 @@ static int op_begin_txn(struct store_stage *g)
 	}
 	if (rc && rc != MDB_NOTFOUND)
 		goto out;
-	if ((rc = delete_chunks(s, txn, g->key)) != 0) /* a dead writer's leftovers */
+	if ((rc = store_delete_chunks(s, txn, g->key)) != 0) /* a dead writer's leftovers */
 		goto out;
 	unsigned char b[PENDING_LEN];
 	pending_encode(b, store_now(s), g->total);
@@ -524,7 +489,7 @@ static int op_cleanup(struct store *s, void *ctx)
 	/* a record under the key (committed by another writer meanwhile) owns
 	 * the chunks under it */
 	int committed = mdb_get(txn, s->entries, &k, &v) == 0;
-	if ((!committed && (rc = delete_chunks(s, txn, g->key)) != 0) ||
+	if ((!committed && (rc = store_delete_chunks(s, txn, g->key)) != 0) ||
 	    ((rc = mdb_del(txn, s->pending, &k, NULL)) && rc != MDB_NOTFOUND)) {
 		mdb_txn_abort(txn);
 		return rc;
