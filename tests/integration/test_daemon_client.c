@@ -587,7 +587,9 @@ static uint64_t snap_bytes(const struct snap *s)
 }
 
 /* Writes the rest of s (from byte `from`) on fd. */
-static void send_rest(int fd, const struct snap *s, size_t from)
+/* Sends the rest of a partial publish (from byte `from`), reads its answer,
+ * expects OK with `created`, and closes fd. */
+static void finish_raw_publish(int fd, const struct snap *s, size_t from, int created)
 {
 	size_t off = 0;
 	for (uint32_t i = 0; i < s->n; i++) {
@@ -601,6 +603,13 @@ static void send_rest(int fd, const struct snap *s, size_t from)
 		}
 		off += len;
 	}
+	frame_response *r = daemonutil_read_response(fd, 5000);
+	assert_non_null(r);
+	if (r->code != 0)
+		fail_msg("publish: %s", r->message);
+	assert_int_equal(!!r->created, !!created);
+	frame_response_free(r);
+	close(fd);
 }
 
 /* A streamed publish whose client leaves mid-payload stores nothing: the
@@ -694,13 +703,7 @@ static void test_stalled_streamed_upload_does_not_block_writes(void **state)
 	assert_true(now_s() - t0 < 2.0);
 	expect_restore(c, 150, 9100000, 44);
 	/* the stalled one finishes later and lands whole */
-	send_rest(fd, &s, (size_t)(snap_bytes(&s) / 2));
-	frame_response *r = daemonutil_read_response(fd, 5000);
-	assert_non_null(r);
-	assert_int_equal(r->code, 0);
-	assert_true(r->created);
-	frame_response_free(r);
-	close(fd);
+	finish_raw_publish(fd, &s, (size_t)(snap_bytes(&s) / 2), 1);
 	expect_restore(c, 100, 9000000, 43);
 	free_snap(&s);
 	k3cache_close(c);
@@ -722,21 +725,8 @@ static void test_same_prompt_streamed_twice(void **state)
 	daemonutil_sleep_ms(100);
 	int second = raw_publish_partial(&s, t, 100, half);
 	daemonutil_sleep_ms(100);
-	send_rest(first, &s, half);
-	frame_response *r = daemonutil_read_response(first, 5000);
-	assert_non_null(r);
-	assert_int_equal(r->code, 0);
-	assert_true(r->created);
-	frame_response_free(r);
-	send_rest(second, &s, half);
-	r = daemonutil_read_response(second, 5000);
-	assert_non_null(r);
-	if (r->code != 0)
-		fail_msg("second publish: %s", r->message);
-	assert_false(r->created);
-	frame_response_free(r);
-	close(first);
-	close(second);
+	finish_raw_publish(first, &s, half, 1);
+	finish_raw_publish(second, &s, half, 0); /* exists: not BUSY */
 	struct k3cache *c = connect_ok();
 	expect_restore(c, 100, 6800000, 53);
 	assert_int_equal(counter(c, "staging"), 0);

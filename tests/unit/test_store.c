@@ -899,11 +899,15 @@ static void test_lru_order_and_capacity(void **state)
 
 /* A map far smaller than the capacity fills up; publishes keep succeeding by
  * evicting, as long as anything can be evicted. */
-static void test_map_full_evicts(void **state)
+static void map_full_evicts(struct fixture *f, uint64_t stage_bytes)
 {
-	struct fixture *f = *state;
 	store_close(f->st);
-	assert_int_equal(open_store(f, UINT64_C(1) << 40, 6u << 20), 0);
+	struct store_options o = {.max_bytes = UINT64_C(1) << 40,
+	                          .map_size = 6u << 20,
+	                          .durability = STORE_FAST,
+	                          .stage_bytes = stage_bytes,
+	                          .clock = fake_clock};
+	assert_int_equal(store_open(f->dir, &o, &f->st, NULL), STATUS_OK);
 	struct model_spec *big = storeutil_model("big", 150000); /* ~1.8 MB per entry */
 	store_put_model(f->st, big, NULL, NULL);
 	for (uint32_t e = 0; e < 12; e++) {
@@ -919,7 +923,20 @@ static void test_map_full_evicts(void **state)
 	store_get_stats(f->st, &stats, NULL);
 	assert_true(stats.evictions > 0);
 	assert_true(stats.map_full_retries > 0);
+	assert_int_equal(stats.staging, 0);
 	model_free(big);
+}
+
+static void test_map_full_evicts(void **state)
+{
+	map_full_evicts(*state, 0); /* one commit per entry */
+}
+
+/* The same with every entry staged (stages of 256 KiB): a stage that finds
+ * the map full evicts and retries. */
+static void test_map_full_evicts_staged(void **state)
+{
+	map_full_evicts(*state, 256u << 10);
 }
 
 /* A restore in progress pins the pages eviction frees: a publish that finds
@@ -1162,6 +1179,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_flipped_chunk_quarantines, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_map_full_evicts, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_map_full_evicts_staged, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_pinned_map_is_busy_not_wiped, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_batch_over_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_evict_selectors, setup, teardown),
