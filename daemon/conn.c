@@ -21,6 +21,7 @@
 #define READ_SLICE     (2u << 20)
 #define BULK_BYTES     (1u << 20) /* a transfer this large is bulk */
 #define WRITE_SLICE    (2u << 20) /* bytes written per write callback */
+#define FEED_AHEAD     (1u << 20) /* restore bytes queued ahead of the socket */
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
@@ -209,7 +210,9 @@ static void conn_free(struct k3d_conn *c)
 	k3d_conn_reset(c);
 	event_free(c->rev);
 	event_free(c->wev);
-	evbuffer_free(c->out); /* releases any snapshot still being streamed */
+	evbuffer_free(c->out); /* drops the queued chunks of a restore */
+	if (c->sending)        /* and the chunks not yet queued */
+		k3d_stream_unref(c->sending);
 	close(c->fd);
 	free(c);
 	k3d_conn_resume_waiting(srv);
@@ -319,6 +322,23 @@ void k3d_stream_unref(struct k3d_stream *st)
 	free(st);
 }
 
+/* A chunk failed its check on the way out: the writer thread checks the
+ * whole entry again and quarantines it (a write may wait there, not here). */
+static void damaged(struct k3d_conn *c, const struct status *st)
+{
+	c->send_damaged = 1;
+	k3d_log(K3D_LOG_WARN, "conn %llu (%s): restore: %s", (unsigned long long)c->id, c->peer,
+	        st->message);
+	struct k3d_job *job = calloc(1, sizeof(*job));
+	if (!job)
+		return; /* the client rejects the layer all the same */
+	k3cache__v1__response__init(&job->resp);
+	job->chore = K3D_CHORE_VERIFY;
+	job->stream = c->sending;
+	c->sending->refs++;
+	k3d_writer_submit(c->srv->writer, job);
+}
+
 static void release_snapshot(const void *data, size_t len, void *arg)
 {
 	(void)data;
@@ -326,14 +346,50 @@ static void release_snapshot(const void *data, size_t len, void *arg)
 	k3d_stream_unref(arg);
 }
 
-void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap,
-                              int verify_later)
+/* Queues the restore's next chunks until FEED_AHEAD bytes wait to be sent,
+ * checking each just before it is queued: the check reads the chunk from the
+ * map into the cache, and the send then copies it from there. When the last
+ * chunk is queued the connection's reference goes with it, to be dropped once
+ * it has been sent. */
+static void feed_restore(struct k3d_conn *c)
+{
+	while (c->sending && evbuffer_get_length(c->out) < FEED_AHEAD) {
+		struct k3d_stream *ref = c->sending;
+		uint64_t n = store_snapshot_chunks(ref->snap);
+		if (c->send_chunk >= n) { /* nothing (more) to queue */
+			c->sending = NULL;
+			k3d_stream_unref(ref);
+			return;
+		}
+		uint64_t i = c->send_chunk++;
+		const void *data;
+		size_t len;
+		struct status st;
+		if (store_snapshot_chunk(ref->snap, i, &data, &len, &st) != STATUS_OK &&
+		    !c->send_damaged)
+			damaged(c, &st);
+		int last = c->send_chunk == n;
+		if (last)
+			c->sending = NULL;
+		if (evbuffer_add_reference(c->out, data, len, last ? release_snapshot : NULL,
+		                           last ? ref : NULL) != 0) {
+			/* out of memory: the answer cannot be finished; the client
+			 * sees the connection close mid-payload */
+			k3d_log(K3D_LOG_WARN, "conn %llu (%s): restore: out of memory",
+			        (unsigned long long)c->id, c->peer);
+			c->sending = NULL;
+			k3d_stream_unref(ref);
+			c->closing = 1;
+			set_reading(c, 0);
+			return;
+		}
+	}
+}
+
+void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
 {
 	struct k3d_stream *ref = malloc(sizeof(*ref));
-	struct k3d_job *job = verify_later ? calloc(1, sizeof(*job)) : NULL;
-	if (!ref || (verify_later && !job)) {
-		free(ref);
-		free(job);
+	if (!ref) {
 		store_snapshot_release(snap);
 		struct status st;
 		status_set(&st, STATUS_BUSY, "out of memory; retry later");
@@ -342,34 +398,13 @@ void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct s
 	}
 	ref->srv = c->srv;
 	ref->snap = snap;
-	ref->refs = 1;
+	ref->refs = 1; /* the connection's, until the last chunk is queued */
 	c->srv->restores_active++;
-	if (job) {
-		/* the chunks are checked on the writer thread while they are sent;
-		 * the client validates every layer itself before using any */
-		k3cache__v1__response__init(&job->resp);
-		job->chore = K3D_CHORE_VERIFY;
-		job->stream = ref;
-		ref->refs++;
-		k3d_writer_submit(c->srv->writer, job);
-	}
 	queue_response(c, resp);
-	/* the blobs go out by reference, straight from the map; the read
-	 * transaction ends when the last of them has been sent (or dropped) */
-	const struct store_segment *last = NULL;
-	for (uint32_t i = 0; i < snap->n_layers; i++)
-		for (uint32_t j = 0; j < snap->layers[i].n_segments; j++)
-			last = &snap->layers[i].segments[j];
-	for (uint32_t i = 0; i < snap->n_layers; i++) {
-		for (uint32_t j = 0; j < snap->layers[i].n_segments; j++) {
-			const struct store_segment *sg = &snap->layers[i].segments[j];
-			evbuffer_add_reference(c->out, sg->data, sg->len,
-			                       sg == last ? release_snapshot : NULL,
-			                       sg == last ? ref : NULL);
-		}
-	}
-	if (!last)
-		release_snapshot(NULL, 0, ref);
+	c->sending = ref;
+	c->send_chunk = 0;
+	c->send_damaged = 0;
+	feed_restore(c);
 	want_write(c);
 }
 
@@ -477,8 +512,11 @@ static void process(struct k3d_conn *c)
 	for (;;) {
 		if (c->closing || c->dead)
 			return;
-		/* backpressure: do not take new requests while replies pile up */
-		if (c->state == K3D_READ_LEN && evbuffer_get_length(c->out) > OUT_HIGH_WATER) {
+		/* backpressure: do not take new requests while replies pile up, nor
+		 * while a restore still has chunks to queue (an answer would land
+		 * among them) */
+		if (c->state == K3D_READ_LEN &&
+		    (c->sending || evbuffer_get_length(c->out) > OUT_HIGH_WATER)) {
 			set_reading(c, 0);
 			return;
 		}
@@ -656,7 +694,10 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 	 * that the client drains as fast as it is written would otherwise keep
 	 * the loop (and, in the kernel, the CPU) for its whole length */
 	size_t budget = WRITE_SLICE;
-	while (evbuffer_get_length(c->out) > 0) {
+	for (;;) {
+		feed_restore(c);
+		if (evbuffer_get_length(c->out) == 0)
+			break;
 		if (budget == 0)
 			return; /* still writable: the loop comes back after other events */
 		int n = evbuffer_write_atmost(c->out, fd, (ev_ssize_t)(1u << 20));

@@ -120,10 +120,13 @@ struct k3d_conn {
 	frame_request *req;
 	unsigned char *payload;
 	uint64_t plen, pgot;
-	uint64_t reserved;      /* in-flight bytes charged to this connection */
-	uint64_t pcap;          /* capacity of the payload buffer */
-	struct status pending;  /* the error to answer after a discard */
-	struct k3d_job *ingest; /* a publish written while its payload arrives */
+	uint64_t reserved;          /* in-flight bytes charged to this connection */
+	uint64_t pcap;              /* capacity of the payload buffer */
+	struct status pending;      /* the error to answer after a discard */
+	struct k3d_job *ingest;     /* a publish written while its payload arrives */
+	struct k3d_stream *sending; /* a restore whose chunks are still to queue */
+	uint64_t send_chunk;        /* its next chunk */
+	int send_damaged;           /* a chunk failed its check: quarantine asked */
 
 	double t_request;       /* when the current request's header completed */
 	uint64_t last_progress; /* tick count of the last byte moved */
@@ -161,11 +164,14 @@ void k3d_conn_request_done(struct k3d_conn *c);
 /* Resumes connections waiting for in-flight memory. */
 void k3d_conn_resume_waiting(struct k3d_server *srv);
 void k3d_conn_sweep_timeouts(struct k3d_server *srv);
-/* Streams a snapshot's blobs after resp; frees the snapshot when the last
- * byte has been sent (and, when verify_later, its chunks have been checked
- * by the writer thread). */
-void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap,
-                              int verify_later);
+/* Answers resp, then streams the blobs of snap (taken with
+ * STORE_RESTORE_DEFER) from the map, a chunk at a time: each chunk is checked
+ * against its stored sum just before it is queued. A chunk that fails is sent
+ * all the same (the client's own check of that layer rejects it; the
+ * connection stays in step) and the writer thread quarantines the entry. The
+ * snapshot is released when the last byte has been sent. */
+void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp,
+                              struct store_snapshot *snap);
 
 /* handlers.c: executes a complete request of connection c. */
 void k3d_handle(struct k3d_conn *c);

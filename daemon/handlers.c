@@ -68,7 +68,7 @@ static void send_snapshot(struct k3d_conn *c, frame_response *resp, struct store
 	resp->payload_len = snap->bytes;
 	resp->model.data = snap->fingerprint;
 	resp->model.len = 32;
-	k3d_conn_stream_snapshot(c, resp, snap, 1);
+	k3d_conn_stream_snapshot(c, resp, snap);
 	free(refs);
 	free(storage);
 }

@@ -1,6 +1,6 @@
 #include "checksum.h"
 
-#include <xxhash.h>
+#include "xxh_dispatch.h"
 
 uint64_t checksum_blob(const void *bytes, size_t len, uint32_t layer)
 {

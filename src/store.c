@@ -5,9 +5,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <xxhash.h>
 
 #include "store_internal.h"
+#include "xxh_dispatch.h"
 
 #define DEFAULT_MAX_BYTES   (UINT64_C(1) << 30)
 #define DEFAULT_STAGE_BYTES (UINT64_C(32) << 20)

@@ -231,6 +231,18 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
  * mismatch the entry is quarantined and CORRUPT returned. */
 enum status_code store_snapshot_verify(struct store_snapshot *snap, struct status *st);
 
+/* The bytes of a snapshot taken with STORE_RESTORE_DEFER as stored: chunk i
+ * of store_snapshot_chunks() holds the next part of the blobs back to back,
+ * in layer order (the restore payload). store_snapshot_chunk() points *data
+ * and *len at chunk i in the map and checks it against its stored sum, so a
+ * sender can check each chunk just before it sends it (the bytes are then in
+ * the CPU's cache for the send). It takes no write transaction: on a mismatch
+ * it returns CORRUPT with the data still set, counts nothing, and the caller
+ * runs store_snapshot_verify() where a write may wait, to quarantine. */
+uint64_t store_snapshot_chunks(const struct store_snapshot *snap);
+enum status_code store_snapshot_chunk(const struct store_snapshot *snap, uint64_t i,
+                                      const void **data, size_t *len, struct status *st);
+
 /* ---- administration ---- */
 
 struct store_layer_info {

@@ -2,9 +2,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "store_internal.h"
+#include "xxh_dispatch.h"
 
 static int node_present(struct store *s, MDB_txn *txn, const uint8_t *node)
 {
@@ -177,10 +177,9 @@ enum status_code store_snapshot_verify(struct store_snapshot *snap, struct statu
 {
 	struct store_snapshot_priv *priv = snap->priv;
 	for (uint64_t c = 0; c < priv->n_chunks; c++) {
-		const unsigned char *v = priv->chunks[c].data;
-		uint64_t sum;
-		memcpy(&sum, v, 8);
-		if (XXH3_64bits_withSeed(v + 8, priv->chunks[c].len - 8, c) != sum) {
+		const void *data;
+		size_t len;
+		if (store_snapshot_chunk(snap, c, &data, &len, st) != STATUS_OK) {
 			atomic_fetch_add(&priv->s->corrupt, 1);
 			store_quarantine(priv->s, snap->key);
 			return status_set(st, STATUS_CORRUPT,
@@ -188,6 +187,32 @@ enum status_code store_snapshot_verify(struct store_snapshot *snap, struct statu
 			                  (unsigned long long)c);
 		}
 	}
+	return STATUS_OK;
+}
+
+uint64_t store_snapshot_chunks(const struct store_snapshot *snap)
+{
+	return snap->priv->n_chunks;
+}
+
+enum status_code store_snapshot_chunk(const struct store_snapshot *snap, uint64_t i,
+                                      const void **data, size_t *len, struct status *st)
+{
+	const struct store_snapshot_priv *priv = snap->priv;
+	if (i >= priv->n_chunks) {
+		*data = NULL;
+		*len = 0;
+		return status_set(st, STATUS_NOT_FOUND, "chunk %llu of %llu", (unsigned long long)i,
+		                  (unsigned long long)priv->n_chunks);
+	}
+	const unsigned char *v = priv->chunks[i].data;
+	*data = v + 8;
+	*len = priv->chunks[i].len - 8;
+	uint64_t sum;
+	memcpy(&sum, v, 8);
+	if (XXH3_64bits_withSeed(v + 8, *len, i) != sum)
+		return status_set(st, STATUS_CORRUPT, "chunk %llu fails its checksum",
+		                  (unsigned long long)i);
 	return STATUS_OK;
 }
 

@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "blob.h"
 #include "checksum.h"
 #include "store_internal.h"
+#include "xxh_dispatch.h"
 
 #define MAX_SALT 1024u
 

@@ -21,10 +21,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 #include "store_internal.h"
+#include "xxh_dispatch.h"
 
 /* pending row: u32 pid | u64 process start time | u64 created | u64 bytes */
 #define PENDING_LEN 28u

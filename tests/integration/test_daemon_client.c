@@ -295,6 +295,58 @@ static void test_large_restore_checked_while_received(void **state)
 	k3cache_close(c);
 }
 
+/* A restore is queued a chunk at a time as the socket drains: an answer to
+ * a request pipelined behind it must still come after its whole payload. */
+static void test_pipelined_request_after_large_restore(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 1500, 2400000, 23, &res), 0);
+	k3cache_close(c);
+	int fd = daemonutil_connect_raw(d.sock);
+	assert_true(fd >= 0);
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Restore rst = K3CACHE__V1__RESTORE__INIT;
+	rst.key.data = res.key;
+	rst.key.len = sizeof(res.key);
+	req.op_case = K3CACHE__V1__REQUEST__OP_RESTORE;
+	req.restore = &rst;
+	req.id = 40;
+	assert_int_equal(daemonutil_send_request(fd, &req), 0);
+	frame_request req2 = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Hello hello = K3CACHE__V1__HELLO__INIT;
+	req2.op_case = K3CACHE__V1__REQUEST__OP_HELLO;
+	req2.hello = &hello;
+	req2.id = 41;
+	assert_int_equal(daemonutil_send_request(fd, &req2), 0);
+
+	frame_response *r = daemonutil_read_response(fd, 5000);
+	assert_non_null(r);
+	assert_int_equal(r->id, 40);
+	assert_int_equal(r->code, 0);
+	struct snap want = make_snap(twin, 1500, 23);
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < want.n; i++)
+		total += want.bufs[i].len;
+	assert_true(total > (4u << 20)); /* several chunks */
+	assert_int_equal(r->payload_len, total);
+	frame_response_free(r);
+	for (uint32_t i = 0; i < want.n; i++) {
+		unsigned char *got = malloc(want.bufs[i].len);
+		assert_int_equal(daemonutil_read_all(fd, got, want.bufs[i].len, 5000), 0);
+		assert_memory_equal(got, want.bufs[i].data, want.bufs[i].len);
+		free(got);
+	}
+	free_snap(&want);
+	r = daemonutil_read_response(fd, 5000);
+	assert_non_null(r);
+	assert_int_equal(r->id, 41);
+	assert_int_equal(r->code, 0);
+	frame_response_free(r);
+	close(fd);
+}
+
 static void test_restart_keeps_entries(void **state)
 {
 	(void)state;
@@ -779,6 +831,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lookup_restore_one_round_trip),
 	        cmocka_unit_test(test_client_refuses_tampered_restore),
 	        cmocka_unit_test(test_large_restore_checked_while_received),
+	        cmocka_unit_test(test_pipelined_request_after_large_restore),
 	        cmocka_unit_test(test_restart_keeps_entries),
 	        cmocka_unit_test(test_concurrent_clients),
 	        cmocka_unit_test(test_stalled_clients_do_not_block_others),
