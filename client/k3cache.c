@@ -406,17 +406,20 @@ static int exchange(struct k3cache *c, frame_request *req, struct iovec *iov, si
 			return rc;
 	}
 	req->id = ++c->last_id;
-	size_t packed = k3cache__v1__request__get_packed_size(req);
-	if (packed > FRAME_MAX_HEADER)
-		return FAIL(err, STATUS_TOO_LARGE, 0,
-		            "the %s request header would be %zu bytes, over the 16 MiB frame limit "
-		            "(too many tokens?)",
-		            frame_op_name(req), packed);
 	unsigned char *hdr = NULL;
 	size_t hlen = frame_encode_request(req, &hdr);
-	if (hlen == 0)
+	if (hlen == 0) {
+		/* sized only now: a long prompt's size costs a pass over its tokens */
+		size_t packed = k3cache__v1__request__get_packed_size(req);
+		if (packed > FRAME_MAX_HEADER)
+			return FAIL(
+			        err, STATUS_TOO_LARGE, 0,
+			        "the %s request header would be %zu bytes, over the 16 MiB frame "
+			        "limit (too many tokens?)",
+			        frame_op_name(req), packed);
 		return FAIL(err, STATUS_INTERNAL, 0, "out of memory encoding a %zu-byte request",
 		            packed);
+	}
 	struct iovec one;
 	if (!iov) {
 		iov = &one;

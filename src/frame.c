@@ -2,6 +2,8 @@
 
 #include <stdlib.h>
 
+#include "frame_tokens.h"
+
 uint32_t frame_get_len(const unsigned char p[FRAME_PREFIX_LEN])
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -27,7 +29,10 @@ enum status_code frame_check_header_len(uint32_t len, struct status *st)
 
 frame_request *frame_decode_request(const void *header, size_t len, struct status *st)
 {
-	frame_request *req = k3cache__v1__request__unpack(NULL, len, header);
+	frame_request *req = frame_tokens_decode_request(header, len);
+	if (req)
+		return req;
+	req = k3cache__v1__request__unpack(NULL, len, header);
 	if (!req)
 		status_set(st, STATUS_INVALID, "the frame header is not a valid Request message");
 	return req;
@@ -68,6 +73,10 @@ static size_t encode(size_t packed, const ProtobufCMessage *msg, unsigned char *
 
 size_t frame_encode_request(const frame_request *req, unsigned char **out)
 {
+	int too_large;
+	size_t n = frame_tokens_encode_request(req, out, &too_large);
+	if (n || too_large)
+		return n;
 	return encode(k3cache__v1__request__get_packed_size(req), &req->base, out);
 }
 

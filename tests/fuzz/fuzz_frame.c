@@ -3,16 +3,79 @@
  * made before a payload is read, then the payload skipped; repeated until the
  * bytes run out. Also decodes the same bytes as a Response (the client side).
  * Properties beyond "no crash, no sanitizer report": a rejected frame always
- * has a message; a request that passes the checks names a known op. */
+ * has a message; a request that passes the checks names a known op; the
+ * tokens fast path (frame_tokens.c) decodes to what protobuf-c decodes, and
+ * frame_encode_request() writes what protobuf-c writes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frame.h"
+#include "frame_tokens.h"
 
 #define MAX_PAYLOAD (1u << 20)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void same_tokens(const uint32_t *a, size_t na, const uint32_t *b, size_t nb)
+{
+	if (na != nb || (na && memcmp(a, b, na * sizeof(*a)) != 0))
+		abort();
+}
+
+static void same_bytes(ProtobufCBinaryData a, ProtobufCBinaryData b)
+{
+	if (a.len != b.len || (a.len && memcmp(a.data, b.data, a.len) != 0))
+		abort();
+}
+
+/* The fast path against protobuf-c on one header. */
+static void check_tokens_path(const uint8_t *h, size_t len)
+{
+	frame_request *f = frame_tokens_decode_request(h, len);
+	frame_request *p = k3cache__v1__request__unpack(NULL, len, h);
+	if (f) {
+		if (!p || f->id != p->id || f->payload_len != p->payload_len ||
+		    f->op_case != p->op_case)
+			abort();
+		if (p->op_case == K3CACHE__V1__REQUEST__OP_LOOKUP) {
+			const K3cache__V1__Lookup *a = f->lookup, *b = p->lookup;
+			same_tokens(a->tokens, a->n_tokens, b->tokens, b->n_tokens);
+			same_bytes(a->model, b->model);
+			same_bytes(a->salt, b->salt);
+			if (a->limit != b->limit || a->restore != b->restore)
+				abort();
+		} else if (p->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH) {
+			const K3cache__V1__Publish *a = f->publish, *b = p->publish;
+			same_tokens(a->tokens, a->n_tokens, b->tokens, b->n_tokens);
+			same_bytes(a->model, b->model);
+			same_bytes(a->salt, b->salt);
+			if (a->n_layers != b->n_layers)
+				abort();
+		} else {
+			abort();
+		}
+	}
+	if (p) {
+		/* re-encoded: the same bytes as protobuf-c's */
+		unsigned char *mine = NULL;
+		size_t n = frame_encode_request(p, &mine);
+		size_t want = k3cache__v1__request__get_packed_size(p);
+		if (want <= FRAME_MAX_HEADER) {
+			unsigned char *theirs = malloc(want ? want : 1);
+			if (!theirs)
+				abort();
+			k3cache__v1__request__pack(p, theirs);
+			if (n != FRAME_PREFIX_LEN + want ||
+			    memcmp(mine + FRAME_PREFIX_LEN, theirs, want) != 0)
+				abort();
+			free(theirs);
+		}
+		free(mine);
+	}
+	frame_request_free(f);
+	frame_request_free(p);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -28,6 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		if (size - pos < hlen)
 			return 0; /* waits for more */
+		check_tokens_path(data + pos, hlen);
 		frame_request *req = frame_decode_request(data + pos, hlen, &st);
 		frame_response *resp = frame_decode_response(data + pos, hlen, NULL);
 		frame_response_free(resp);

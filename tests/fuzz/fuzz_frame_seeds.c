@@ -76,6 +76,22 @@ int main(int argc, char **argv)
 	put(dir, "publish", buf, n, blob, sizeof(blob));
 	free(buf);
 
+	/* long prompts: the tokens fast path of the codec (frame_tokens.c) */
+	uint32_t many[300];
+	for (uint32_t i = 0; i < 300; i++)
+		many[i] = i * 977u;
+	l.tokens = many;
+	l.n_tokens = 300;
+	l.limit = 299;
+	n = frame_encode_request(&lookup, &buf);
+	put(dir, "lookup-long", buf, n, NULL, 0);
+	free(buf);
+	p.tokens = many;
+	p.n_tokens = 300;
+	n = frame_encode_request(&pub, &buf);
+	put(dir, "publish-long", buf, n, blob, sizeof(blob));
+	free(buf);
+
 	frame_request ev = K3CACHE__V1__REQUEST__INIT;
 	K3cache__V1__Evict e = K3CACHE__V1__EVICT__INIT;
 	ProtobufCBinaryData keys[1] = {{32, key}};

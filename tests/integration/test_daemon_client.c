@@ -347,6 +347,27 @@ static void test_pipelined_request_after_large_restore(void **state)
 	close(fd);
 }
 
+/* A prompt whose Lookup header would pass the 16 MiB frame limit is refused
+ * by the library before anything is sent; the connection stays usable. */
+static void test_lookup_over_header_limit(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	const uint32_t n = 4u << 20; /* 5-byte varints: ~20 MiB */
+	uint32_t *t = malloc(n * sizeof(uint32_t));
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = 0xF0000000u + i;
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	assert_int_not_equal(k3cache_lookup(c, twin->fingerprint, "", 0, t, n, 0, &lr, &e), 0);
+	assert_int_equal(e.code, STATUS_TOO_LARGE);
+	assert_non_null(strstr(e.message, "16 MiB"));
+	free(t);
+	assert_int_equal(publish(c, 9, 3100000, 2, NULL), 0);
+	expect_restore(c, 9, 3100000, 2);
+	k3cache_close(c);
+}
+
 static void test_restart_keeps_entries(void **state)
 {
 	(void)state;
@@ -832,6 +853,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_client_refuses_tampered_restore),
 	        cmocka_unit_test(test_large_restore_checked_while_received),
 	        cmocka_unit_test(test_pipelined_request_after_large_restore),
+	        cmocka_unit_test(test_lookup_over_header_limit),
 	        cmocka_unit_test(test_restart_keeps_entries),
 	        cmocka_unit_test(test_concurrent_clients),
 	        cmocka_unit_test(test_stalled_clients_do_not_block_others),
