@@ -260,7 +260,9 @@ void k3d_conn_request_done(struct k3d_conn *c)
 	process(c);
 }
 
-static void queue_response(struct k3d_conn *c, frame_response *resp)
+/* Queues resp; 0 when a short TOO_LARGE answer (or nothing, out of memory)
+ * went in its place. */
+static int queue_response(struct k3d_conn *c, frame_response *resp)
 {
 	struct k3d_server *srv = c->srv;
 	unsigned char *buf = NULL;
@@ -278,13 +280,13 @@ static void queue_response(struct k3d_conn *c, frame_response *resp)
 		if (!n) {
 			c->closing = 1;
 			set_reading(c, 0);
-			return;
+			return 0;
 		}
 		evbuffer_add(c->out, buf, n);
 		free(buf);
 		srv->errors[STATUS_TOO_LARGE]++;
 		want_write(c);
-		return;
+		return 0;
 	}
 	evbuffer_add(c->out, buf, n);
 	free(buf);
@@ -295,11 +297,12 @@ static void queue_response(struct k3d_conn *c, frame_response *resp)
 		c->t_request = 0;
 	}
 	want_write(c);
+	return 1;
 }
 
 void k3d_conn_respond(struct k3d_conn *c, frame_response *resp)
 {
-	queue_response(c, resp);
+	(void)queue_response(c, resp);
 }
 
 void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st)
@@ -310,7 +313,7 @@ void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st)
 	resp.message = (char *)st->message;
 	k3d_log(K3D_LOG_INFO, "conn %llu (%s): %s: %s", (unsigned long long)c->id, c->peer,
 	        status_code_name(st->code), st->message);
-	queue_response(c, &resp);
+	(void)queue_response(c, &resp);
 }
 
 void k3d_stream_unref(struct k3d_stream *st)
@@ -400,7 +403,18 @@ void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct s
 	ref->snap = snap;
 	ref->refs = 1; /* the connection's, until the last chunk is queued */
 	c->srv->restores_active++;
-	queue_response(c, resp);
+	if (snap->bytes && !store_snapshot_chunks(snap)) {
+		/* not taken with STORE_RESTORE_DEFER: no chunks to send */
+		k3d_stream_unref(ref);
+		struct status st;
+		status_set(&st, STATUS_INTERNAL, "restore: the snapshot has no chunk list");
+		k3d_conn_error(c, resp->id, &st);
+		return;
+	}
+	if (!queue_response(c, resp)) {
+		k3d_stream_unref(ref); /* a short answer went instead: no payload */
+		return;
+	}
 	c->sending = ref;
 	c->send_chunk = 0;
 	c->send_damaged = 0;

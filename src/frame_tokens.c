@@ -149,6 +149,10 @@ size_t frame_tokens_encode_request(const frame_request *req, unsigned char **out
 	}
 	/* the request without its tokens, through protobuf-c */
 	size_t base = k3cache__v1__request__get_packed_size(&rq);
+	if (base > FRAME_MAX_HEADER) {
+		*too_large = 1;
+		return 0;
+	}
 	uint8_t *b = malloc(base ? base : 1);
 	if (!b)
 		return 0;
@@ -214,6 +218,12 @@ size_t frame_tokens_encode_request(const frame_request *req, unsigned char **out
 }
 
 /* ---- decoding ---------------------------------------------------------------- */
+
+/* A WIRE_LEN field whose length varint is in its shortest form. */
+static int canonical(const struct field *f)
+{
+	return (size_t)(f->data - f->len_at) == varint_size((uint64_t)(f->end - f->data));
+}
 
 /* Decodes packed varints that are all at most 5 bytes and 32 bits, as
  * protobuf-c would; NULL otherwise (then protobuf-c decides). */
@@ -281,6 +291,11 @@ frame_request *frame_tokens_decode_request(const void *header, size_t len)
 		tok = f;
 	}
 	if (!tok.start || (size_t)(tok.end - tok.data) < FRAME_TOKENS_FAST_MIN)
+		return NULL;
+	/* the bytes taken out or rewritten must be in their shortest form: an
+	 * overlong tag or length that protobuf-c would refuse (over 5 bytes) must
+	 * reach it, not be tidied away here */
+	if (!canonical(&sub) || !canonical(&tok) || tok.len_at - tok.start != 1)
 		return NULL;
 	size_t n = 0;
 	uint32_t *tokens = get_tokens(tok.data, tok.end, &n);
