@@ -10,7 +10,8 @@
  *     buffers, validation included; its rounds alternate with rounds of the
  *     raw socket with 4 MiB buffers (best of 5 each).
  *  4. Lookup latency p50/p99 of a 131,072-token prompt, idle and while two
- *     other processes publish K3-size snapshots in a loop.
+ *     other processes publish K3-size snapshots in a loop (at nice 0, at nice
+ *     10, and at nice 0 again with the daemon restarted with --yield-rate 0).
  *  5. The daemon's anonymous RSS while it ingests a 1 GiB snapshot.
  *
  * usage: bench_wire [DIR] [--quick]   (DIR defaults to ./bench-wire.tmp) */
@@ -266,12 +267,22 @@ static double self_cpu(void)
 
 /* ---- the daemon ------------------------------------------------------------ */
 
-static struct k3cache *daemon_start(void)
+/* yield_rate: the daemon's --yield-rate (NULL: its default) */
+static struct k3cache *daemon_start(const char *yield_rate)
 {
-	const char *args[] = {K3_DAEMON_PATH, "--db",           db_path, "--socket",
-	                      sock_path,      "--max-bytes",    "8GiB",  "--max-payload",
-	                      "2GiB",         "--max-inflight", "1GiB",  "--durability",
-	                      "safe",         "--log-level",    "warn",  NULL};
+	const char *args[] = {K3_DAEMON_PATH, "--db",
+	                      db_path,        "--socket",
+	                      sock_path,      "--max-bytes",
+	                      "8GiB",         "--max-payload",
+	                      "2GiB",         "--max-inflight",
+	                      "1GiB",         "--durability",
+	                      "safe",         "--log-level",
+	                      "warn",         NULL,
+	                      NULL,           NULL};
+	if (yield_rate) {
+		args[15] = "--yield-rate";
+		args[16] = yield_rate;
+	}
 	fflush(stdout);
 	fflush(stderr);
 	daemon_pid = fork();
@@ -608,7 +619,18 @@ static void row(const char *label, double secs, uint64_t bytes, const char *r1, 
 struct loaded_run {
 	int loaded, pubs, pubs_total, per_child;
 	double seconds;
+	uint64_t bytes_in, yields; /* the daemon's, during the lookups */
 };
+
+/* A counter of the daemon's Stat answer. */
+static uint64_t stat_counter(struct k3cache *c, const char *name)
+{
+	uint64_t v = 0;
+	struct k3cache_error e;
+	if (k3cache_stat_counter(c, name, &v, &e) != 0)
+		die_k3("stat", &e);
+	return v;
+}
 
 /* q lookups while two other processes publish K3 snapshots (at nice_to). */
 static void loaded_lookups(struct k3cache *c, const struct snap *s, const struct model_spec *m,
@@ -642,9 +664,12 @@ static void loaded_lookups(struct k3cache *c, const struct snap *s, const struct
 	}
 	sleep_ms(50); /* the first upload is under way */
 	int pub0 = atomic_load(&ld->published);
+	uint64_t in0 = stat_counter(c, "bytes_in"), y0 = stat_counter(c, "ingest_yields");
 	double l0 = benchutil_now();
 	run_lookups(c, tiny->fingerprint, prompt, n_prompt, want, q, busy, ld, &out->loaded);
 	out->seconds = benchutil_now() - l0;
+	out->bytes_in = stat_counter(c, "bytes_in") - in0;
+	out->yields = stat_counter(c, "ingest_yields") - y0;
 	out->pubs = atomic_load(&ld->published) - pub0;
 	atomic_store(&ld->stop, 1);
 	for (int k = 0; k < 2; k++) {
@@ -699,7 +724,7 @@ int main(int argc, char **argv)
 	uint32_t *tokens = xmalloc(SNAP_P * sizeof(uint32_t));
 	unsigned char *dst = private_buffer(s.bytes);
 
-	struct k3cache *c = daemon_start();
+	struct k3cache *c = daemon_start(NULL);
 	put_model(c, m);
 	struct k3cache_error e;
 
@@ -903,36 +928,52 @@ int main(int argc, char **argv)
 	run_lookups(c, tiny->fingerprint, prompt, n_prompt, want, Q, idle, NULL, &loaded);
 
 	struct loaded_run runs[2];
+	struct loaded_run runs3[1];
 	double *busy_nice = xmalloc(Q * sizeof(double));
+	double *busy_noyield = xmalloc(Q * sizeof(double));
 	loaded_lookups(c, &s, m, tiny, prompt, n_prompt, want, Q, busy, 0, &runs[0]);
 	evict_model(c, m); /* room for the second run's snapshots */
 	loaded_lookups(c, &s, m, tiny, prompt, n_prompt, want, Q, busy_nice, 10, &runs[1]);
+	/* the first run again with a daemon whose uploads never yield */
+	evict_model(c, m);
+	k3cache_close(c);
+	if (daemon_stop() != 0)
+		fail("k3cached did not stop cleanly for its restart");
+	c = daemon_start("0");
+	loaded_lookups(c, &s, m, tiny, prompt, n_prompt, want, Q, busy_noyield, 0, &runs3[0]);
 	printf("\n== lookup over the socket: %u-token prompt, default limit, %u entries on its "
 	       "path (P up to %u), %d lookups\n",
 	       n_prompt, n_path, want, Q);
 	printf("%-46s %8s %8s %8s %8s %8s\n", "lookup", "p50 ms", "p90 ms", "p95 ms", "p99 ms",
 	       "max ms");
-	const char *names[3] = {"idle", "2 processes publishing K3 snapshots",
-	                        "the same, the publishing processes at nice 10"};
-	const double *lats[3] = {idle, busy, busy_nice};
-	for (int k = 0; k < 3; k++)
+	const char *names[4] = {"idle", "2 processes publishing K3 snapshots",
+	                        "the same, the publishing processes at nice 10",
+	                        "as row 2, uploads not yielding (--yield-rate 0)"};
+	const double *lats[4] = {idle, busy, busy_nice, busy_noyield};
+	for (int k = 0; k < 4; k++)
 		printf("%-46s %8.3f %8.3f %8.3f %8.3f %8.3f\n", names[k], lats[k][Q / 2] * 1e3,
 		       lats[k][Q * 90 / 100] * 1e3, lats[k][Q * 95 / 100] * 1e3,
 		       lats[k][Q * 99 / 100] * 1e3, lats[k][Q - 1] * 1e3);
-	for (int r = 0; r < 2; r++)
-		printf("run %d: hit P = %u every time; %d of %d lookups ran with both publishers "
-		       "active; %d publishes of %.0f MiB completed in the %.2f s window (%d in "
-		       "all, %d per child at most)\n",
-		       r + 1, want, runs[r].loaded, Q, runs[r].pubs, (double)s.bytes / MIB,
-		       runs[r].seconds, runs[r].pubs_total, runs[r].per_child);
+	for (int r = 0; r < 3; r++) {
+		const struct loaded_run *lr = r < 2 ? &runs[r] : &runs3[0];
+		printf("row %d: hit P = %u every time; %d of %d lookups ran with both publishers "
+		       "active; the daemon received %.2f GB/s of uploads in the %.2f s window "
+		       "(%llu yields); %d publishes of %.0f MiB completed in it (%d in all, %d per "
+		       "child at most)\n",
+		       r + 2, want, lr->loaded, Q, (double)lr->bytes_in / lr->seconds / 1e9,
+		       lr->seconds, (unsigned long long)lr->yields, lr->pubs, (double)s.bytes / MIB,
+		       lr->pubs_total, lr->per_child);
+	}
 	printf("(%zu entries evicted beforehand. On 2 cores the publishing processes compete with "
 	       "the lookup client itself; at nice 10 they yield to it, which isolates what the "
-	       "daemon adds.)\n",
+	       "daemon adds. While lookups arrive the daemon reads each upload at most "
+	       "--yield-rate per second, 1 GiB by default; row 4 turns that off.)\n",
 	       evicted);
 	double p99_busy = busy[Q * 99 / 100];
 	free(idle);
 	free(busy);
 	free(busy_nice);
+	free(busy_noyield);
 	free(prompt);
 	munmap(dst, s.bytes);
 	free_snap(&s);

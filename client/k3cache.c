@@ -1306,6 +1306,36 @@ int k3cache_call(struct k3cache *c, struct K3cache__V1__Request *req,
 	return exchange(c, req, NULL, 0, 1, resp, err);
 }
 
+int k3cache_stat_counter(struct k3cache *c, const char *name, uint64_t *value,
+                         struct k3cache_error *err)
+{
+	if (!name || !value)
+		return FAIL(err, STATUS_INVALID, 0, "stat: name and value are required");
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Stat stat = K3CACHE__V1__STAT__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_STAT;
+	req.stat = &stat;
+	frame_response *r = NULL;
+	int rc = k3cache_call(c, &req, &r, err);
+	if (rc)
+		return rc;
+	if (r->code != K3CACHE__V1__CODE__OK) {
+		rc = FAIL(err, (enum status_code)r->code, 0, "stat: %s", r->message);
+		frame_response_free(r);
+		return rc;
+	}
+	rc = FAIL(err, STATUS_NOT_FOUND, 0, "stat: the daemon has no counter \"%s\"", name);
+	for (size_t i = 0; i < r->n_counters; i++)
+		if (r->counters[i]->name && !strcmp(r->counters[i]->name, name)) {
+			*value = r->counters[i]->value;
+			err_clear(err);
+			rc = 0;
+			break;
+		}
+	frame_response_free(r);
+	return rc;
+}
+
 void k3cache_response_free(struct K3cache__V1__Response *resp)
 {
 	frame_response_free(resp);

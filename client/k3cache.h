@@ -157,6 +157,12 @@ int k3cache_publish_record(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT
                            const struct k3cache_buf *blobs, uint32_t n_blobs,
                            struct k3cache_publish_result *res, struct k3cache_error *err);
 
+/* One counter of the daemon's Stat answer, by the name `k3cachectl stat`
+ * shows (hits, misses, bytes_in, ingest_yields, ...); NOT_FOUND when the
+ * daemon has no such counter. */
+int k3cache_stat_counter(struct k3cache *c, const char *name, uint64_t *value,
+                         struct k3cache_error *err);
+
 /* ---- raw access for tools (k3cachectl) ---- */
 
 /* Sends a request header (no payload) and returns the decoded response, which

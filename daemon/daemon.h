@@ -27,6 +27,7 @@ struct k3d_config {
 	uint64_t max_payload;
 	uint64_t max_inflight;  /* payload bytes held for publishes in flight */
 	uint64_t stage_bytes;   /* store_options.stage_bytes; 0: the store's default */
+	uint64_t yield_rate;    /* bytes/s per upload while lookups arrive; 0: no limit */
 	uint32_t max_restores;  /* restores streaming at once */
 	uint64_t idle_timeout;  /* seconds without a request */
 	uint64_t stall_timeout; /* seconds without progress mid-frame or mid-send */
@@ -68,6 +69,8 @@ struct k3d_server {
 	uint64_t requests[K3D_N_OPS];
 	uint64_t errors[STATUS_N_CODES];
 	uint64_t bytes_in, bytes_out;
+	double last_lookup;     /* k3d_now() of the last lookup answered */
+	uint64_t ingest_yields; /* pauses of uploads that let lookups run */
 	uint64_t timeouts, closed_mid_frame, busy_pauses;
 	int chore_pending; /* a housekeeping job is with the writer */
 	int done_fd;       /* eventfd: the writer has finished jobs */
@@ -87,6 +90,9 @@ struct k3d_server {
 /* libevent priorities (server.c sets up two queues) */
 #define K3D_PRIO_HIGH 0
 #define K3D_PRIO_BULK 1
+
+/* Lookups count as arriving for this long after the last one (--yield-rate). */
+#define K3D_YIELD_WINDOW 0.05
 
 enum k3d_conn_state {
 	K3D_READ_LEN,
@@ -129,6 +135,8 @@ struct k3d_conn {
 	int send_damaged;           /* a chunk failed its check: quarantine asked */
 
 	double t_request;       /* when the current request's header completed */
+	struct event *yield_ev; /* ends a pause of this upload (--yield-rate) */
+	int yielding;           /* paused: not read until yield_ev fires */
 	uint64_t last_progress; /* tick count of the last byte moved */
 	uint64_t last_request;  /* tick count of the last request */
 };

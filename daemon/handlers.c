@@ -100,6 +100,7 @@ static void op_hello(struct k3d_conn *c)
 
 static void op_lookup(struct k3d_conn *c)
 {
+	c->srv->last_lookup = k3d_now(); /* uploads yield for a while (--yield-rate) */
 	const K3cache__V1__Lookup *l = c->req->lookup;
 	struct store_lookup_req q = {l->model.data, l->salt.data,          l->salt.len,
 	                             l->tokens,     (uint32_t)l->n_tokens, l->limit};

@@ -31,6 +31,9 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "  --max-restores N      restores streaming at once; past it BUSY (default 64)\n"
 	        "  --stage-size SIZE     a publish larger than this is written as it arrives,\n"
 	        "                        a stage of this size per commit (default 32MiB)\n"
+	        "  --yield-rate SIZE     while lookups arrive, read each publish upload at\n"
+	        "                        most SIZE per second, so that uploads do not crowd\n"
+	        "                        lookups off the CPU (default 1GiB; 0: no limit)\n"
 	        "  --idle-timeout DUR    close connections idle this long (default 300s)\n"
 	        "  --stall-timeout DUR   close connections stalled mid-frame or mid-reply\n"
 	        "                        this long (default 30s)\n"
@@ -58,6 +61,7 @@ int main(int argc, char **argv)
 	        .max_bytes = 1ull << 30,
 	        .max_payload = 2ull << 30,
 	        .max_inflight = 2ull << 30,
+	        .yield_rate = 1ull << 30,
 	        .max_restores = 64,
 	        .idle_timeout = 300,
 	        .stall_timeout = 30,
@@ -75,6 +79,7 @@ int main(int argc, char **argv)
 		O_MAXP,
 		O_INFL,
 		O_STAGE,
+		O_YIELD,
 		O_MAXR,
 		O_IDLE,
 		O_STALL,
@@ -92,6 +97,7 @@ int main(int argc, char **argv)
 	        {"max-payload", required_argument, NULL, O_MAXP},
 	        {"max-inflight", required_argument, NULL, O_INFL},
 	        {"stage-size", required_argument, NULL, O_STAGE},
+	        {"yield-rate", required_argument, NULL, O_YIELD},
 	        {"max-restores", required_argument, NULL, O_MAXR},
 	        {"idle-timeout", required_argument, NULL, O_IDLE},
 	        {"stall-timeout", required_argument, NULL, O_STALL},
@@ -127,6 +133,11 @@ int main(int argc, char **argv)
 		case O_STAGE:
 			if (units_parse_size(optarg, &cfg.stage_bytes) || cfg.stage_bytes == 0)
 				return bad("--stage-size", optarg, "a size such as 32MiB");
+			break;
+		case O_YIELD:
+			if (units_parse_size(optarg, &cfg.yield_rate))
+				return bad("--yield-rate", optarg,
+				           "a size per second such as 1GiB, or 0");
 			break;
 		case O_INFL:
 			if (units_parse_size(optarg, &cfg.max_inflight) || cfg.max_inflight == 0)

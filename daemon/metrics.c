@@ -39,6 +39,7 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 	service_add_counter(r, "restores_streaming", srv->restores_active);
 	service_add_counter(r, "bytes_in", srv->bytes_in);
 	service_add_counter(r, "bytes_out", srv->bytes_out);
+	service_add_counter(r, "ingest_yields", srv->ingest_yields);
 	service_add_counter(r, "timeouts", srv->timeouts);
 	service_add_counter(r, "closed_mid_frame", srv->closed_mid_frame);
 	service_add_counter(r, "inflight_waits", srv->busy_pauses);

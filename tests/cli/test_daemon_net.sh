@@ -19,10 +19,11 @@ http_get() { # host port path
   exec 9>&-
 }
 
-out=$("$daemon" --help); ok "--help lists the flags" $(for f in --db --socket --listen --max-bytes --durability --metrics --max-payload --max-inflight --stage-size --log-level; do grep -q -- "$f" <<<"$out" || exit 1; done; echo 0)
+out=$("$daemon" --help); ok "--help lists the flags" $(for f in --db --socket --listen --max-bytes --durability --metrics --max-payload --max-inflight --stage-size --yield-rate --log-level; do grep -q -- "$f" <<<"$out" || exit 1; done; echo 0)
 "$daemon" --durability bogus >/dev/null 2>&1; ok "a bad --durability is a usage error" $([ $? = 2 ]; echo $?)
 "$daemon" --max-bytes lots >/dev/null 2>&1; ok "a bad size is a usage error" $([ $? = 2 ]; echo $?)
 "$daemon" --stage-size 0 >/dev/null 2>&1; ok "a zero --stage-size is a usage error" $([ $? = 2 ]; echo $?)
+"$daemon" --yield-rate fast >/dev/null 2>&1; ok "a --yield-rate that is not a size is a usage error" $([ $? = 2 ]; echo $?)
 
 for try in 1 2 3 4 5; do
   p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))

@@ -368,6 +368,43 @@ static void test_lookup_over_header_limit(void **state)
 	k3cache_close(c);
 }
 
+static uint64_t stat_counter(struct k3cache *c, const char *name)
+{
+	uint64_t v = 0;
+	struct k3cache_error e;
+	if (k3cache_stat_counter(c, name, &v, &e) != 0)
+		fail_msg("stat %s: %s", name, e.message);
+	return v;
+}
+
+/* --yield-rate: an upload that arrives while lookups do is read in paced
+ * slices (counted as ingest_yields) and still stored whole; with no lookup
+ * in the last 50 ms it is read at full speed. */
+static void test_upload_yields_to_lookups(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	uint32_t t[8];
+	tokens_for(t, 8, 3300000);
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	uint64_t y0 = stat_counter(c, "ingest_yields");
+	assert_int_equal(k3cache_lookup(c, twin->fingerprint, "", 0, t, 8, 0, &lr, &e), 0);
+	assert_int_equal(publish(c, 1000, 3400000, 31, NULL), 0); /* ~3 MiB */
+	uint64_t y1 = stat_counter(c, "ingest_yields");
+	assert_true(y1 > y0);
+	expect_restore(c, 1000, 3400000, 31);
+	daemonutil_sleep_ms(150); /* no lookup for three windows */
+	assert_int_equal(publish(c, 1000, 3500000, 32, NULL), 0);
+	assert_int_equal(stat_counter(c, "ingest_yields"), y1);
+	/* a counter the daemon does not have */
+	uint64_t v = 7;
+	assert_int_not_equal(k3cache_stat_counter(c, "no_such_counter", &v, &e), 0);
+	assert_int_equal(e.code, STATUS_NOT_FOUND);
+	assert_int_equal(v, 7);
+	k3cache_close(c);
+}
+
 static void test_restart_keeps_entries(void **state)
 {
 	(void)state;
@@ -854,6 +891,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_large_restore_checked_while_received),
 	        cmocka_unit_test(test_pipelined_request_after_large_restore),
 	        cmocka_unit_test(test_lookup_over_header_limit),
+	        cmocka_unit_test(test_upload_yields_to_lookups),
 	        cmocka_unit_test(test_restart_keeps_entries),
 	        cmocka_unit_test(test_concurrent_clients),
 	        cmocka_unit_test(test_stalled_clients_do_not_block_others),
