@@ -634,7 +634,7 @@ static void on_yield_end(evutil_socket_t fd, short what, void *arg)
  * pauses for as long as its bytes take at that rate. The uploading process
  * then blocks on its full socket buffer instead of competing for the CPU
  * with the lookup's client and the loop (on two cores, two full-speed
- * uploads put the lookup p99 at 6-8 ms; yielding, under 4 ms). Restores
+ * uploads put the lookup p99 at 6-14 ms; yielding, 3.8-4.8 ms). Restores
  * are never paused: a worker waits on them. */
 static void maybe_yield(struct k3d_conn *c, size_t just_read)
 {
