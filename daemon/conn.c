@@ -22,6 +22,7 @@
 #define BULK_BYTES     (1u << 20) /* a transfer this large is bulk */
 #define WRITE_SLICE    (2u << 20) /* bytes written per write callback */
 #define FEED_AHEAD     (1u << 20) /* restore bytes queued ahead of the socket */
+#define YIELD_WINDOW   0.05       /* s: lookups count as arriving this long */
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
@@ -640,7 +641,7 @@ static void maybe_yield(struct k3d_conn *c, size_t just_read)
 {
 	struct k3d_server *srv = c->srv;
 	if (!srv->cfg.yield_rate || just_read == 0 || c->state != K3D_READ_PAYLOAD ||
-	    c->plen < BULK_BYTES || k3d_now() - srv->last_lookup > K3D_YIELD_WINDOW)
+	    c->plen < BULK_BYTES || k3d_now() - srv->last_lookup > YIELD_WINDOW)
 		return;
 	if (!c->yield_ev && !(c->yield_ev = evtimer_new(srv->base, on_yield_end, c)))
 		return;

@@ -91,9 +91,6 @@ struct k3d_server {
 #define K3D_PRIO_HIGH 0
 #define K3D_PRIO_BULK 1
 
-/* Lookups count as arriving for this long after the last one (--yield-rate). */
-#define K3D_YIELD_WINDOW 0.05
-
 enum k3d_conn_state {
 	K3D_READ_LEN,
 	K3D_READ_HEADER,

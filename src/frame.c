@@ -73,9 +73,8 @@ static size_t encode(size_t packed, const ProtobufCMessage *msg, unsigned char *
 
 size_t frame_encode_request(const frame_request *req, unsigned char **out)
 {
-	int too_large;
-	size_t n = frame_tokens_encode_request(req, out, &too_large);
-	if (n || too_large)
+	size_t n = frame_tokens_encode_request(req, out);
+	if (n)
 		return n;
 	return encode(k3cache__v1__request__get_packed_size(req), &req->base, out);
 }

@@ -117,42 +117,51 @@ static uint8_t *put_tokens(uint8_t *p, const uint32_t *t, size_t n)
 
 /* ---- encoding ---------------------------------------------------------------- */
 
-size_t frame_tokens_encode_request(const frame_request *req, unsigned char **out, int *too_large)
+/* Points *slot and *count at the tokens of req's Publish or Lookup and
+ * returns that op's Request field number; 0 for any other op. */
+static uint32_t tokens_of(frame_request *req, uint32_t ***slot, size_t **count)
 {
-	*too_large = 0;
-	frame_request rq = *req;
-	K3cache__V1__Publish pub;
-	K3cache__V1__Lookup look;
-	const uint32_t *tokens;
-	size_t n;
-	uint32_t field;
-	if (req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH && req->publish &&
-	    req->publish->n_tokens >= FRAME_TOKENS_FAST_MIN) {
-		pub = *req->publish;
-		tokens = pub.tokens;
-		n = pub.n_tokens;
-		pub.tokens = NULL;
-		pub.n_tokens = 0;
-		rq.publish = &pub;
-		field = FIELD_PUBLISH;
-	} else if (req->op_case == K3CACHE__V1__REQUEST__OP_LOOKUP && req->lookup &&
-	           req->lookup->n_tokens >= FRAME_TOKENS_FAST_MIN) {
-		look = *req->lookup;
-		tokens = look.tokens;
-		n = look.n_tokens;
-		look.tokens = NULL;
-		look.n_tokens = 0;
-		rq.lookup = &look;
-		field = FIELD_LOOKUP;
-	} else {
-		return 0;
+	if (req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH && req->publish) {
+		*slot = &req->publish->tokens;
+		*count = &req->publish->n_tokens;
+		return FIELD_PUBLISH;
 	}
+	if (req->op_case == K3CACHE__V1__REQUEST__OP_LOOKUP && req->lookup) {
+		*slot = &req->lookup->tokens;
+		*count = &req->lookup->n_tokens;
+		return FIELD_LOOKUP;
+	}
+	return 0;
+}
+
+size_t frame_tokens_encode_request(const frame_request *req, unsigned char **out)
+{
+	/* a shallow copy whose submessage holds no tokens */
+	frame_request rq = *req;
+	union {
+		K3cache__V1__Publish pub;
+		K3cache__V1__Lookup look;
+	} sub_copy;
+	if (rq.op_case == K3CACHE__V1__REQUEST__OP_PUBLISH && rq.publish) {
+		sub_copy.pub = *rq.publish;
+		rq.publish = &sub_copy.pub;
+	} else if (rq.op_case == K3CACHE__V1__REQUEST__OP_LOOKUP && rq.lookup) {
+		sub_copy.look = *rq.lookup;
+		rq.lookup = &sub_copy.look;
+	}
+	uint32_t **slot = NULL;
+	size_t *count = NULL;
+	uint32_t field = tokens_of(&rq, &slot, &count);
+	if (!field || *count < FRAME_TOKENS_FAST_MIN)
+		return 0;
+	const uint32_t *tokens = *slot;
+	size_t n = *count;
+	*slot = NULL;
+	*count = 0;
 	/* the request without its tokens, through protobuf-c */
 	size_t base = k3cache__v1__request__get_packed_size(&rq);
-	if (base > FRAME_MAX_HEADER) {
-		*too_large = 1;
+	if (base > FRAME_MAX_HEADER)
 		return 0;
-	}
 	uint8_t *b = malloc(base ? base : 1);
 	if (!b)
 		return 0;
@@ -192,7 +201,6 @@ size_t frame_tokens_encode_request(const frame_request *req, unsigned char **out
 	size_t total = base - varint_size(sub_len) + varint_size(sub_len + tfield) + tfield;
 	if (total > FRAME_MAX_HEADER) {
 		free(b);
-		*too_large = 1;
 		return 0;
 	}
 	uint8_t *o = malloc(FRAME_PREFIX_LEN + total);
@@ -323,16 +331,7 @@ frame_request *frame_tokens_decode_request(const void *header, size_t len)
 	free(s);
 	uint32_t **slot = NULL;
 	size_t *count = NULL;
-	if (req && sub.number == FIELD_PUBLISH &&
-	    req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH) {
-		slot = &req->publish->tokens;
-		count = &req->publish->n_tokens;
-	} else if (req && sub.number == FIELD_LOOKUP &&
-	           req->op_case == K3CACHE__V1__REQUEST__OP_LOOKUP) {
-		slot = &req->lookup->tokens;
-		count = &req->lookup->n_tokens;
-	}
-	if (!slot || *count != 0) {
+	if (!req || tokens_of(req, &slot, &count) != sub.number || *count != 0) {
 		/* not what the scan said: let protobuf-c decide on the whole */
 		if (req)
 			k3cache__v1__request__free_unpacked(req, NULL);

@@ -28,9 +28,10 @@
 /* Fewer tokens than this: protobuf-c alone. */
 #define FRAME_TOKENS_FAST_MIN 256u
 
-/* As frame_encode_request(); 0 when the fast path does not apply or the
- * header would be over FRAME_MAX_HEADER (*too_large set then). */
-size_t frame_tokens_encode_request(const frame_request *req, unsigned char **out, int *too_large);
+/* As frame_encode_request(); 0 when the fast path does not apply, or the
+ * header would be over FRAME_MAX_HEADER (the caller's protobuf-c path then
+ * finds that too). */
+size_t frame_tokens_encode_request(const frame_request *req, unsigned char **out);
 
 /* As frame_decode_request() for a valid header; NULL when the fast path does
  * not apply (including an invalid header: protobuf-c then says so). */

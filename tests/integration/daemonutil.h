@@ -226,4 +226,15 @@ static inline int daemonutil_send_request(int fd, frame_request *req)
 	return rc;
 }
 
+/* Sends a Hello request with this id. */
+static inline int daemonutil_send_hello(int fd, uint64_t id)
+{
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Hello hello = K3CACHE__V1__HELLO__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_HELLO;
+	req.hello = &hello;
+	req.id = id;
+	return daemonutil_send_request(fd, &req);
+}
+
 #endif

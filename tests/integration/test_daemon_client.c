@@ -314,12 +314,7 @@ static void test_pipelined_request_after_large_restore(void **state)
 	req.restore = &rst;
 	req.id = 40;
 	assert_int_equal(daemonutil_send_request(fd, &req), 0);
-	frame_request req2 = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__Hello hello = K3CACHE__V1__HELLO__INIT;
-	req2.op_case = K3CACHE__V1__REQUEST__OP_HELLO;
-	req2.hello = &hello;
-	req2.id = 41;
-	assert_int_equal(daemonutil_send_request(fd, &req2), 0);
+	assert_int_equal(daemonutil_send_hello(fd, 41), 0);
 
 	frame_response *r = daemonutil_read_response(fd, 5000);
 	assert_non_null(r);

@@ -370,12 +370,7 @@ static void test_half_close_gets_answer(void **state)
 	req.evict = &ev;
 	req.id = 30;
 	assert_int_equal(daemonutil_send_request(fd, &req), 0);
-	frame_request req2 = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__Hello hello = K3CACHE__V1__HELLO__INIT;
-	req2.op_case = K3CACHE__V1__REQUEST__OP_HELLO;
-	req2.hello = &hello;
-	req2.id = 31;
-	assert_int_equal(daemonutil_send_request(fd, &req2), 0);
+	assert_int_equal(daemonutil_send_hello(fd, 31), 0);
 	shutdown(fd, SHUT_WR);
 	for (uint64_t id = 30; id <= 31; id++) {
 		frame_response *r = daemonutil_read_response(fd, 5000);

@@ -39,8 +39,7 @@ static size_t plain_encode(const frame_request *req, unsigned char **out)
 static void assert_same_encoding(const frame_request *req)
 {
 	unsigned char *fast = NULL, *plain = NULL;
-	int too_large = 0;
-	size_t nf = frame_tokens_encode_request(req, &fast, &too_large);
+	size_t nf = frame_tokens_encode_request(req, &fast);
 	assert_true(nf > 0); /* the fast path was taken */
 	size_t np = plain_encode(req, &plain);
 	assert_int_equal(nf, np);
@@ -109,6 +108,16 @@ static void assert_same_decoding(const unsigned char *header, size_t len, int fa
 	frame_request_free(p);
 }
 
+/* Both checks on req; returns its frame (the caller frees it). */
+static unsigned char *assert_round_trip(const frame_request *req, size_t *n)
+{
+	assert_same_encoding(req);
+	unsigned char *buf;
+	*n = frame_encode_request(req, &buf);
+	assert_same_decoding(buf + FRAME_PREFIX_LEN, *n - FRAME_PREFIX_LEN, 1);
+	return buf;
+}
+
 static void test_lookup_round_trips(void **state)
 {
 	(void)state;
@@ -134,10 +143,8 @@ static void test_lookup_round_trips(void **state)
 			req.id = 1000 + (uint64_t)variant;
 			req.op_case = K3CACHE__V1__REQUEST__OP_LOOKUP;
 			req.lookup = &lk;
-			assert_same_encoding(&req);
-			unsigned char *buf;
-			size_t n = frame_encode_request(&req, &buf);
-			assert_same_decoding(buf + FRAME_PREFIX_LEN, n - FRAME_PREFIX_LEN, 1);
+			size_t n;
+			unsigned char *buf = assert_round_trip(&req, &n);
 			/* through the public decoder: the same tokens */
 			struct status st;
 			frame_request *d = frame_decode_request(buf + FRAME_PREFIX_LEN,
@@ -177,11 +184,35 @@ static void test_publish_round_trips(void **state)
 	req.payload_len = 3003;
 	req.op_case = K3CACHE__V1__REQUEST__OP_PUBLISH;
 	req.publish = &pub;
-	assert_same_encoding(&req);
-	unsigned char *buf;
-	size_t n = frame_encode_request(&req, &buf);
-	assert_same_decoding(buf + FRAME_PREFIX_LEN, n - FRAME_PREFIX_LEN, 1);
-	free(buf);
+	size_t n;
+	free(assert_round_trip(&req, &n));
+	free(t);
+}
+
+/* A prompt whose header would pass the 16 MiB limit encodes to nothing, on
+ * the fast path and through frame_encode_request(). */
+static void test_over_header_limit_encodes_nothing(void **state)
+{
+	(void)state;
+	const size_t n = 4u << 20; /* 5-byte varints: ~20 MiB */
+	uint32_t *t = malloc(n * sizeof(*t));
+	for (size_t i = 0; i < n; i++)
+		t[i] = 0xF0000000u + (uint32_t)i;
+	K3cache__V1__Lookup lk = K3CACHE__V1__LOOKUP__INIT;
+	lk.tokens = t;
+	lk.n_tokens = n;
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_LOOKUP;
+	req.lookup = &lk;
+	unsigned char *out = NULL;
+	assert_int_equal(frame_tokens_encode_request(&req, &out), 0);
+	assert_int_equal(frame_encode_request(&req, &out), 0);
+	assert_null(out);
+	/* just under the limit it still encodes */
+	lk.n_tokens = (FRAME_MAX_HEADER - 64u) / 5u;
+	size_t len = frame_tokens_encode_request(&req, &out);
+	assert_true(len > FRAME_PREFIX_LEN && len <= FRAME_PREFIX_LEN + FRAME_MAX_HEADER);
+	free(out);
 	free(t);
 }
 
@@ -196,9 +227,7 @@ static void test_small_requests_use_protobuf_c(void **state)
 	req.op_case = K3CACHE__V1__REQUEST__OP_LOOKUP;
 	req.lookup = &lk;
 	unsigned char *out = NULL;
-	int too_large;
-	assert_int_equal(frame_tokens_encode_request(&req, &out, &too_large), 0);
-	assert_int_equal(too_large, 0);
+	assert_int_equal(frame_tokens_encode_request(&req, &out), 0);
 	unsigned char *buf;
 	size_t n = frame_encode_request(&req, &buf);
 	assert_same_decoding(buf + FRAME_PREFIX_LEN, n - FRAME_PREFIX_LEN, 0);
@@ -362,6 +391,7 @@ int main(void)
 	        cmocka_unit_test(test_lookup_round_trips),
 	        cmocka_unit_test(test_publish_round_trips),
 	        cmocka_unit_test(test_small_requests_use_protobuf_c),
+	        cmocka_unit_test(test_over_header_limit_encodes_nothing),
 	        cmocka_unit_test(test_unusual_forms_fall_back),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
