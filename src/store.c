@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "store_internal.h"
+#include "store_txn.h"
 #include "xxh_dispatch.h"
 
 #define DEFAULT_MAX_BYTES   (UINT64_C(1) << 30)
@@ -263,11 +264,9 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 	/* Unfinished staged publishes of dead processes: best effort, in a
 	 * transaction of its own; what it cannot remove now (a full map, say)
 	 * stays invisible and is tried again at the next open. */
-	if (!s->opt.read_only && s->has_pending && mdb_txn_begin(s->env, NULL, 0, &txn) == 0) {
+	if (!s->opt.read_only && s->has_pending && store_txn_write(s, &txn) == 0) {
 		uint32_t swept = 0;
-		if (store_sweep_staged(s, txn, &swept) != 0)
-			mdb_txn_abort(txn);
-		else if (mdb_txn_commit(txn) == 0) /* frees txn either way */
+		if (store_txn_end(txn, store_sweep_staged(s, txn, &swept)) == 0)
 			s->swept_at_open = swept;
 	}
 	*out = s;
@@ -332,27 +331,18 @@ enum status_code store_put_model(struct store *s, const struct model_spec *spec,
 	if (!js)
 		return status_set(st, STATUS_INTERNAL, "out of memory");
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	int rc = store_txn_write(s, &txn);
 	if (rc) {
 		free(js);
 		return store_mdb_error(st, rc, "put model");
 	}
 	MDB_val k = {MODEL_FINGERPRINT_LEN, (void *)spec->fingerprint}, v = {strlen(js), js};
-	rc = mdb_put(txn, s->models, &k, &v, MDB_NOOVERWRITE);
+	rc = store_txn_end(txn, mdb_put(txn, s->models, &k, &v, MDB_NOOVERWRITE));
 	free(js);
-	if (rc == MDB_KEYEXIST) {
-		mdb_txn_abort(txn);
-		if (created)
-			*created = 0;
-		return STATUS_OK;
-	}
-	if (rc || (rc = mdb_txn_commit(txn)) != 0) {
-		if (rc != 0)
-			mdb_txn_abort(txn);
-		return store_mdb_error(st, rc, "put model");
-	}
 	if (created)
-		*created = 1;
+		*created = rc == 0;
+	if (rc && rc != MDB_KEYEXIST)
+		return store_mdb_error(st, rc, "put model");
 	return STATUS_OK;
 }
 
@@ -581,14 +571,9 @@ enum status_code store_flush(struct store *s, struct status *st)
 	if (!n)
 		return STATUS_OK;
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
-	if (rc)
-		return store_mdb_error(st, rc, "flush");
-	if ((rc = store_apply_touches(s, txn)) != 0) {
-		mdb_txn_abort(txn);
-		return store_mdb_error(st, rc, "flush");
-	}
-	rc = mdb_txn_commit(txn);
+	int rc = store_txn_write(s, &txn);
+	if (!rc)
+		rc = store_txn_end(txn, store_apply_touches(s, txn));
 	return rc ? store_mdb_error(st, rc, "flush") : STATUS_OK;
 }
 
@@ -598,17 +583,17 @@ void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN])
 	if (s->opt.read_only)
 		return;
 	MDB_txn *txn;
-	if (mdb_txn_begin(s->env, NULL, 0, &txn))
+	if (store_txn_write(s, &txn))
 		return;
 	struct store_record r;
-	if (store_read_record(s, txn, key, &r) == 0 && !(r.flags & STORE_FLAG_QUARANTINED)) {
+	int rc = store_read_record(s, txn, key, &r);
+	if (rc == 0 && (r.flags & STORE_FLAG_QUARANTINED))
+		rc = STORE_TXN_NOTHING;
+	if (rc == 0) {
 		r.flags |= STORE_FLAG_QUARANTINED;
-		if (rewrite_record(s, txn, &r) == 0) {
-			mdb_txn_commit(txn);
-			return;
-		}
+		rc = rewrite_record(s, txn, &r);
 	}
-	mdb_txn_abort(txn);
+	store_txn_end(txn, rc);
 }
 
 /* ---- delete --------------------------------------------------------------- */

@@ -7,6 +7,7 @@
 #include "checksum.h"
 #include "hexutil.h"
 #include "store_internal.h"
+#include "store_txn.h"
 
 enum status_code store_list(struct store *s, const uint8_t *model_fp, const uint8_t *after,
                             uint32_t limit,
@@ -265,13 +266,12 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 		return STATUS_OK;
 	}
 	struct store_totals before;
-	store_totals_get(s, txn, &before);
-	if (req->to_bytes_set)
+	if ((rc = store_totals_get(s, txn, &before)) == 0 && req->to_bytes_set)
 		res->bytes = before.bytes - t.bytes;
-	if ((rc = store_totals_put(s, txn, &t)) != 0 || (rc = mdb_txn_commit(txn)) != 0) {
-		if (rc)
-			return store_mdb_error(st, rc, "evict");
-	}
+	if (!rc)
+		rc = store_totals_put(s, txn, &t);
+	if ((rc = store_txn_end(txn, rc)) != 0)
+		return store_mdb_error(st, rc, "evict");
 	return STATUS_OK;
 }
 

@@ -9,6 +9,7 @@
 #include "blob.h"
 #include "checksum.h"
 #include "store_internal.h"
+#include "store_txn.h"
 #include "xxh_dispatch.h"
 
 #define MAX_SALT 1024u
@@ -304,14 +305,12 @@ int store_evict_lru(struct store *s, MDB_txn *txn, struct store_totals *totals, 
 int store_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force)
 {
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	int rc = store_txn_write(s, &txn);
 	if (rc)
 		return rc;
 	struct store_totals t;
-	if ((rc = store_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t))) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
+	if ((rc = store_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)))
+		return store_txn_end(txn, rc);
 	uint64_t target = s->opt.max_bytes >= need ? s->opt.max_bytes - need : 0;
 	if (force) /* after a MAP_FULL: free at least `need` more than now */
 		target = t.bytes >= need ? t.bytes - need : 0;
@@ -321,24 +320,16 @@ int store_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force
 		if (!rc)
 			rc = store_totals_put(s, txn, &t);
 	}
-	if (rc) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
-	if ((rc = mdb_txn_commit(txn)) != 0)
+	if ((rc = store_txn_end(txn, rc)) != 0)
 		return rc;
 	if (evicted)
 		*evicted += n;
 	if (force && n == 0)
 		return MDB_MAP_FULL; /* nothing left to evict */
-	if (n) {
-		if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)) != 0)
-			return rc;
-		if ((rc = store_totals_get(s, txn, &t)) || (rc = store_totals_put(s, txn, &t))) {
-			mdb_txn_abort(txn);
-			return rc;
-		}
-		rc = mdb_txn_commit(txn);
+	if (n && (rc = store_txn_write(s, &txn)) == 0) {
+		if (!(rc = store_totals_get(s, txn, &t)))
+			rc = store_totals_put(s, txn, &t);
+		rc = store_txn_end(txn, rc);
 	}
 	return rc;
 }
@@ -373,14 +364,12 @@ static void set_outcome(struct store *s, struct pending *p, int rc, uint32_t evi
 static int write_all(struct store *s, struct pending *ps, uint32_t n)
 {
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	int rc = store_txn_write(s, &txn);
 	if (rc)
 		return rc;
 	struct store_totals t;
-	if ((rc = store_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t))) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
+	if ((rc = store_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)))
+		return store_txn_end(txn, rc);
 	for (uint32_t i = 0; i < n && !rc; i++) {
 		if (!ps[i].ok || ps[i].staged)
 			continue;
@@ -404,11 +393,7 @@ static int write_all(struct store *s, struct pending *ps, uint32_t n)
 		t.lru_clock = clock;
 	if (!rc)
 		rc = store_totals_put(s, txn, &t);
-	if (rc) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
-	return mdb_txn_commit(txn);
+	return store_txn_end(txn, rc);
 }
 
 /* Makes room for and writes a group of validated requests in one commit,

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "store_txn.h"
 #include "xxh_dispatch.h"
 
 /* pending row: u32 pid | u64 process start time | u64 created | u64 bytes */
@@ -344,7 +345,7 @@ static int op_stage(struct store *s, void *ctx)
 {
 	struct store_stage *g = ctx;
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	int rc = store_txn_write(s, &txn);
 	if (rc)
 		return rc;
 	unsigned char ck[STORE_CHUNK_KEY_LEN];
@@ -360,11 +361,7 @@ static int op_stage(struct store *s, void *ctx)
 		memcpy(v.mv_data, &g->chunk_sums[c], 8);
 		store_copy_stream(&g->r, off, (unsigned char *)v.mv_data + 8, len);
 	}
-	if (rc) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
-	return mdb_txn_commit(txn);
+	return store_txn_end(txn, rc);
 }
 
 /* Runs op (a write step) until it succeeds; after MDB_MAP_FULL, evicts `need`
@@ -410,7 +407,7 @@ static int op_begin_txn(struct store_stage *g)
 {
 	struct store *s = g->s;
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn), verdict = 0;
+	int rc = store_txn_write(s, &txn), verdict = 0;
 	if (rc)
 		return rc;
 	struct store_totals t;
@@ -444,18 +441,15 @@ static int op_begin_txn(struct store_stage *g)
 	MDB_val pv = {sizeof(b), b};
 	rc = mdb_put(txn, s->pending, &k, &pv, 0);
 out:
-	if (rc || verdict) {
-		mdb_txn_abort(txn);
-		return rc ? rc : verdict;
-	}
-	return mdb_txn_commit(txn);
+	rc = store_txn_end(txn, rc ? rc : verdict ? STORE_TXN_NOTHING : 0);
+	return rc == STORE_TXN_NOTHING ? verdict : rc;
 }
 
 static int op_finish(struct store *s, void *ctx)
 {
 	struct store_stage *g = ctx;
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	int rc = store_txn_write(s, &txn);
 	if (rc)
 		return rc;
 	struct store_totals t;
@@ -463,37 +457,30 @@ static int op_finish(struct store *s, void *ctx)
 	if ((rc = store_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)) ||
 	    (rc = store_write_index(s, txn, &g->r, g->key, g->total, g->tags, g->sizes,
 	                            g->layer_sums, &t)) != 0 ||
-	    (rc = mdb_del(txn, s->pending, &k, NULL)) != 0) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
+	    (rc = mdb_del(txn, s->pending, &k, NULL)) != 0)
+		return store_txn_end(txn, rc);
 	uint64_t clock = atomic_load(&s->lru_clock);
 	if (clock > t.lru_clock)
 		t.lru_clock = clock;
-	if ((rc = store_totals_put(s, txn, &t)) != 0) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
-	return mdb_txn_commit(txn);
+	return store_txn_end(txn, store_totals_put(s, txn, &t));
 }
 
 static int op_cleanup(struct store *s, void *ctx)
 {
 	struct store_stage *g = ctx;
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	int rc = store_txn_write(s, &txn);
 	if (rc)
 		return rc;
 	MDB_val k = {STORE_KEY_LEN, g->key}, v;
 	/* a record under the key (committed by another writer meanwhile) owns
 	 * the chunks under it */
 	int committed = mdb_get(txn, s->entries, &k, &v) == 0;
-	if ((!committed && (rc = store_delete_chunks(s, txn, g->key)) != 0) ||
-	    ((rc = mdb_del(txn, s->pending, &k, NULL)) && rc != MDB_NOTFOUND)) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
-	return mdb_txn_commit(txn);
+	if (!committed)
+		rc = store_delete_chunks(s, txn, g->key);
+	if (!rc && (rc = mdb_del(txn, s->pending, &k, NULL)) == MDB_NOTFOUND)
+		rc = 0;
+	return store_txn_end(txn, rc);
 }
 
 /* ---- the interface ------------------------------------------------------------ */
