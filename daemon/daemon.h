@@ -185,10 +185,11 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *resp);
 
 /* writer.c */
 enum k3d_chore {
-	K3D_CHORE_NONE = 0, /* a client's request */
-	K3D_CHORE_FLUSH,    /* write batched last-used times */
-	K3D_CHORE_SYNC,     /* durability fast: sync the map */
-	K3D_CHORE_VERIFY,   /* check the chunks of a restore being streamed */
+	K3D_CHORE_NONE = 0,   /* a client's request */
+	K3D_CHORE_FLUSH,      /* write batched last-used times */
+	K3D_CHORE_SYNC,       /* durability fast: sync the map */
+	K3D_CHORE_VERIFY,     /* check the chunks of a restore being streamed */
+	K3D_CHORE_QUARANTINE, /* quarantine a damaged entry a restore found */
 };
 
 /* A restore being streamed: the snapshot lives until the last byte is sent
@@ -202,8 +203,9 @@ void k3d_stream_unref(struct k3d_stream *st);
 
 struct k3d_job {
 	struct k3d_job *next;
-	enum k3d_chore chore;      /* housekeeping jobs have no connection */
-	struct k3d_stream *stream; /* K3D_CHORE_VERIFY */
+	enum k3d_chore chore;       /* housekeeping jobs have no connection */
+	struct k3d_stream *stream;  /* K3D_CHORE_VERIFY */
+	uint8_t key[STORE_KEY_LEN]; /* K3D_CHORE_QUARANTINE */
 	struct k3d_conn *conn;
 	frame_request *req;
 	unsigned char *payload;
@@ -222,6 +224,9 @@ struct k3d_job {
 
 struct k3d_writer *k3d_writer_start(struct k3d_server *srv);
 void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job);
+/* Asks the writer to quarantine an entry found damaged on the loop thread,
+ * which takes no write transaction itself. */
+void k3d_writer_quarantine(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN]);
 /* Takes the finished jobs (loop thread). */
 struct k3d_job *k3d_writer_take_done(struct k3d_writer *w);
 /* Finishes every queued job, then stops the thread (finished jobs stay to be

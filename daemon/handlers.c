@@ -98,6 +98,18 @@ static void op_hello(struct k3d_conn *c)
 	k3d_conn_respond(c, &r);
 }
 
+/* A restore that failed on the loop thread: a damaged entry is quarantined by
+ * the writer (a write may wait there, not here). */
+static void restore_failed(struct k3d_conn *c, const uint8_t *key, struct status *st)
+{
+	if (st->code == STATUS_CORRUPT) {
+		k3d_writer_quarantine(c->srv->writer, key);
+		size_t n = strlen(st->message);
+		snprintf(st->message + n, sizeof(st->message) - n, "; it is being quarantined");
+	}
+	k3d_conn_error(c, c->req->id, st);
+}
+
 static void op_lookup(struct k3d_conn *c)
 {
 	c->srv->last_lookup = k3d_now(); /* uploads yield for a while (--yield-rate) */
@@ -139,7 +151,7 @@ static void op_lookup(struct k3d_conn *c)
 			r.bytes = 0;
 			k3d_conn_respond(c, &r);
 		} else {
-			k3d_conn_error(c, c->req->id, &st);
+			restore_failed(c, res.key, &st);
 		}
 		return;
 	}
@@ -155,7 +167,7 @@ static void op_restore(struct k3d_conn *c)
 	unsigned flags = STORE_RESTORE_DEFER | (c->req->restore->peek ? 0u : STORE_RESTORE_USE);
 	if (store_restore_opt(c->srv->store, c->req->restore->key.data, flags, &snap, &st) !=
 	    STATUS_OK) {
-		k3d_conn_error(c, c->req->id, &st);
+		restore_failed(c, c->req->restore->key.data, &st);
 		return;
 	}
 	frame_response r = K3CACHE__V1__RESPONSE__INIT;

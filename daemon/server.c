@@ -130,6 +130,11 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			job = next;
 			continue;
 		}
+		if (job->chore == K3D_CHORE_QUARANTINE) {
+			k3d_job_free(job);
+			job = next;
+			continue;
+		}
 		if (job->chore) {
 			srv->chore_pending = 0;
 			k3d_job_free(job);

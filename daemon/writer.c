@@ -186,6 +186,8 @@ static void *writer_main(void *arg)
 			store_sync(w->srv->store, NULL);
 		else if (batch[0]->chore == K3D_CHORE_VERIFY)
 			store_snapshot_verify(batch[0]->stream->snap, &batch[0]->st);
+		else if (batch[0]->chore == K3D_CHORE_QUARANTINE)
+			store_quarantine(w->srv->store, batch[0]->key);
 		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			run_publishes(w->srv, batch, n);
 		else
@@ -230,6 +232,20 @@ void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job)
 	w->tail = job;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+}
+
+void k3d_writer_quarantine(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN])
+{
+	struct k3d_job *job = calloc(1, sizeof(*job));
+	if (!job) {
+		k3d_log(K3D_LOG_ERROR,
+		        "writer: out of memory: a damaged entry stays unquarantined");
+		return;
+	}
+	k3cache__v1__response__init(&job->resp);
+	job->chore = K3D_CHORE_QUARANTINE;
+	memcpy(job->key, key, STORE_KEY_LEN);
+	k3d_writer_submit(w, job);
 }
 
 struct k3d_job *k3d_writer_take_done(struct k3d_writer *w)

@@ -210,7 +210,7 @@ struct store_snapshot {
 };
 
 /* NOT_FOUND when absent or quarantined; CORRUPT (and the entry is
- * quarantined) when a checksum does not match. */
+ * quarantined) when a chunk is missing, short or fails its checksum. */
 enum status_code store_restore(struct store *s, const uint8_t key[STORE_KEY_LEN],
                                struct store_snapshot **out, struct status *st);
 void store_snapshot_release(struct store_snapshot *snap);
@@ -221,11 +221,22 @@ void store_snapshot_release(struct store_snapshot *snap);
  *  STORE_RESTORE_DEFER  chunk checksums are not checked now: the caller
  *                       streams the views at once to a client that validates
  *                       every layer itself, and calls store_snapshot_verify()
- *                       (any thread) to find and quarantine damage. */
+ *                       (any thread) to find and quarantine damage. It takes
+ *                       no write transaction, so it never waits for the
+ *                       writer: a chunk missing or short is CORRUPT, and the
+ *                       caller quarantines the entry with store_quarantine()
+ *                       where a write may wait. */
 #define STORE_RESTORE_USE   1u
 #define STORE_RESTORE_DEFER 2u
 enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN],
                                    unsigned flags, struct store_snapshot **out, struct status *st);
+
+/* Marks an entry quarantined: lookups and restores no longer serve it, and
+ * a publish of the same snapshot replaces it. Takes a write transaction (it
+ * waits for the writer lock): call it where a write may wait. Counted in
+ * stats.quarantined. Nothing happens when the store is read-only or the entry
+ * is gone. */
+void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN]);
 
 /* Checks every chunk of a snapshot taken with STORE_RESTORE_DEFER; on a
  * mismatch the entry is quarantined and CORRUPT returned. */

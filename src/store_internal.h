@@ -130,9 +130,6 @@ int store_evict_lru(struct store *s, MDB_txn *txn, struct store_totals *totals, 
 /* Writes pending touches inside txn. */
 int store_apply_touches(struct store *s, MDB_txn *txn);
 
-/* Marks an entry quarantined (own write transaction). */
-void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN]);
-
 /* Reads a record by key inside txn. MDB_NOTFOUND, 0, or -1 (damaged). */
 int store_read_record(struct store *s, MDB_txn *txn, const uint8_t key[STORE_KEY_LEN],
                       struct store_record *r);

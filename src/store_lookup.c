@@ -155,13 +155,18 @@ void store_snapshot_release(struct store_snapshot *snap)
 	free(snap);
 }
 
+/* A damaged chunk found by a restore. A deferred restore (the daemon's loop
+ * thread) takes no write transaction: its caller quarantines. */
 static enum status_code corrupt(struct store *s, struct store_snapshot *snap, struct status *st,
-                                const char *why, uint64_t chunk)
+                                const char *why, uint64_t chunk, int defer)
 {
 	uint8_t key[STORE_KEY_LEN];
 	memcpy(key, snap->key, STORE_KEY_LEN);
 	store_snapshot_release(snap);
 	atomic_fetch_add(&s->corrupt, 1);
+	if (defer)
+		return status_set(st, STATUS_CORRUPT, "chunk %llu %s; the entry is damaged",
+		                  (unsigned long long)chunk, why);
 	store_quarantine(s, key);
 	return status_set(st, STATUS_CORRUPT, "chunk %llu %s; the entry is quarantined",
 	                  (unsigned long long)chunk, why);
@@ -291,13 +296,13 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 		MDB_val k = {sizeof(ck), ck}, v;
 		rc = mdb_get(priv->txn, s->chunks, &k, &v);
 		if (rc == MDB_NOTFOUND)
-			return corrupt(s, snap, st, "is missing", c);
+			return corrupt(s, snap, st, "is missing", c, defer);
 		if (rc) {
 			store_snapshot_release(snap);
 			return store_mdb_error(st, rc, "restore");
 		}
 		if (v.mv_size != want + 8)
-			return corrupt(s, snap, st, "has the wrong size", c);
+			return corrupt(s, snap, st, "has the wrong size", c, defer);
 		const unsigned char *data = (const unsigned char *)v.mv_data + 8;
 		if (defer) {
 			priv->chunks[c].data = v.mv_data;
@@ -306,7 +311,7 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 			uint64_t sum;
 			memcpy(&sum, v.mv_data, 8);
 			if (XXH3_64bits_withSeed(data, (size_t)want, c) != sum)
-				return corrupt(s, snap, st, "fails its checksum", c);
+				return corrupt(s, snap, st, "fails its checksum", c, defer);
 		}
 		while (want) {
 			while (left_in_layer == 0 && li + 1 < r.n_layers) {

@@ -1,7 +1,8 @@
 /* k3corrupt: a test helper that damages one stored entry the way a bad disk
  * would: it flips a byte inside the entry's first chunk through LMDB, leaving
- * the chunk's stored checksum as it was. The daemon must not be running.
- * usage: k3corrupt DBDIR KEYHEX */
+ * the chunk's stored checksum as it was, or (drop) deletes that chunk. The
+ * daemon must not be running.
+ * usage: k3corrupt DBDIR KEYHEX [flip|drop] */
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +13,10 @@
 int main(int argc, char **argv)
 {
 	uint8_t key[36] = {0};
-	if (argc != 3 || hexutil_decode(argv[2], key, 32) != 0) {
-		fprintf(stderr, "usage: k3corrupt DBDIR KEYHEX\n");
+	int drop = argc == 4 && !strcmp(argv[3], "drop");
+	if (argc < 3 || argc > 4 || hexutil_decode(argv[2], key, 32) != 0 ||
+	    (argc == 4 && !drop && strcmp(argv[3], "flip") != 0)) {
+		fprintf(stderr, "usage: k3corrupt DBDIR KEYHEX [flip|drop]\n");
 		return 2;
 	}
 	MDB_env *env;
@@ -26,6 +29,16 @@ int main(int argc, char **argv)
 	    mdb_get(txn, dbi, &k, &v)) {
 		fprintf(stderr, "k3corrupt: cannot find the entry's first chunk\n");
 		return 1;
+	}
+	if (drop) {
+		int rc = mdb_del(txn, dbi, &k, NULL) || mdb_txn_commit(txn);
+		mdb_env_close(env);
+		if (rc) {
+			fprintf(stderr, "k3corrupt: delete failed\n");
+			return 1;
+		}
+		printf("deleted chunk 0 of %s\n", argv[2]);
+		return 0;
 	}
 	unsigned char *copy = malloc(v.mv_size);
 	memcpy(copy, v.mv_data, v.mv_size);

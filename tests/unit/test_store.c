@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 #include <lmdb.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -894,6 +895,91 @@ static void test_flipped_chunk_quarantines(void **state)
 	model_free(big);
 }
 
+/* A writer holding the lock for 3 s; the test's restore must not wait for it. */
+struct held_writer {
+	MDB_env *env;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int holding;
+};
+
+static void *hold_writer(void *arg)
+{
+	struct held_writer *h = arg;
+	MDB_txn *txn;
+	if (mdb_txn_begin(h->env, NULL, 0, &txn) != 0)
+		return NULL;
+	pthread_mutex_lock(&h->mu);
+	h->holding = 1;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	sleep(3);
+	mdb_txn_abort(txn);
+	return NULL;
+}
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A chunk missing under a deferred restore (the daemon's loop thread) is
+ * reported without taking a write transaction: the restore does not wait
+ * for the writer, and the caller quarantines the entry where a write may
+ * wait (store_quarantine). */
+static void test_deferred_restore_takes_no_write(void **state)
+{
+	struct fixture *f = *state;
+	struct model_spec *big = storeutil_model("big", 300000);
+	store_put_model(f->st, big, NULL, NULL);
+	uint32_t t[20];
+	seq(t, 20, 7000);
+	struct store_publish_res res;
+	assert_int_equal(storeutil_publish(f->st, big, "", t, 20, 5, &res), STATUS_OK);
+	/* remove chunk 1 */
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	unsigned char ck[STORE_CHUNK_KEY_LEN];
+	memcpy(ck, res.key, STORE_KEY_LEN);
+	store_be32(ck + STORE_KEY_LEN, 1);
+	MDB_val k = {sizeof(ck), ck};
+	assert_int_equal(mdb_del(txn, f->st->chunks, &k, NULL), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+
+	struct held_writer h = {.env = f->st->env};
+	pthread_mutex_init(&h.mu, NULL);
+	pthread_cond_init(&h.cv, NULL);
+	pthread_t thr;
+	assert_int_equal(pthread_create(&thr, NULL, hold_writer, &h), 0);
+	pthread_mutex_lock(&h.mu);
+	while (!h.holding)
+		pthread_cond_wait(&h.cv, &h.mu);
+	pthread_mutex_unlock(&h.mu);
+	double t0 = now_seconds();
+	struct store_snapshot *snap;
+	struct status st;
+	assert_int_equal(store_restore_opt(f->st, res.key, STORE_RESTORE_USE | STORE_RESTORE_DEFER,
+	                                   &snap, &st),
+	                 STATUS_CORRUPT);
+	double waited = now_seconds() - t0;
+	assert_non_null(strstr(st.message, "chunk 1 is missing"));
+	pthread_join(thr, NULL);
+	assert_true(waited < 1.0);
+	/* not quarantined yet: that is the caller's write */
+	struct store_entry_info *info;
+	assert_int_equal(store_inspect(f->st, res.key, &info, NULL), STATUS_OK);
+	assert_false(info->quarantined);
+	store_entry_info_free(info);
+	store_quarantine(f->st, res.key);
+	assert_int_equal(store_inspect(f->st, res.key, &info, NULL), STATUS_OK);
+	assert_true(info->quarantined);
+	store_entry_info_free(info);
+	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_NOT_FOUND);
+	model_free(big);
+}
+
 /* ---- eviction and capacity ------------------------------------------------ */
 
 static uint64_t entry_bytes(const struct model_spec *m, uint32_t p)
@@ -1220,6 +1306,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_open_cost_flat, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_format_version_checked, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_flipped_chunk_quarantines, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_deferred_restore_takes_no_write, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_map_full_evicts, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_map_full_evicts_staged, setup, teardown),

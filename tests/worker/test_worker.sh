@@ -112,6 +112,19 @@ ok "corrupt entry: one warning, recomputed" $([ "$(grep -c 'warning' "$dir/x2.er
 diff <(answers "$dir/ref" | sed -n '4,6p') <(answers "$dir/x2") >/dev/null; ok "corrupt entry: identical answer" $?
 out=$("$ctl" inspect "${key:0:12}"); ok "the corrupt entry is quarantined" $(grep -q QUARANTINED <<<"$out"; echo $?)
 
+# an entry whose chunk is gone: the restore fails on the daemon's loop thread,
+# which takes no write transaction; the writer quarantines it
+rm -f "$dir/y.replies"
+"$worker" --conversation "$conv" --turn 1 --replies "$dir/y.replies" --salt dropped > "$dir/y1" 2>&1
+key=$(grep 'end-of-turn snapshot at' "$dir/y1" | grep -o 'key [0-9a-f]*' | cut -d' ' -f2)
+kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=
+"$corrupt" "$dir/db" "$key" drop >/dev/null; ok "deleted the latest entry's first chunk" $?
+start
+"$worker" --conversation "$conv" --turn 2 --replies "$dir/y.replies" --salt dropped > "$dir/y2" 2> "$dir/y2.err"
+ok "missing chunk: one warning, recomputed" $([ "$(grep -c 'warning' "$dir/y2.err")" = 1 ] && grep -q 'chunk 0 is missing' "$dir/y2.err"; echo $?)
+diff <(answers "$dir/ref" | sed -n '4,6p') <(answers "$dir/y2") >/dev/null; ok "missing chunk: identical answer" $?
+out=$("$ctl" inspect "${key:0:12}"); ok "the entry missing a chunk is quarantined" $(grep -q QUARANTINED <<<"$out"; echo $?)
+
 # ---- the seed's mutants, caught end to end -----------------------------------
 for m in slot row; do
   rm -f "$dir/m.replies"
