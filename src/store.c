@@ -599,7 +599,7 @@ void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN])
 /* ---- delete --------------------------------------------------------------- */
 
 /* Deletes every chunk stored under key. */
-int store_delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key)
+int store_delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes)
 {
 	MDB_cursor *cur;
 	int rc = mdb_cursor_open(txn, s->chunks, &cur);
@@ -612,6 +612,8 @@ int store_delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key)
 		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 		if (rc || k.mv_size < STORE_KEY_LEN || memcmp(k.mv_data, key, STORE_KEY_LEN) != 0)
 			break;
+		if (bytes && v.mv_size > 8)
+			*bytes += v.mv_size - 8;
 		if ((rc = mdb_cursor_del(cur, 0)) != 0)
 			break;
 	}
@@ -625,7 +627,7 @@ int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record 
 	/* r's salt points into a page of this transaction: copy it before any
 	 * update can move that page */
 	struct store_record copy = *rec;
-	uint8_t saltbuf[1024];
+	uint8_t saltbuf[STORE_MAX_SALT];
 	if (copy.salt_len > sizeof(saltbuf))
 		return MDB_CORRUPTED;
 	if (copy.salt_len)
@@ -693,13 +695,28 @@ int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record 
 	if ((rc = mdb_del(txn, s->tokens, &k, NULL)) && rc != MDB_NOTFOUND)
 		return rc;
 
-	if ((rc = store_delete_chunks(s, txn, r->key)) != 0)
+	if ((rc = store_delete_chunks(s, txn, r->key, NULL)) != 0)
 		return rc;
 	if ((rc = mdb_del(txn, s->entries, &k, NULL)) && rc != MDB_NOTFOUND)
 		return rc;
 	if (totals)
 		totals->bytes = totals->bytes >= r->bytes ? totals->bytes - r->bytes : 0;
 	return 0;
+}
+
+int store_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key,
+                         struct store_totals *totals)
+{
+	MDB_val k = {STORE_KEY_LEN, (void *)key};
+	uint64_t bytes = 0;
+	int rc = store_delete_chunks(s, txn, key, &bytes);
+	if (!rc && (rc = mdb_del(txn, s->tokens, &k, NULL)) == MDB_NOTFOUND)
+		rc = 0;
+	if (!rc && (rc = mdb_del(txn, s->entries, &k, NULL)) == MDB_NOTFOUND)
+		rc = 0;
+	if (!rc && totals)
+		totals->bytes = totals->bytes >= bytes ? totals->bytes - bytes : 0;
+	return rc;
 }
 
 int store_info_from_record(const struct store_record *r, struct store_entry_info *info)

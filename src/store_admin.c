@@ -183,8 +183,13 @@ static int select_keys(struct store *s, MDB_txn *txn, const struct store_evict_r
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
 		struct store_record r;
-		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0)
+		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0) {
+			/* damaged: --all removes it too */
+			if (req->all && k.mv_size == STORE_KEY_LEN &&
+			    (rc = keylist_add(out, k.mv_data)) != 0)
+				break;
 			continue;
+		}
 		int pick = req->all;
 		if (req->model)
 			pick = !memcmp(r.fingerprint, req->model, MODEL_FINGERPRINT_LEN);
@@ -238,8 +243,20 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 			int got = store_read_record(s, txn, keys.keys[i], &r);
 			if (got == MDB_NOTFOUND)
 				continue;
+			if (got == -1) { /* damaged: removed all the same */
+				uint64_t before = t.bytes;
+				if (!req->dry_run) {
+					rc = store_delete_damaged(s, txn, keys.keys[i], &t);
+					atomic_fetch_add(&s->evictions, 1);
+				}
+				if (fn)
+					fn(keys.keys[i], before - t.bytes, ctx);
+				res->entries++;
+				res->bytes += before - t.bytes;
+				continue;
+			}
 			if (got) {
-				rc = got < 0 ? MDB_CORRUPTED : got;
+				rc = got;
 				break;
 			}
 			if (fn)

@@ -21,6 +21,10 @@
 
 #define STORE_FLAG_QUARANTINED 1u
 
+/* The longest salt a publish may carry; a record with a longer one is
+ * damaged. */
+#define STORE_MAX_SALT 1024u
+
 /* The decoded entry record. */
 struct store_record {
 	uint8_t key[STORE_KEY_LEN];
@@ -108,13 +112,21 @@ void store_be64(unsigned char *p, uint64_t v);
 uint64_t store_get_be64(const unsigned char *p);
 
 /* Deletes every chunk stored under key (an entry's, or an unfinished staged
- * publish's), whatever their number. */
-int store_delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key);
+ * publish's), whatever their number. Adds their data bytes to *bytes when
+ * bytes is not NULL. */
+int store_delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes);
 
 /* Deletes one entry and everything it owns inside txn (nodes, attach, lru,
  * tokens, chunks) and subtracts its bytes from *totals. */
 int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record *r,
                        struct store_totals *totals);
+
+/* Deletes an entry whose record cannot be decoded (so its prefix-index rows
+ * cannot be found): the record, its tokens and its chunks, and subtracts the
+ * chunks' data bytes from *totals. Its node counts and attach row stay: they
+ * only locate candidates, and a lookup confirms each one against a record. */
+int store_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key,
+                         struct store_totals *totals);
 
 /* Records a use. Held in memory and written by the next write transaction or
  * store_flush(); when the buffer is full, uses are dropped until then (the LRU

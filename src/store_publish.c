@@ -12,8 +12,6 @@
 #include "store_txn.h"
 #include "xxh_dispatch.h"
 
-#define MAX_SALT 1024u
-
 /* One request after validation. */
 struct pending {
 	const struct store_publish_req *req;
@@ -54,10 +52,10 @@ enum status_code store_check_publish(struct store *s, const struct store_publish
 	if (r->n_tokens == 0)
 		return status_set(st, STATUS_INVALID,
 		                  "a snapshot covers at least one token (P >= 1)");
-	if (r->salt_len > MAX_SALT)
+	if (r->salt_len > STORE_MAX_SALT)
 		return status_set(st, STATUS_INVALID,
 		                  "the salt is %zu bytes; at most %u are allowed", r->salt_len,
-		                  MAX_SALT);
+		                  STORE_MAX_SALT);
 	struct model_spec *m = store_get_model(s, r->fingerprint, st);
 	if (!m)
 		return st && st->code != STATUS_OK ? st->code : STATUS_UNKNOWN_MODEL;
@@ -276,9 +274,32 @@ int store_evict_lru(struct store *s, MDB_txn *txn, struct store_totals *totals, 
 		op = dry_run ? MDB_NEXT : MDB_FIRST;
 		uint8_t key[STORE_KEY_LEN];
 		struct store_record r;
-		if (k.mv_size != 8 + STORE_KEY_LEN ||
-		    (memcpy(key, (const unsigned char *)k.mv_data + 8, STORE_KEY_LEN),
-		     store_read_record(s, txn, key, &r) != 0)) {
+		int got =
+		        k.mv_size == 8 + STORE_KEY_LEN
+		                ? (memcpy(key, (const unsigned char *)k.mv_data + 8, STORE_KEY_LEN),
+		                   store_read_record(s, txn, key, &r))
+		                : MDB_NOTFOUND;
+		if (got == -1) { /* damaged: removed all the same, so eviction goes on */
+			uint64_t before = totals->bytes;
+			if (dry_run)
+				continue;
+			if ((rc = store_delete_damaged(s, txn, key, totals)) != 0 ||
+			    (rc = mdb_cursor_del(cur, 0)) != 0)
+				break;
+			bytes = bytes >= before - totals->bytes ? bytes - (before - totals->bytes)
+			                                        : 0;
+			if (fn)
+				fn(key, before - totals->bytes, ctx);
+			if (n_evicted)
+				(*n_evicted)++;
+			atomic_fetch_add(&s->evictions, 1);
+			continue;
+		}
+		if (got) {
+			if (got != MDB_NOTFOUND) {
+				rc = got;
+				break;
+			}
 			if (!dry_run && (rc = mdb_cursor_del(cur, 0)) != 0)
 				break; /* a stale LRU row: drop it */
 			continue;

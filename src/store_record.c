@@ -96,7 +96,8 @@ int store_record_decode(const void *data, size_t len, struct store_record *r)
 	r->hits = get64(p + OFF_FLAGS + 28);
 	r->bytes = get64(p + OFF_FLAGS + 36);
 	r->salt_len = get32(p + REC_FIXED - 4);
-	if (r->n_layers == 0 || r->n_layers > MODEL_MAX_LAYERS || r->prefix_len == 0)
+	if (r->n_layers == 0 || r->n_layers > MODEL_MAX_LAYERS || r->prefix_len == 0 ||
+	    r->salt_len > STORE_MAX_SALT)
 		return -1;
 	/* 64-bit sums: no count read from disk can wrap the check */
 	if ((uint64_t)REC_FIXED + r->salt_len + (uint64_t)r->n_layers * STORE_RECORD_LAYER_LEN !=

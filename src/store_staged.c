@@ -170,7 +170,7 @@ int store_sweep_staged(struct store *s, MDB_txn *txn, uint32_t *swept)
 		 * pending row of an older publish): the chunks are its own */
 		rc = mdb_get(txn, s->entries, &pk, &ev);
 		if (rc == MDB_NOTFOUND)
-			rc = store_delete_chunks(s, txn, keys[i]);
+			rc = store_delete_chunks(s, txn, keys[i], NULL);
 		if (swept && !rc)
 			(*swept)++;
 	}
@@ -434,7 +434,7 @@ static int op_begin_txn(struct store_stage *g)
 	}
 	if (rc && rc != MDB_NOTFOUND)
 		goto out;
-	if ((rc = store_delete_chunks(s, txn, g->key)) != 0) /* a dead writer's leftovers */
+	if ((rc = store_delete_chunks(s, txn, g->key, NULL)) != 0) /* a dead writer's leftovers */
 		goto out;
 	unsigned char b[PENDING_LEN];
 	pending_encode(b, store_now(s), g->total);
@@ -477,7 +477,7 @@ static int op_cleanup(struct store *s, void *ctx)
 	 * the chunks under it */
 	int committed = mdb_get(txn, s->entries, &k, &v) == 0;
 	if (!committed)
-		rc = store_delete_chunks(s, txn, g->key);
+		rc = store_delete_chunks(s, txn, g->key, NULL);
 	if (!rc && (rc = mdb_del(txn, s->pending, &k, NULL)) == MDB_NOTFOUND)
 		rc = 0;
 	return store_txn_end(txn, rc);

@@ -1026,6 +1026,100 @@ static void test_lru_order_and_capacity(void **state)
 	model_free(big);
 }
 
+/* Rewrites the record of key in place through LMDB: with a salt of salt_len
+ * bytes (the rest as stored), or cut to its first `cut` bytes. */
+static void damage_record(struct fixture *f, const uint8_t *key, uint32_t salt_len, size_t cut)
+{
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
+	assert_int_equal(mdb_get(txn, f->st->entries, &k, &v), 0);
+	struct store_record r;
+	assert_int_equal(store_record_decode(v.mv_data, v.mv_size, &r), 0);
+	uint8_t tags[8];
+	uint64_t sizes[8], sums[8];
+	for (uint32_t i = 0; i < r.n_layers; i++)
+		store_record_layer(&r, i, &tags[i], &sizes[i], &sums[i]);
+	unsigned char *salt = calloc(1, salt_len + 1u);
+	r.salt_len = salt_len;
+	r.salt = salt;
+	size_t len = store_record_size(salt_len, r.n_layers);
+	unsigned char *enc = malloc(len);
+	store_record_encode(&r, tags, sizes, sums, enc);
+	MDB_val nv = {cut ? cut : len, enc};
+	assert_int_equal(mdb_put(txn, f->st->entries, &k, &nv, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	free(enc);
+	free(salt);
+}
+
+static uint64_t stored_chunks(struct fixture *f, const uint8_t *key)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_cursor_open(txn, f->st->chunks, &cur), 0);
+	unsigned char ck[STORE_CHUNK_KEY_LEN] = {0};
+	memcpy(ck, key, STORE_KEY_LEN);
+	MDB_val k = {sizeof(ck), ck}, v;
+	uint64_t n = 0;
+	for (int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	     rc == 0 && !memcmp(k.mv_data, key, STORE_KEY_LEN);
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+		n++;
+	mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return n;
+}
+
+/* Damaged records at the head of the LRU: one whose salt is longer than any
+ * publish may have, one cut short. Eviction removes them (their chunks and
+ * bytes too) and goes on; an explicit evict removes one as well. */
+static void test_damaged_records_do_not_jam_eviction(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t one = entry_bytes(f->m, 20);
+	store_close(f->st);
+	assert_int_equal(open_store(f, one * 3, 0), 0);
+	uint32_t t[6][20];
+	struct store_publish_res res[6];
+	for (uint32_t e = 0; e < 3; e++) {
+		seq(t[e], 20, 1000 * e);
+		assert_int_equal(storeutil_publish(f->st, f->m, "", t[e], 20, e, &res[e]),
+		                 STATUS_OK);
+	}
+	damage_record(f, res[0].key, 2000, 0);
+	damage_record(f, res[1].key, 0, 50);
+	for (uint32_t e = 3; e < 5; e++) {
+		seq(t[e], 20, 1000 * e);
+		assert_int_equal(storeutil_publish(f->st, f->m, "", t[e], 20, e, &res[e]),
+		                 STATUS_OK);
+	}
+	struct store_entry_info *info;
+	for (uint32_t e = 0; e < 2; e++) {
+		assert_int_equal(store_inspect(f->st, res[e].key, &info, NULL), STATUS_NOT_FOUND);
+		assert_int_equal(stored_chunks(f, res[e].key), 0);
+	}
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 3);
+	assert_int_equal(stats.bytes, one * 3);
+	assert_int_equal(stats.evictions, 2);
+	/* an explicit evict of a damaged entry */
+	damage_record(f, res[3].key, 4096, 0);
+	struct store_evict_req req = {.keys = (const uint8_t(*)[STORE_KEY_LEN])res[3].key,
+	                              .n_keys = 1};
+	struct store_evict_res er;
+	struct status st;
+	assert_int_equal(store_evict(f->st, &req, NULL, NULL, &er, &st), STATUS_OK);
+	assert_int_equal(er.entries, 1);
+	assert_int_equal(store_inspect(f->st, res[3].key, &info, NULL), STATUS_NOT_FOUND);
+	assert_int_equal(stored_chunks(f, res[3].key), 0);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 2);
+	assert_int_equal(stats.bytes, one * 2);
+}
+
 /* A map far smaller than the capacity fills up; publishes keep succeeding by
  * evicting, as long as anything can be evicted. */
 static void map_full_evicts(struct fixture *f, uint64_t stage_bytes)
@@ -1309,6 +1403,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_deferred_restore_takes_no_write, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_damaged_records_do_not_jam_eviction, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_map_full_evicts, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_map_full_evicts_staged, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_pinned_map_is_busy_not_wiped, setup, teardown),
