@@ -579,9 +579,9 @@ enum status_code store_flush(struct store *s, struct status *st)
 
 void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN])
 {
-	atomic_fetch_add(&s->quarantined, 1);
 	if (s->opt.read_only)
 		return;
+	atomic_fetch_add(&s->quarantined, 1);
 	MDB_txn *txn;
 	if (store_txn_write(s, &txn))
 		return;

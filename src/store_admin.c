@@ -315,6 +315,34 @@ static const char *check_layers(const struct store_snapshot *snap, char *why, si
 	return NULL;
 }
 
+/* What verify does with a damaged entry, said to the operator. */
+static void quarantine_or_say(struct store *s, const uint8_t *key, char *why, size_t whysz)
+{
+	size_t n = strlen(why);
+	if (s->opt.read_only) {
+		snprintf(why + n, whysz - n,
+		         "; not quarantined (the store is open read-only): with the daemon "
+		         "running, k3cachectl verify quarantines it");
+		return;
+	}
+	store_quarantine(s, key);
+	snprintf(why + n, whysz - n, "; the entry is quarantined");
+}
+
+/* Whether an entry exists now, and is quarantined (a fresh read). */
+static int entry_state(struct store *s, const uint8_t *key, int *quarantined)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return rc;
+	struct store_record r;
+	rc = store_read_record(s, txn, key, &r);
+	*quarantined = rc == 0 && (r.flags & STORE_FLAG_QUARANTINED);
+	mdb_txn_abort(txn);
+	return rc;
+}
+
 enum status_code store_verify(struct store *s,
                               void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
                                          void *ctx),
@@ -332,6 +360,7 @@ enum status_code store_verify(struct store *s,
 	}
 	struct keylist keys = {0};
 	struct keylist bad = {0};
+	struct keylist held = {0}; /* quarantined before this verify */
 	MDB_val k, v;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -347,44 +376,81 @@ enum status_code store_verify(struct store *s,
 			continue;
 		}
 		MDB_val tv;
-		if (mdb_get(txn, s->tokens, &k, &tv) != 0 ||
-		    tv.mv_size != (size_t)r.prefix_len * 4u)
+		if (r.flags & STORE_FLAG_QUARANTINED)
+			keylist_add(&held, r.key);
+		else if (mdb_get(txn, s->tokens, &k, &tv) != 0 ||
+		         tv.mv_size != (size_t)r.prefix_len * 4u)
 			keylist_add(&bad, r.key);
 		else
 			keylist_add(&keys, r.key);
 	}
 	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
-	for (size_t i = 0; i < bad.n; i++) {
+	char why[STATUS_MESSAGE_MAX];
+	for (size_t i = 0; i < held.n; i++) {
 		(*checked)++;
 		(*damaged)++;
 		if (fn)
-			fn(bad.keys[i], "the entry's tokens are missing or damaged", ctx);
-		store_quarantine(s, bad.keys[i]);
+			fn(held.keys[i],
+			   "the entry was quarantined earlier (found damaged); evict it, or "
+			   "publish "
+			   "it again",
+			   ctx);
+	}
+	for (size_t i = 0; i < bad.n; i++) {
+		(*checked)++;
+		(*damaged)++;
+		snprintf(why, sizeof(why), "the entry's tokens are missing or damaged");
+		quarantine_or_say(s, bad.keys[i], why, sizeof(why));
+		if (fn)
+			fn(bad.keys[i], why, ctx);
 	}
 	for (size_t i = 0; i < keys.n; i++) {
 		struct store_snapshot *snap;
 		struct status rst;
-		char why[STATUS_MESSAGE_MAX];
 		(*checked)++;
-		enum status_code code = store_restore_opt(s, keys.keys[i], 0, &snap, &rst);
+		/* no flags: a damaged chunk is not quarantined by the restore, here */
+		enum status_code code =
+		        store_restore_opt(s, keys.keys[i], STORE_RESTORE_DEFER, &snap, &rst);
 		if (code == STATUS_OK) {
-			const char *bad_layer = check_layers(snap, why, sizeof(why));
+			const char *bad_layer = NULL;
+			for (uint64_t c = 0; c < store_snapshot_chunks(snap) && !bad_layer; c++) {
+				const void *data;
+				size_t len;
+				if (store_snapshot_chunk(snap, c, &data, &len, &rst) != STATUS_OK)
+					bad_layer = rst.message;
+			}
+			if (!bad_layer)
+				bad_layer = check_layers(snap, why, sizeof(why));
 			store_snapshot_release(snap);
 			if (!bad_layer)
 				continue;
-			store_quarantine(s, keys.keys[i]);
-			snprintf(rst.message, sizeof(rst.message),
-			         "%.200s; the entry is quarantined", bad_layer);
-		} else if (code != STATUS_CORRUPT && !strstr(rst.message, "quarantined")) {
-			(*checked)--;
-			continue; /* evicted meanwhile */
+			if (bad_layer != why)
+				snprintf(why, sizeof(why), "%s", bad_layer);
+		} else if (code == STATUS_CORRUPT) {
+			snprintf(why, sizeof(why), "%.200s", rst.message);
+		} else {
+			int quarantined = 0;
+			if (code == STATUS_NOT_FOUND &&
+			    entry_state(s, keys.keys[i], &quarantined) == MDB_NOTFOUND) {
+				(*checked)--;
+				continue; /* evicted meanwhile */
+			}
+			(*damaged)++;
+			if (fn)
+				fn(keys.keys[i],
+				   quarantined ? "the entry was quarantined meanwhile"
+				               : rst.message,
+				   ctx);
+			continue;
 		}
 		(*damaged)++;
+		quarantine_or_say(s, keys.keys[i], why, sizeof(why));
 		if (fn)
-			fn(keys.keys[i], rst.message, ctx);
+			fn(keys.keys[i], why, ctx);
 	}
 	free(keys.keys);
 	free(bad.keys);
+	free(held.keys);
 	return STATUS_OK;
 }

@@ -165,8 +165,8 @@ static enum status_code corrupt(struct store *s, struct store_snapshot *snap, st
 	store_snapshot_release(snap);
 	atomic_fetch_add(&s->corrupt, 1);
 	if (defer)
-		return status_set(st, STATUS_CORRUPT, "chunk %llu %s; the entry is damaged",
-		                  (unsigned long long)chunk, why);
+		return status_set(st, STATUS_CORRUPT, "chunk %llu %s", (unsigned long long)chunk,
+		                  why);
 	store_quarantine(s, key);
 	return status_set(st, STATUS_CORRUPT, "chunk %llu %s; the entry is quarantined",
 	                  (unsigned long long)chunk, why);

@@ -895,6 +895,68 @@ static void test_flipped_chunk_quarantines(void **state)
 	model_free(big);
 }
 
+static void why_cb(const uint8_t *key, const char *why, void *ctx)
+{
+	(void)key;
+	snprintf(ctx, STATUS_MESSAGE_MAX, "%s", why);
+}
+
+/* verify on a store open read-only cannot quarantine: it says so and what to
+ * run, and the entry is served as before. Read-write, it quarantines; a
+ * second verify reports the entry by its flag, not by a message's words. */
+static void test_verify_read_only_and_quarantined(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[20];
+	seq(t, 20, 4000);
+	struct store_publish_res res;
+	assert_int_equal(storeutil_publish(f->st, f->m, "", t, 20, 3, &res), STATUS_OK);
+	/* flip a byte of the entry's chunk, keeping its stored sum */
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	unsigned char ck[STORE_CHUNK_KEY_LEN] = {0};
+	memcpy(ck, res.key, STORE_KEY_LEN);
+	MDB_val k = {sizeof(ck), ck}, v;
+	assert_int_equal(mdb_get(txn, f->st->chunks, &k, &v), 0);
+	unsigned char *copy = malloc(v.mv_size);
+	memcpy(copy, v.mv_data, v.mv_size);
+	copy[v.mv_size - 3] ^= 0x20;
+	MDB_val nv = {v.mv_size, copy};
+	assert_int_equal(mdb_put(txn, f->st->chunks, &k, &nv, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	free(copy);
+
+	store_close(f->st);
+	struct store_options ro = {.read_only = 1};
+	assert_int_equal(store_open(f->dir, &ro, &f->st, NULL), STATUS_OK);
+	char why[STATUS_MESSAGE_MAX] = "";
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, why_cb, why, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(damaged, 1);
+	assert_null(strstr(why, "is quarantined"));
+	assert_non_null(strstr(why, "read-only"));
+	assert_non_null(strstr(why, "k3cachectl verify"));
+	struct store_entry_info *info;
+	assert_int_equal(store_inspect(f->st, res.key, &info, NULL), STATUS_OK);
+	assert_false(info->quarantined);
+	store_entry_info_free(info);
+	store_close(f->st);
+
+	assert_int_equal(open_store(f, 0, 0), 0);
+	assert_int_equal(store_verify(f->st, why_cb, why, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(damaged, 1);
+	assert_non_null(strstr(why, "the entry is quarantined"));
+	assert_int_equal(store_inspect(f->st, res.key, &info, NULL), STATUS_OK);
+	assert_true(info->quarantined);
+	store_entry_info_free(info);
+	/* already quarantined: still reported, from its flag */
+	why[0] = 0;
+	assert_int_equal(store_verify(f->st, why_cb, why, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(checked, 1);
+	assert_int_equal(damaged, 1);
+	assert_non_null(strstr(why, "quarantined earlier"));
+}
+
 /* A writer holding the lock for 3 s; the test's restore must not wait for it. */
 struct held_writer {
 	MDB_env *env;
@@ -1400,6 +1462,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_open_cost_flat, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_format_version_checked, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_flipped_chunk_quarantines, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_verify_read_only_and_quarantined, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_deferred_restore_takes_no_write, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
