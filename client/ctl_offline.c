@@ -248,7 +248,12 @@ int ctl_cmd_key(const struct ctl_globals *g, int argc, char **argv)
 		return CTL_EXIT_ERROR;
 	}
 	uint8_t key[PREFIX_KEY_LEN];
-	prefix_key(m->fingerprint, salt, strlen(salt), toks, n, key);
+	if (prefix_key(m->fingerprint, salt, strlen(salt), toks, n, key) != 0) {
+		fprintf(stderr, "k3cachectl key: out of memory\n");
+		model_free(m);
+		free(toks);
+		return CTL_EXIT_ERROR;
+	}
 	char hex[65];
 	hexutil_encode(key, sizeof(key), hex);
 	if (json) {

@@ -262,7 +262,10 @@ int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv)
 		tokens[i] = (uint32_t)t;
 	}
 	uint8_t key[32], want[32];
-	prefix_key(spec->fingerprint, salt, salt_len, tokens, (uint32_t)ntok, key);
+	if (prefix_key(spec->fingerprint, salt, salt_len, tokens, (uint32_t)ntok, key) != 0) {
+		rc = bad_file(path, "%s", "out of memory computing its key");
+		goto out;
+	}
 	if (hexutil_decode(keyhex, want, 32) != 0 || memcmp(key, want, 32) != 0) {
 		rc = bad_file(path, "%s", "its key does not match its model, salt and tokens");
 		goto out;

@@ -832,11 +832,14 @@ int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], 
 	req.publish = &pub;
 	req.payload_len = total;
 	frame_response *r = NULL;
+	uint8_t key[K3CACHE_KEY_LEN];
+	if (prefix_key(fp, salt, salt_len, tokens, n_tokens, key) != 0) {
+		rc = FAIL(err, STATUS_INTERNAL, 0, "publish: out of memory computing the key");
+		goto out;
+	}
 	rc = exchange(c, &req, iov, (size_t)n_blobs + 1, 0, &r, err);
 	if (rc)
 		goto out;
-	uint8_t key[K3CACHE_KEY_LEN];
-	prefix_key(fp, salt, salt_len, tokens, n_tokens, key);
 	if (r->key.len != K3CACHE_KEY_LEN || memcmp(r->key.data, key, K3CACHE_KEY_LEN) != 0) {
 		char mine[17], theirs[17] = "none";
 		short_hex(key, sizeof(key), mine);
@@ -900,7 +903,11 @@ static int do_lookup(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN],
 	}
 	if (r->prefix_len > 0) {
 		uint8_t key[K3CACHE_KEY_LEN];
-		prefix_key(fp, salt, salt_len, tokens, r->prefix_len, key);
+		if (prefix_key(fp, salt, salt_len, tokens, r->prefix_len, key) != 0) {
+			rc = FAIL(err, STATUS_INTERNAL, 0,
+			          "lookup: out of memory computing the key of the hit");
+			goto bad;
+		}
 		if (r->key.len != K3CACHE_KEY_LEN ||
 		    memcmp(r->key.data, key, K3CACHE_KEY_LEN) != 0) {
 			char mine[17], theirs[17] = "none";

@@ -43,44 +43,41 @@ void model_free(struct model_spec *spec)
 
 /* ---- fingerprint ---------------------------------------------------------- */
 
-static void put_u32(EVP_MD_CTX *ctx, uint32_t v)
+/* Each returns 1 on success, as EVP_DigestUpdate does. */
+static int put_u32(EVP_MD_CTX *ctx, uint32_t v)
 {
 	unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
 	                      (unsigned char)(v >> 24)};
-	EVP_DigestUpdate(ctx, b, 4);
+	return EVP_DigestUpdate(ctx, b, 4);
 }
 
-static void put_str(EVP_MD_CTX *ctx, const char *s)
+static int put_str(EVP_MD_CTX *ctx, const char *s)
 {
 	size_t n = strlen(s);
-	put_u32(ctx, (uint32_t)n);
-	EVP_DigestUpdate(ctx, s, n);
+	return put_u32(ctx, (uint32_t)n) && EVP_DigestUpdate(ctx, s, n);
 }
 
-void model_fingerprint(const struct model_spec *spec, uint8_t out[MODEL_FINGERPRINT_LEN])
+int model_fingerprint(const struct model_spec *spec, uint8_t out[MODEL_FINGERPRINT_LEN])
 {
 	static const char magic[] = "k3cache-model-v1"; /* hashed with its NUL */
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (!ctx)
-		abort(); /* allocation failure of a few bytes: nothing sane to do */
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-	EVP_DigestUpdate(ctx, magic, sizeof(magic));
-	put_str(ctx, spec->name);
-	put_str(ctx, spec->revision);
-	put_str(ctx, spec->state_layout);
-	put_u32(ctx, spec->n_layers);
-	for (uint32_t i = 0; i < spec->n_layers; i++) {
+	int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
+	         EVP_DigestUpdate(ctx, magic, sizeof(magic)) && put_str(ctx, spec->name) &&
+	         put_str(ctx, spec->revision) && put_str(ctx, spec->state_layout) &&
+	         put_u32(ctx, spec->n_layers);
+	for (uint32_t i = 0; ok && i < spec->n_layers; i++) {
 		const struct model_layer *l = &spec->layers[i];
 		unsigned char mixer = (unsigned char)l->mixer;
-		EVP_DigestUpdate(ctx, &mixer, 1);
-		put_u32(ctx, l->conv_len);
-		put_u32(ctx, l->recurrent_len);
-		put_u32(ctx, l->k_row);
-		put_u32(ctx, l->v_row);
+		ok = EVP_DigestUpdate(ctx, &mixer, 1) && put_u32(ctx, l->conv_len) &&
+		     put_u32(ctx, l->recurrent_len) && put_u32(ctx, l->k_row) &&
+		     put_u32(ctx, l->v_row);
 	}
 	unsigned int n = 0;
-	EVP_DigestFinal_ex(ctx, out, &n);
+	ok = ok && EVP_DigestFinal_ex(ctx, out, &n) && n == MODEL_FINGERPRINT_LEN;
 	EVP_MD_CTX_free(ctx);
+	if (!ok)
+		memset(out, 0, MODEL_FINGERPRINT_LEN);
+	return ok ? 0 : -1;
 }
 
 /* ---- construction and checks ---------------------------------------------- */
@@ -171,7 +168,11 @@ struct model_spec *model_new(const char *name, const char *revision, const char 
 	}
 	memcpy(m->layers, layers, sizeof(*layers) * n_layers);
 	m->n_layers = n_layers;
-	model_fingerprint(m, m->fingerprint);
+	if (model_fingerprint(m, m->fingerprint) != 0) {
+		seterr(err, "out of memory (computing the fingerprint)");
+		model_free(m);
+		return NULL;
+	}
 	return m;
 }
 

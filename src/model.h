@@ -52,8 +52,9 @@ struct model_spec *model_new(const char *name, const char *revision, const char 
 
 void model_free(struct model_spec *spec);
 
-/* Computes the fingerprint of the spec's fields (also stored in spec->fingerprint). */
-void model_fingerprint(const struct model_spec *spec, uint8_t out[MODEL_FINGERPRINT_LEN]);
+/* Computes the fingerprint of the spec's fields (also stored in
+ * spec->fingerprint). 0, or -1 when OpenSSL cannot allocate its digest. */
+int model_fingerprint(const struct model_spec *spec, uint8_t out[MODEL_FINGERPRINT_LEN]);
 
 /* Serialises a spec to compact JSON (caller frees). NULL on allocation failure. */
 char *model_to_json(const struct model_spec *spec);

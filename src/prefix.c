@@ -3,6 +3,8 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
+/* XXH3_state_t on the stack: the chained hashes allocate nothing */
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 static void le32(unsigned char b[4], uint32_t v)
@@ -13,29 +15,27 @@ static void le32(unsigned char b[4], uint32_t v)
 	b[3] = (unsigned char)(v >> 24);
 }
 
-void prefix_key(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
-                const uint32_t *tokens, uint32_t n, uint8_t out[PREFIX_KEY_LEN])
+int prefix_key(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
+               const uint32_t *tokens, uint32_t n, uint8_t out[PREFIX_KEY_LEN])
 {
 	static const char magic[] = "k3cache-prefix-v1"; /* hashed with its NUL */
-	unsigned char b[4];
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (!ctx)
-		abort();
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-	EVP_DigestUpdate(ctx, magic, sizeof(magic));
-	EVP_DigestUpdate(ctx, fingerprint, 32);
-	le32(b, (uint32_t)salt_len);
-	EVP_DigestUpdate(ctx, b, 4);
-	if (salt_len)
-		EVP_DigestUpdate(ctx, salt, salt_len);
+	unsigned char b[4], salt_le[4];
+	le32(salt_le, (uint32_t)salt_len);
 	le32(b, n);
-	EVP_DigestUpdate(ctx, b, 4);
-	/* Tokens are u32 little-endian; the host is little-endian (CMake checks). */
-	if (n)
-		EVP_DigestUpdate(ctx, tokens, (size_t)n * 4u);
 	unsigned int len = 0;
-	EVP_DigestFinal_ex(ctx, out, &len);
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	/* Tokens are u32 little-endian; the host is little-endian (CMake checks). */
+	int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
+	         EVP_DigestUpdate(ctx, magic, sizeof(magic)) &&
+	         EVP_DigestUpdate(ctx, fingerprint, 32) && EVP_DigestUpdate(ctx, salt_le, 4) &&
+	         (!salt_len || EVP_DigestUpdate(ctx, salt, salt_len)) &&
+	         EVP_DigestUpdate(ctx, b, 4) &&
+	         (!n || EVP_DigestUpdate(ctx, tokens, (size_t)n * 4u)) &&
+	         EVP_DigestFinal_ex(ctx, out, &len) && len == PREFIX_KEY_LEN;
 	EVP_MD_CTX_free(ctx);
+	if (!ok)
+		memset(out, 0, PREFIX_KEY_LEN);
+	return ok ? 0 : -1;
 }
 
 static unsigned truncate_bits;
@@ -69,9 +69,9 @@ uint32_t prefix_block_hashes(const uint8_t fingerprint[32], const void *salt, si
 {
 	static const char magic[] = "k3cache-block-v1";
 	unsigned char b[4];
-	XXH3_state_t *st = XXH3_createState();
-	if (!st)
-		abort();
+	XXH3_state_t state;
+	XXH3_state_t *st = &state;
+	XXH3_INITSTATE(st);
 	XXH3_128bits_reset(st);
 	XXH3_128bits_update(st, magic, sizeof(magic));
 	XXH3_128bits_update(st, fingerprint, 32);
@@ -82,7 +82,6 @@ uint32_t prefix_block_hashes(const uint8_t fingerprint[32], const void *salt, si
 	le32(b, PREFIX_BLOCK);
 	XXH3_128bits_update(st, b, 4);
 	XXH128_hash_t h = XXH3_128bits_digest(st);
-	XXH3_freeState(st);
 
 	uint32_t k = n / PREFIX_BLOCK;
 	unsigned char buf[16 + PREFIX_BLOCK * 4];

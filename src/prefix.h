@@ -21,13 +21,15 @@
 #define PREFIX_NODE_LEN 16
 #define PREFIX_BLOCK    16u
 
-/* The entry key of the first n tokens. */
-void prefix_key(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
-                const uint32_t *tokens, uint32_t n, uint8_t out[PREFIX_KEY_LEN]);
+/* The entry key of the first n tokens. 0, or -1 when OpenSSL cannot allocate
+ * its digest (out is then zeroed). */
+int prefix_key(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
+               const uint32_t *tokens, uint32_t n, uint8_t out[PREFIX_KEY_LEN]);
 
 /* Node hashes h_0..h_k for k = n / PREFIX_BLOCK full blocks of tokens, written
  * to out[0..k] (PREFIX_NODE_LEN bytes each; h_0 is the root of this model and
- * salt). Returns k. `out` must hold n / PREFIX_BLOCK + 1 entries. */
+ * salt). Returns k. `out` must hold n / PREFIX_BLOCK + 1 entries. Allocates
+ * nothing and cannot fail. */
 uint32_t prefix_block_hashes(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
                              const uint32_t *tokens, uint32_t n, uint8_t (*out)[PREFIX_NODE_LEN]);
 

@@ -77,7 +77,10 @@ enum status_code store_check_publish(struct store *s, const struct store_publish
 		                  "the snapshot is %llu bytes; the store's capacity is %llu",
 		                  (unsigned long long)total, (unsigned long long)s->opt.max_bytes);
 	}
-	prefix_key(r->fingerprint, r->salt, r->salt_len, r->tokens, r->n_tokens, key);
+	if (prefix_key(r->fingerprint, r->salt, r->salt_len, r->tokens, r->n_tokens, key) != 0) {
+		model_free(m);
+		return status_set(st, STATUS_INTERNAL, "out of memory (computing the key)");
+	}
 	*model = m;
 	*total_out = total;
 	return STATUS_OK;

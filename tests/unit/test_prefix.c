@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <openssl/crypto.h>
 
 #include "hexutil.h"
 #include "model.h"
@@ -89,12 +90,61 @@ static void test_truncation_hook(void **state)
 			assert_int_equal(h[d][i], 0);
 }
 
+/* OpenSSL's allocations, made to fail on demand (CRYPTO_set_mem_functions
+ * is OpenSSL's own interface for this; it must be set before any). */
+static int crypto_oom;
+
+static void *crypto_malloc(size_t n, const char *file, int line)
+{
+	(void)file;
+	(void)line;
+	return crypto_oom ? NULL : malloc(n);
+}
+
+static void *crypto_realloc(void *p, size_t n, const char *file, int line)
+{
+	(void)file;
+	(void)line;
+	return crypto_oom ? NULL : realloc(p, n);
+}
+
+static void crypto_free(void *p, const char *file, int line)
+{
+	(void)file;
+	(void)line;
+	free(p);
+}
+
+/* The client library runs this code: out of memory is an error it returns,
+ * never an abort (k3cache.h: the library never exits). */
+static void test_out_of_memory_is_an_error(void **state)
+{
+	(void)state;
+	uint8_t fp[32] = {1}, key[PREFIX_KEY_LEN];
+	uint32_t toks[40] = {0};
+	uint8_t h[3][PREFIX_NODE_LEN];
+	const struct model_layer layers[] = {{.mixer = MODEL_MIXER_MLA, .k_row = 2, .v_row = 2}};
+	char err[MODEL_ERROR_MAX];
+	crypto_oom = 1;
+	assert_int_equal(prefix_key(fp, "", 0, toks, 40, key), -1);
+	struct model_spec *m = model_new("oom", "r", "l", layers, 1, err);
+	/* the chained block hashes allocate nothing, so they cannot fail */
+	assert_int_equal(prefix_block_hashes(fp, "", 0, toks, 40, h), 2);
+	crypto_oom = 0;
+	assert_null(m);
+	assert_non_null(strstr(err, "out of memory"));
+	assert_int_equal(prefix_key(fp, "", 0, toks, 40, key), 0);
+}
+
 int main(void)
 {
+	if (!CRYPTO_set_mem_functions(crypto_malloc, crypto_realloc, crypto_free))
+		return 1;
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_keys_match_fixture),
 	        cmocka_unit_test(test_block_hashes_chain),
 	        cmocka_unit_test(test_truncation_hook),
+	        cmocka_unit_test(test_out_of_memory_is_an_error),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
