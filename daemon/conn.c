@@ -221,13 +221,33 @@ static void conn_free(struct k3d_conn *c)
 	k3d_conn_resume_waiting(srv);
 }
 
+/* Whether the connection is inside a frame: part of it has been taken in and
+ * the rest has not (the one test for the closed_mid_frame count, end of input
+ * and time-outs). A publish waiting for in-flight memory is mid-frame: its
+ * header is in. Bytes received but not yet parsed are not: they may be whole
+ * requests, which end of input still answers. */
+static int mid_frame(const struct k3d_conn *c)
+{
+	switch (c->state) {
+	case K3D_READ_HEADER:
+	case K3D_WAIT_MEMORY:
+	case K3D_READ_PAYLOAD:
+	case K3D_DISCARD:
+		return 1;
+	case K3D_READ_LEN:
+		return c->hgot > 0;
+	case K3D_BUSY:
+		return 0;
+	}
+	return 0;
+}
+
 void k3d_conn_close(struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
 	if (c->dead)
 		return;
-	if (c->state == K3D_READ_HEADER || c->state == K3D_READ_PAYLOAD ||
-	    c->state == K3D_DISCARD || (c->state == K3D_READ_LEN && c->in_end > c->in_start))
+	if (mid_frame(c))
 		srv->closed_mid_frame++;
 	if (c->prev)
 		c->prev->next = c->next;
@@ -713,10 +733,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 		if (n == 0) {
 			/* end of input: finish what was asked (a half-closed client
 			 * still reads its answers), then close */
-			int mid = c->state == K3D_READ_HEADER || c->state == K3D_READ_PAYLOAD ||
-			          c->state == K3D_DISCARD || c->state == K3D_WAIT_MEMORY ||
-			          (c->state == K3D_READ_LEN && c->hgot);
-			if (mid) {
+			if (mid_frame(c)) {
 				k3d_conn_close(c);
 				return;
 			}
@@ -779,8 +796,9 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 		next = c->next;
 		uint64_t still = srv->ticks - c->last_progress;
 		uint64_t idle = srv->ticks - c->last_request;
-		int mid_frame = c->state == K3D_READ_HEADER || c->state == K3D_READ_PAYLOAD ||
-		                c->state == K3D_DISCARD || (c->state == K3D_READ_LEN && c->hgot);
+		/* a publish waiting for memory waits for the daemon, not the
+		 * client: never stalled, only gone (above) */
+		int stalled_mid = mid_frame(c) && c->state != K3D_WAIT_MEMORY;
 		int sending = evbuffer_get_length(c->out) > 0;
 		const char *why = NULL;
 		if (c->state == K3D_WAIT_MEMORY) {
@@ -789,7 +807,7 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 			if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 				why = "left while waiting for in-flight memory";
 		}
-		if (!why && (mid_frame || sending) && still >= srv->cfg.stall_timeout)
+		if (!why && (stalled_mid || sending) && still >= srv->cfg.stall_timeout)
 			why = sending ? "stalled reading its reply" : "stalled mid-frame";
 		if (!why && c->state == K3D_READ_LEN && !sending && idle >= srv->cfg.idle_timeout)
 			why = "idle";

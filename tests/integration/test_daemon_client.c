@@ -578,12 +578,14 @@ static int raw_publish_header(uint64_t bytes)
 }
 
 /* A publish waiting for in-flight memory whose client goes away is closed by
- * the daemon without waiting for the memory. */
+ * the daemon without waiting for the memory, and counted as closed mid-frame
+ * (its header is in, its payload is not). */
 static void test_waiting_publish_client_leaves(void **state)
 {
 	(void)state;
 	struct k3cache *c = connect_ok();
 	uint64_t before = counter(c, "connections_open");
+	uint64_t mid_before = counter(c, "closed_mid_frame");
 	int a = raw_publish_header(3u << 20); /* holds 3 of the 4 MiB in flight */
 	unsigned char mib[1 << 20];
 	memset(mib, 0, sizeof(mib));
@@ -600,6 +602,7 @@ static void test_waiting_publish_client_leaves(void **state)
 		gone = counter(c, "connections_open") == before + 1;
 	}
 	assert_true(gone);
+	assert_int_equal(counter(c, "closed_mid_frame"), mid_before + 1);
 	close(a);
 	k3cache_close(c);
 }
