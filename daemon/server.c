@@ -244,52 +244,34 @@ static int listen_unix(struct k3d_server *srv, const char *path)
 	return 0;
 }
 
-int k3d_split_hostport(const char *hostport, char *host, size_t hostsz, char *port, size_t portsz);
-
-int k3d_split_hostport(const char *hostport, char *host, size_t hostsz, char *port, size_t portsz)
+void k3d_bound_address(evutil_socket_t fd, char *out, size_t outsz)
 {
-	const char *colon = strrchr(hostport, ':');
-	if (!colon) {
-		snprintf(host, hostsz, "127.0.0.1");
-		snprintf(port, portsz, "%s", hostport);
-	} else {
-		size_t n = (size_t)(colon - hostport);
-		if (n == 0)
-			snprintf(host, hostsz, "127.0.0.1");
-		else if (hostport[0] == '[' && n >= 2 && hostport[n - 1] == ']')
-			snprintf(host, hostsz, "%.*s", (int)(n - 2), hostport + 1);
-		else
-			snprintf(host, hostsz, "%.*s", (int)n, hostport);
-		snprintf(port, portsz, "%s", colon + 1);
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof(ss));
+	socklen_t len = sizeof(ss);
+	char host[INET6_ADDRSTRLEN], port[8];
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
+	    getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), port, sizeof(port),
+	                NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+		snprintf(out, outsz, "?");
+		return;
 	}
-	return port[0] ? 0 : -1;
+	snprintf(out, outsz, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
 }
 
-static int listen_tcp(struct k3d_server *srv, const char *hostport)
+static int listen_tcp(struct k3d_server *srv, const struct k3d_addr *a)
 {
-	char host[256], port[32];
-	if (k3d_split_hostport(hostport, host, sizeof(host), port, sizeof(port)) != 0) {
-		k3d_log(K3D_LOG_ERROR, "--listen %s: expected HOST:PORT", hostport);
-		return -1;
-	}
-	struct addrinfo hints = {
-	        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-	struct addrinfo *ai;
-	int rc = getaddrinfo(host, port, &hints, &ai);
-	if (rc) {
-		k3d_log(K3D_LOG_ERROR, "--listen %s: %s", hostport, gai_strerror(rc));
-		return -1;
-	}
 	srv->tcp_listener = evconnlistener_new_bind(srv->base, on_accept, srv,
 	                                            LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_CLOSE_ON_FREE |
 	                                                    LEV_OPT_REUSEABLE,
-	                                            128, ai->ai_addr, (int)ai->ai_addrlen);
-	freeaddrinfo(ai);
+	                                            128, (const struct sockaddr *)&a->sa, a->len);
 	if (!srv->tcp_listener) {
-		k3d_log(K3D_LOG_ERROR, "--listen %s: %s", hostport, strerror(errno));
+		k3d_log(K3D_LOG_ERROR, "--listen %s: %s", a->text, strerror(errno));
 		return -1;
 	}
 	evconnlistener_set_error_cb(srv->tcp_listener, on_accept_error);
+	k3d_bound_address(evconnlistener_get_fd(srv->tcp_listener), srv->listen_bound,
+	                  sizeof(srv->listen_bound));
 	return 0;
 }
 
@@ -393,9 +375,9 @@ int k3d_server_run(const struct k3d_config *cfg)
 		goto out;
 	if (listen_unix(srv, cfg->socket) != 0)
 		goto out;
-	if (cfg->listen && listen_tcp(srv, cfg->listen) != 0)
+	if (cfg->listen.text && listen_tcp(srv, &cfg->listen) != 0)
 		goto out;
-	if (cfg->metrics && k3d_metrics_start(srv, cfg->metrics) != 0)
+	if (cfg->metrics.text && k3d_metrics_start(srv) != 0)
 		goto out;
 	srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
 	srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
@@ -412,10 +394,10 @@ int k3d_server_run(const struct k3d_config *cfg)
 	k3d_log(K3D_LOG_INFO,
 	        "%s ready: socket %s%s%s, store %s (%llu entries, %llu bytes of %s, durability "
 	        "%s)%s%s",
-	        K3D_VERSION, cfg->socket, cfg->listen ? ", tcp " : "",
-	        cfg->listen ? cfg->listen : "", cfg->db, (unsigned long long)stats.entries,
-	        (unsigned long long)stats.bytes, cap, store_durability_name(cfg->durability),
-	        cfg->metrics ? ", metrics " : "", cfg->metrics ? cfg->metrics : "");
+	        K3D_VERSION, cfg->socket, cfg->listen.text ? ", tcp " : "", srv->listen_bound,
+	        cfg->db, (unsigned long long)stats.entries, (unsigned long long)stats.bytes, cap,
+	        store_durability_name(cfg->durability), cfg->metrics.text ? ", metrics " : "",
+	        srv->metrics_bound);
 	event_base_dispatch(srv->base);
 
 	/* stopping: finish every queued commit and answer it if we still can */

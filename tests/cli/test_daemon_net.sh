@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # k3cached's flags and surfaces: TCP listening, Prometheus /metrics, --help,
-# a live socket refused, a stale socket replaced, bad flags.
+# a live socket refused, a stale socket replaced, bad flags and addresses, the
+# bound addresses logged.
 # usage: test_daemon_net.sh K3CACHED K3CACHECTL K3PUB SHARED
 set -u
 daemon=$1 ctl=$2 pub=$3 shared=$4
@@ -58,6 +59,69 @@ out=$("$ctl" --socket "$sock" ls); ok "and the entry survived" $(grep -q '^1 ent
 kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
 ok "SIGTERM: exit 0" $([ $rc = 0 ]; echo $?)
 ok "SIGTERM: the socket file is removed" $([ ! -e "$sock" ]; echo $?)
+
+# ---- addresses and numbers are checked before anything starts ---------------
+# (a refused flag exits 2 and creates no store; `timeout` catches a daemon that
+# starts anyway)
+refuse() { # WHAT-THE-MESSAGE-SAYS FLAG VALUE
+  local want=$1
+  shift
+  timeout 10 "$daemon" --db "$dir/bad-db" --socket "$dir/bad.sock" "$@" 2>"$dir/bad.err"
+  local rc=$?
+  ok "$* is a usage error that says '$want'" $([ $rc = 2 ] && grep -q -- "$want" "$dir/bad.err" && [ ! -e "$dir/bad-db" ]; echo $?)
+  rm -rf "$dir/bad-db" "$dir/bad.sock"
+}
+refuse '1 to 65535' --listen :99999
+refuse '1 to 65535' --metrics 127.0.0.1:70000
+refuse '1 to 65535' --listen 127.0.0.1:0
+refuse '1 to 65535' --listen '[::1]:65536'
+refuse '1 to 65535' --listen 127.0.0.1:80x
+refuse '1 to 65535' --listen 127.0.0.1:
+refuse 'HOST:PORT' --metrics nohost
+refuse 'numeric' --metrics nohost:9100
+refuse 'numeric' --listen 300.1.2.3:7000
+refuse 'brackets' --listen ::1:7000
+refuse '1 to 100000' --max-restores 1.5
+refuse '1 to 100000' --max-restores 2K
+refuse 'at most' --max-bytes 8388609T
+
+# ---- the ready line names what was bound ------------------------------------
+log3=$dir/log3
+for try in 1 2 3 4 5; do
+  p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
+  "$daemon" --db "$dir/db3" --socket "$dir/s3.sock" --listen ":$p1" --metrics "localhost:$p2" 2>"$log3" &
+  pid=$!
+  up "$dir/s3.sock" && break
+  kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=
+done
+ok "--listen :PORT logs the address bound, 127.0.0.1:PORT" $(grep -q "ready: .*, tcp 127\.0\.0\.1:$p1," "$log3"; echo $?)
+ok "--metrics localhost:PORT logs the URL bound" $(grep -q "ready: .*, metrics http://127\.0\.0\.1:$p2/metrics" "$log3"; echo $?)
+out=$("$ctl" --socket "tcp:127.0.0.1:$p1" ping); ok "--listen :PORT answers on 127.0.0.1" $(grep -q '^PONG' <<<"$out"; echo $?)
+m=$(http_get 127.0.0.1 "$p2" /metrics); ok "--metrics localhost:PORT serves" $(grep -q '^HTTP/1.[01] 200' <<<"$m"; echo $?)
+
+# --metrics on a port that is taken: the reason, exit 1 like --listen
+"$daemon" --db "$dir/db4" --socket "$dir/s4.sock" --metrics "127.0.0.1:$p1" 2>"$dir/m.err"; rc=$?
+ok "--metrics on a taken port: exit 1 and the reason" $([ $rc = 1 ] && grep -q -- "--metrics 127.0.0.1:$p1: .*Address already in use" "$dir/m.err"; echo $?)
+"$daemon" --db "$dir/db4" --socket "$dir/s4.sock" --listen "127.0.0.1:$p2" 2>"$dir/l.err"; rc=$?
+ok "--listen on a taken port: exit 1 and the reason" $([ $rc = 1 ] && grep -q -- "--listen 127.0.0.1:$p2: .*Address already in use" "$dir/l.err"; echo $?)
+
+kill -TERM "$pid"; wait "$pid"; pid=
+
+if [ -e /proc/net/if_inet6 ] && grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6; then
+  for try in 1 2 3 4 5; do
+    p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
+    "$daemon" --db "$dir/db3" --socket "$dir/s3.sock" --listen "[::1]:$p1" --metrics "[::1]:$p2" 2>"$log3" &
+    pid=$!
+    up "$dir/s3.sock" && break
+    kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=
+  done
+  ok "--listen [::1]:PORT logs [::1]:PORT" $(grep -q "ready: .*, tcp \[::1\]:$p1," "$log3"; echo $?)
+  ok "--metrics [::1]:PORT logs its URL" $(grep -q "ready: .*, metrics http://\[::1\]:$p2/metrics" "$log3"; echo $?)
+  m=$(http_get ::1 "$p2" /metrics); ok "--metrics [::1]:PORT serves" $(grep -q '^HTTP/1.[01] 200' <<<"$m"; echo $?)
+  kill -TERM "$pid"; wait "$pid"; pid=
+else
+  echo "skip: no IPv6 loopback"
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
