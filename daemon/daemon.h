@@ -65,7 +65,7 @@ struct k3d_server {
 	struct evconnlistener *unix_listener, *tcp_listener;
 	struct evhttp *http;
 	char listen_bound[64], metrics_bound[80]; /* what getsockname says */
-	struct event *sig_term, *sig_int, *tick, *done_ev;
+	struct event *sig_term, *sig_int, *sig_hup, *tick, *done_ev;
 	struct k3d_conn *conns; /* doubly linked */
 	uint64_t next_conn_id;
 	uint64_t inflight_bytes;

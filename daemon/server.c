@@ -327,6 +327,17 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_base_loopexit(srv->base, NULL);
 }
 
+/* A closed terminal (`make run`) or a habit of `kill -HUP` must not stop the
+ * daemon: there is nothing to reload. */
+static void on_sighup(evutil_socket_t sig, short what, void *arg)
+{
+	(void)sig;
+	(void)what;
+	(void)arg;
+	k3d_log(K3D_LOG_WARN, "SIGHUP ignored: k3cached has no configuration file to reload "
+	                      "and logs to stderr; SIGTERM or SIGINT stops it");
+}
+
 /* ---- run --------------------------------------------------------------------------- */
 
 int k3d_server_run(const struct k3d_config *cfg)
@@ -338,6 +349,7 @@ int k3d_server_run(const struct k3d_config *cfg)
 	srv->done_fd = -1;
 	k3d_set_log_level(cfg->log_level);
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGHUP, SIG_IGN); /* until on_sighup is in place */
 	evthread_use_pthreads();
 
 	if (paths_mkdir_p(cfg->db, 0750) != 0) {
@@ -381,10 +393,12 @@ int k3d_server_run(const struct k3d_config *cfg)
 		goto out;
 	srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
 	srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
+	srv->sig_hup = evsignal_new(srv->base, SIGHUP, on_sighup, srv);
 	srv->tick = event_new(srv->base, -1, EV_PERSIST, on_tick, srv);
 	struct timeval one = {1, 0};
 	event_add(srv->sig_term, NULL);
 	event_add(srv->sig_int, NULL);
+	event_add(srv->sig_hup, NULL);
 	event_add(srv->tick, &one);
 
 	struct store_stats stats;
@@ -427,6 +441,8 @@ out:
 		event_free(srv->sig_term);
 	if (srv->sig_int)
 		event_free(srv->sig_int);
+	if (srv->sig_hup)
+		event_free(srv->sig_hup);
 	if (srv->tick)
 		event_free(srv->tick);
 	if (srv->done_ev)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # k3cached's flags and surfaces: TCP listening, Prometheus /metrics, --help,
 # a live socket refused, a stale socket replaced, bad flags and addresses, the
-# bound addresses logged.
+# bound addresses logged, SIGHUP.
 # usage: test_daemon_net.sh K3CACHED K3CACHECTL K3PUB SHARED
 set -u
 daemon=$1 ctl=$2 pub=$3 shared=$4
@@ -85,7 +85,7 @@ refuse '1 to 100000' --max-restores 1.5
 refuse '1 to 100000' --max-restores 2K
 refuse 'at most' --max-bytes 8388609T
 
-# ---- the ready line names what was bound ------------------------------------
+# ---- the ready line names what was bound; SIGHUP ----------------------------
 log3=$dir/log3
 for try in 1 2 3 4 5; do
   p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
@@ -105,7 +105,12 @@ ok "--metrics on a taken port: exit 1 and the reason" $([ $rc = 1 ] && grep -q -
 "$daemon" --db "$dir/db4" --socket "$dir/s4.sock" --listen "127.0.0.1:$p2" 2>"$dir/l.err"; rc=$?
 ok "--listen on a taken port: exit 1 and the reason" $([ $rc = 1 ] && grep -q -- "--listen 127.0.0.1:$p2: .*Address already in use" "$dir/l.err"; echo $?)
 
-kill -TERM "$pid"; wait "$pid"; pid=
+kill -HUP "$pid"
+sleep 0.3
+"$ctl" --socket "$dir/s3.sock" ping >/dev/null 2>&1; ok "SIGHUP: the daemon still answers" $?
+ok "SIGHUP: logged as ignored" $(grep -q 'warn: SIGHUP ignored' "$log3"; echo $?)
+kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+ok "SIGTERM after SIGHUP: exit 0, socket removed" $([ $rc = 0 ] && [ ! -e "$dir/s3.sock" ]; echo $?)
 
 if [ -e /proc/net/if_inet6 ] && grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6; then
   for try in 1 2 3 4 5; do
