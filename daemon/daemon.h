@@ -29,6 +29,11 @@ struct k3d_addr {
 struct k3d_config {
 	const char *db;
 	const char *socket;
+	/* what chose db and socket, for messages: "--db", "--socket",
+	 * "$K3CACHE_SOCKET"; NULL: the default path, whose directories k3cached
+	 * creates (an explicit path's parent must exist) */
+	const char *db_origin;
+	const char *socket_origin;
 	struct k3d_addr listen;
 	struct k3d_addr metrics;
 	uint64_t max_bytes;

@@ -171,15 +171,20 @@ int main(int argc, char **argv)
 	        {"help", no_argument, NULL, O_HELP},
 	        {NULL, 0, NULL, 0},
 	};
+	const char *env = getenv("K3CACHE_SOCKET"); /* paths_default_socket() takes it */
+	if (env && *env)
+		cfg.socket_origin = "$K3CACHE_SOCKET";
 	int c;
 	uint64_t v;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case O_DB:
 			cfg.db = optarg;
+			cfg.db_origin = "--db";
 			break;
 		case O_SOCK:
 			cfg.socket = optarg;
+			cfg.socket_origin = "--socket";
 			break;
 		case O_LISTEN:
 			if (parse_addr("--listen", optarg, &cfg.listen))

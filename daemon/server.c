@@ -206,17 +206,6 @@ static int listen_unix(struct k3d_server *srv, const char *path)
 		return -1;
 	}
 	memcpy(sun.sun_path, path, strlen(path) + 1);
-	char dir[sizeof(sun.sun_path)];
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = 0;
-		if (paths_mkdir_p(dir, 0750) != 0) {
-			k3d_log(K3D_LOG_ERROR, "--socket: cannot create %s: %s", dir,
-			        strerror(errno));
-			return -1;
-		}
-	}
 	/* a live socket is refused; a stale one (nobody answers) is replaced */
 	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (probe >= 0 && connect(probe, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
@@ -340,6 +329,69 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
 
 /* ---- run --------------------------------------------------------------------------- */
 
+/* The directory path is in, into dir; 0 when path names none ("s.sock"). */
+static int dir_of(const char *path, char *dir, size_t dirsz)
+{
+	snprintf(dir, dirsz, "%s", path);
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		dir[--n] = 0;
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		return 0;
+	slash[slash == dir ? 1 : 0] = 0;
+	return 1;
+}
+
+/* A path someone chose (origin: the flag or variable that named it) goes in
+ * a directory that exists: a typo must not grow a directory tree. */
+static int dir_exists(const char *origin, const char *path)
+{
+	char dir[4096];
+	struct stat sb;
+	if (!dir_of(path, dir, sizeof(dir)))
+		return 0;
+	int found = stat(dir, &sb) == 0;
+	if (found && S_ISDIR(sb.st_mode))
+		return 0;
+	char why[128];
+	if (found)
+		snprintf(why, sizeof(why), "is not a directory");
+	else if (errno == ENOENT)
+		snprintf(why, sizeof(why), "does not exist");
+	else
+		snprintf(why, sizeof(why), "cannot be reached: %s", strerror(errno));
+	k3d_log(K3D_LOG_ERROR,
+	        "%s %s: the directory %s %s; create it first (k3cached creates only its "
+	        "default directories, and the store directory itself)",
+	        origin, path, dir, why);
+	return -1;
+}
+
+/* Before anything is created: the default socket's runtime directory and the
+ * default store directory are made as needed (mkdir -p); an explicit
+ * --socket's or --db's parent must exist (store_open makes the store
+ * directory itself). */
+static int make_dirs(const struct k3d_config *cfg)
+{
+	char dir[4096];
+	if (cfg->socket_origin) {
+		if (dir_exists(cfg->socket_origin, cfg->socket) != 0)
+			return -1;
+	} else if (dir_of(cfg->socket, dir, sizeof(dir)) && paths_mkdir_p(dir, 0750) != 0) {
+		k3d_log(K3D_LOG_ERROR, "socket %s: cannot create %s: %s", cfg->socket, dir,
+		        strerror(errno));
+		return -1;
+	}
+	if (cfg->db_origin)
+		return dir_exists(cfg->db_origin, cfg->db);
+	if (paths_mkdir_p(cfg->db, 0750) != 0) {
+		k3d_log(K3D_LOG_ERROR, "store %s: cannot create: %s", cfg->db, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 int k3d_server_run(const struct k3d_config *cfg)
 {
 	struct k3d_server *srv = calloc(1, sizeof(*srv));
@@ -352,8 +404,7 @@ int k3d_server_run(const struct k3d_config *cfg)
 	signal(SIGHUP, SIG_IGN); /* until on_sighup is in place */
 	evthread_use_pthreads();
 
-	if (paths_mkdir_p(cfg->db, 0750) != 0) {
-		k3d_log(K3D_LOG_ERROR, "--db %s: %s", cfg->db, strerror(errno));
+	if (make_dirs(cfg) != 0) {
 		free(srv);
 		return 1;
 	}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # k3cached's flags and surfaces: TCP listening, Prometheus /metrics, --help,
 # a live socket refused, a stale socket replaced, bad flags and addresses, the
-# bound addresses logged, SIGHUP.
+# bound addresses logged, SIGHUP, the directories created.
 # usage: test_daemon_net.sh K3CACHED K3CACHECTL K3PUB SHARED
 set -u
 daemon=$1 ctl=$2 pub=$3 shared=$4
@@ -126,6 +126,32 @@ if [ -e /proc/net/if_inet6 ] && grep -q '^00000000000000000000000000000001 ' /pr
   kill -TERM "$pid"; wait "$pid"; pid=
 else
   echo "skip: no IPv6 loopback"
+fi
+
+# ---- directories: only the defaults are created -----------------------------
+timeout 10 "$daemon" --db "$dir/sdb" --socket "$dir/nodir/sub/s.sock" 2>"$dir/sd.err"; rc=$?
+ok "--socket in a missing directory: exit 1, names it" $([ $rc = 1 ] && grep -q "$dir/nodir/sub.*does not exist" "$dir/sd.err"; echo $?)
+ok "--socket in a missing directory: creates neither it nor the store" $([ ! -e "$dir/nodir" ] && [ ! -e "$dir/sdb" ]; echo $?)
+K3CACHE_SOCKET=$dir/nodir/s.sock timeout 10 "$daemon" --db "$dir/sdb" 2>"$dir/sd.err"; rc=$?
+ok "\$K3CACHE_SOCKET in a missing directory: refused the same way" $([ $rc = 1 ] && grep -q "$dir/nodir.*does not exist" "$dir/sd.err" && [ ! -e "$dir/nodir" ]; echo $?)
+timeout 10 "$daemon" --db "$dir/nodir/db" --socket "$dir/sd.sock" 2>"$dir/sd.err"; rc=$?
+ok "--db in a missing directory: exit 1, names it, creates nothing" $([ $rc = 1 ] && grep -q "$dir/nodir.*does not exist" "$dir/sd.err" && [ ! -e "$dir/nodir" ]; echo $?)
+# the default runtime directory is still made; as root, whose default is
+# /run/k3cache, try it as nobody with XDG_RUNTIME_DIR in the test's directory
+as=()
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  as=(setpriv --reuid 65534 --regid 65534 --clear-groups)
+  chmod 755 "$dir"
+fi
+mkdir -m 777 "$dir/u" && mkdir "$dir/u/xdg" && chmod 777 "$dir/u/xdg"
+if [ "$(id -u)" != 0 ] || { [ ${#as[@]} -gt 0 ] && "${as[@]}" test -x "$daemon"; }; then
+  "${as[@]}" env -u K3CACHE_SOCKET XDG_RUNTIME_DIR="$dir/u/xdg" \
+    "$daemon" --db "$dir/u/db" --log-level warn 2>>"$dir/u/log" &
+  pid=$!
+  up "$dir/u/xdg/k3cache/k3cached.sock"; ok "the default runtime directory is created" $?
+  kill -TERM "$pid"; wait "$pid"; pid=
+else
+  echo "skip: the default runtime directory (root, and no setpriv to run as nobody)"
 fi
 
 echo "$pass passed, $fail failed"
