@@ -19,6 +19,7 @@
 #include "daemon.h"
 #include "paths.h"
 #include "service.h"
+#include "units.h"
 
 static enum k3d_log log_level = K3D_LOG_INFO;
 
@@ -454,15 +455,25 @@ int k3d_server_run(const struct k3d_config *cfg)
 
 	struct store_stats stats;
 	store_get_stats(srv->store, &stats, NULL);
-	char cap[32];
-	snprintf(cap, sizeof(cap), "%llu", (unsigned long long)cfg->max_bytes);
+	char used[32], cap[32];
+	units_format_size(stats.bytes, used, sizeof(used));
+	units_format_size(cfg->max_bytes, cap, sizeof(cap));
 	k3d_log(K3D_LOG_INFO,
-	        "%s ready: socket %s%s%s, store %s (%llu entries, %llu bytes of %s, durability "
-	        "%s)%s%s",
+	        "%s ready: socket %s%s%s, store %s (%llu entries, %s of %s, durability %s)%s%s",
 	        K3D_VERSION, cfg->socket, cfg->listen.text ? ", tcp " : "", srv->listen_bound,
-	        cfg->db, (unsigned long long)stats.entries, (unsigned long long)stats.bytes, cap,
+	        cfg->db, (unsigned long long)stats.entries, used, cap,
 	        store_durability_name(cfg->durability), cfg->metrics.text ? ", metrics " : "",
 	        srv->metrics_bound);
+	/* the store evicts only to make room for a publish (store_make_room) */
+	if (stats.bytes > cfg->max_bytes)
+		k3d_log(K3D_LOG_WARN,
+		        "store %s holds %s (%llu bytes), over --max-bytes %s (%llu bytes): "
+		        "nothing is evicted now; the next publish evicts least-recently-used "
+		        "entries until the store and the new snapshot fit in %s (`k3cachectl "
+		        "evict --to-size %llu` does it at once)",
+		        cfg->db, used, (unsigned long long)stats.bytes, cap,
+		        (unsigned long long)cfg->max_bytes, cap,
+		        (unsigned long long)cfg->max_bytes);
 	event_base_dispatch(srv->base);
 
 	/* stopping: finish every queued commit and answer it if we still can */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # k3cached's flags and surfaces: TCP listening, Prometheus /metrics, --help,
 # a live socket refused, a stale socket replaced, bad flags and addresses, the
-# bound addresses logged, SIGHUP, the directories created.
+# bound addresses logged, SIGHUP, the directories created, a store over
+# --max-bytes at start-up.
 # usage: test_daemon_net.sh K3CACHED K3CACHECTL K3PUB SHARED
 set -u
 daemon=$1 ctl=$2 pub=$3 shared=$4
@@ -12,6 +13,7 @@ cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 pass=0 fail=0
 ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+json_num() { grep -o "\"$1\": [0-9]*" | head -1 | grep -o '[0-9]*$'; }
 up() { for _ in $(seq 100); do "$ctl" --socket "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done; return 1; }
 http_get() { # host port path
   exec 9<>"/dev/tcp/$1/$2" || return 1
@@ -85,7 +87,7 @@ refuse '1 to 100000' --max-restores 1.5
 refuse '1 to 100000' --max-restores 2K
 refuse 'at most' --max-bytes 8388609T
 
-# ---- the ready line names what was bound; SIGHUP ----------------------------
+# ---- the ready line names what was bound, in human sizes; SIGHUP ------------
 log3=$dir/log3
 for try in 1 2 3 4 5; do
   p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
@@ -98,6 +100,8 @@ ok "--listen :PORT logs the address bound, 127.0.0.1:PORT" $(grep -q "ready: .*,
 ok "--metrics localhost:PORT logs the URL bound" $(grep -q "ready: .*, metrics http://127\.0\.0\.1:$p2/metrics" "$log3"; echo $?)
 out=$("$ctl" --socket "tcp:127.0.0.1:$p1" ping); ok "--listen :PORT answers on 127.0.0.1" $(grep -q '^PONG' <<<"$out"; echo $?)
 m=$(http_get 127.0.0.1 "$p2" /metrics); ok "--metrics localhost:PORT serves" $(grep -q '^HTTP/1.[01] 200' <<<"$m"; echo $?)
+ok "the ready line gives sizes as people read them" $(grep -q 'ready: .*(0 entries, 0 B of 1\.0 GiB,' "$log3"; echo $?)
+ok "no capacity warning for a store under --max-bytes" $(! grep -q 'max-bytes' "$log3"; echo $?)
 
 # --metrics on a port that is taken: the reason, exit 1 like --listen
 "$daemon" --db "$dir/db4" --socket "$dir/s4.sock" --metrics "127.0.0.1:$p1" 2>"$dir/m.err"; rc=$?
@@ -153,6 +157,23 @@ if [ "$(id -u)" != 0 ] || { [ ${#as[@]} -gt 0 ] && "${as[@]}" test -x "$daemon";
 else
   echo "skip: the default runtime directory (root, and no setpriv to run as nobody)"
 fi
+
+# ---- a store over --max-bytes at start-up -----------------------------------
+twin=$shared/models/kimi-k3-0.40b-twin.json
+"$daemon" --db "$dir/cap" --socket "$dir/cap.sock" --log-level warn 2>>"$dir/log" &
+pid=$!
+up "$dir/cap.sock"
+"$pub" "$dir/cap.sock" "$twin" N:40 >/dev/null
+"$pub" "$dir/cap.sock" "$twin" N:20 >/dev/null
+kill -TERM "$pid"; wait "$pid"; pid=
+"$daemon" --db "$dir/cap" --socket "$dir/cap.sock" --max-bytes 500KiB --log-level warn 2>"$dir/cap.log" &
+pid=$!
+up "$dir/cap.sock"
+ok "over --max-bytes at start-up: a warning with both sizes" $(grep -q 'warn: .* holds 1\.1 MiB (1155232 bytes), over --max-bytes 500 KiB' "$dir/cap.log"; echo $?)
+ok "over --max-bytes at start-up: it says what happens" $(grep -q 'next publish evicts' "$dir/cap.log"; echo $?)
+"$pub" "$dir/cap.sock" "$shared/models/tiny-hybrid.json" 1,2,3 >/dev/null
+ok "and the next publish does evict down to --max-bytes" $([ "$("$ctl" --socket "$dir/cap.sock" --json stat | json_num bytes)" -le 512000 ]; echo $?)
+kill -TERM "$pid"; wait "$pid"; pid=
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
