@@ -8,6 +8,7 @@
 #include <event2/listener.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "frame.h"
 #include "status.h"
@@ -18,11 +19,23 @@
 
 enum k3d_log { K3D_LOG_ERROR, K3D_LOG_WARN, K3D_LOG_INFO, K3D_LOG_DEBUG };
 
+/* A TCP address from --listen or --metrics, checked by main.c. */
+struct k3d_addr {
+	const char *text; /* as given, for messages; NULL: not set */
+	struct sockaddr_storage sa;
+	int len;
+};
+
 struct k3d_config {
 	const char *db;
 	const char *socket;
-	const char *listen;  /* HOST:PORT or NULL */
-	const char *metrics; /* HOST:PORT or NULL */
+	/* what chose db and socket, for messages: "--db", "--socket",
+	 * "$K3CACHE_SOCKET"; NULL: the default path, whose directories k3cached
+	 * creates (an explicit path's parent must exist) */
+	const char *db_origin;
+	const char *socket_origin;
+	struct k3d_addr listen;
+	struct k3d_addr metrics;
 	uint64_t max_bytes;
 	uint64_t max_payload;
 	uint64_t max_inflight;  /* payload bytes held for publishes in flight */
@@ -56,7 +69,8 @@ struct k3d_server {
 	struct k3d_writer *writer;
 	struct evconnlistener *unix_listener, *tcp_listener;
 	struct evhttp *http;
-	struct event *sig_term, *sig_int, *tick, *done_ev;
+	char listen_bound[64], metrics_bound[80]; /* what getsockname says */
+	struct event *sig_term, *sig_int, *sig_hup, *tick, *done_ev;
 	struct k3d_conn *conns; /* doubly linked */
 	uint64_t next_conn_id;
 	uint64_t inflight_bytes;
@@ -146,6 +160,9 @@ void k3d_set_log_level(enum k3d_log level);
 int k3d_server_run(const struct k3d_config *cfg);
 double k3d_now(void);
 int k3d_op_index(const frame_request *req);
+/* The address a listening socket is bound to, as 127.0.0.1:PORT or
+ * [::1]:PORT (getsockname). */
+void k3d_bound_address(evutil_socket_t fd, char *out, size_t outsz);
 
 /* pool (conn.c): a payload buffer of at least n bytes, and its return. */
 unsigned char *k3d_pool_get(struct k3d_server *srv, uint64_t n, uint64_t *cap);
@@ -265,7 +282,8 @@ int k3d_ingest_progress(struct k3d_job *job, int stopping);
 void k3d_ingest_free(struct k3d_ingest *in);
 
 /* metrics.c */
-int k3d_metrics_start(struct k3d_server *srv, const char *hostport);
+/* Serves /metrics on cfg.metrics; 0, or -1 with the reason logged. */
+int k3d_metrics_start(struct k3d_server *srv);
 void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds);
 
 #endif

@@ -1,7 +1,9 @@
 /* k3cached: the k3cache daemon. Runs in the foreground, logs to stderr, stops
  * cleanly on SIGTERM/SIGINT. */
+#include <event2/util.h>
 #include <getopt.h>
 #include <malloc.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,18 +19,25 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "\n"
 	        "A prefix-cache daemon with a persistent LMDB store of KDA/MLA layer state.\n"
 	        "\n"
-	        "  --db DIR              store directory (default %s)\n"
-	        "  --socket PATH         Unix socket, mode 0660 (default %s)\n"
-	        "  --listen HOST:PORT    also listen on TCP (HOST defaults to 127.0.0.1)\n"
+	        "  --db DIR              store directory (default %s),\n"
+	        "                        created if missing; the directory it is in must\n"
+	        "                        exist, unless DIR is the default\n"
+	        "  --socket PATH         Unix socket, mode 0660 (default %s);\n"
+	        "                        its directory must exist, unless PATH is the default\n"
+	        "  --listen HOST:PORT    also listen on TCP. HOST is numeric (127.0.0.1,\n"
+	        "                        0.0.0.0, [::1], [::]) or localhost; :PORT is\n"
+	        "                        127.0.0.1. PORT is 1 to 65535\n"
 	        "  --max-bytes SIZE      capacity for snapshot bytes; LRU eviction past it\n"
-	        "                        (default 1GiB)\n"
+	        "                        (default 1GiB). A store over it at start-up is\n"
+	        "                        brought under it by the next publish\n"
 	        "  --durability MODE     safe (default: a power loss may drop the last commit),\n"
 	        "                        strict (sync every commit), fast (sync every\n"
 	        "                        --sync-interval; survives process crashes)\n"
 	        "  --max-payload SIZE    largest publish payload accepted (default 2GiB)\n"
 	        "  --max-inflight SIZE   payload bytes held for publishes at once; past it,\n"
 	        "                        connections wait (default 2GiB)\n"
-	        "  --max-restores N      restores streaming at once; past it BUSY (default 64)\n"
+	        "  --max-restores N      restores streaming at once, 1 to 100000; past it BUSY\n"
+	        "                        (default 64)\n"
 	        "  --stage-size SIZE     a publish larger than this is written as it arrives,\n"
 	        "                        a stage of this size per commit (default 32MiB)\n"
 	        "  --yield-rate SIZE     while lookups arrive, read each publish upload at\n"
@@ -39,10 +48,13 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        this long (default 30s)\n"
 	        "  --sync-interval DUR   with --durability fast (default 1s)\n"
 	        "  --metrics HOST:PORT   serve Prometheus text at http://HOST:PORT/metrics\n"
+	        "                        (HOST and PORT as for --listen)\n"
 	        "  --log-level LEVEL     error, warn, info (default) or debug\n"
 	        "  --help                this text\n"
 	        "\n"
-	        "SIZE takes K/M/G/T or KiB/MiB/GiB/TiB; DUR takes s/m/h/d.\n",
+	        "SIZE takes K/M/G/T or KiB/MiB/GiB/TiB; DUR takes s/m/h/d. SIGTERM or SIGINT\n"
+	        "stops the daemon cleanly; SIGHUP is logged and ignored (no configuration file\n"
+	        "to reload). A bad flag exits 2; a start-up failure exits 1.\n",
 	        db, sock);
 }
 
@@ -50,6 +62,69 @@ static int bad(const char *flag, const char *val, const char *want)
 {
 	fprintf(stderr, "k3cached: %s %s: expected %s\n", flag, val, want);
 	return 2;
+}
+
+/* The largest --max-bytes: the store maps twice the capacity (and 64 MiB), a
+ * size that must not wrap around 2^64. */
+#define MAX_CAPACITY (UINT64_C(1) << 60)
+
+/* A whole number from lo to hi, digits only. 0 or -1. */
+static int parse_count(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	if (!*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 10)
+		return -1;
+	uint64_t v = strtoull(s, NULL, 10);
+	if (v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* --listen and --metrics: HOST:PORT, [IPV6]:PORT, or :PORT (or a PORT alone)
+ * for 127.0.0.1. HOST is a numeric address or "localhost" (127.0.0.1): names
+ * are not resolved. PORT is 1 to 65535. 0, or 2 after saying what is wrong. */
+static int parse_addr(const char *flag, const char *s, struct k3d_addr *a)
+{
+	char host[128];
+	const char *port;
+	const char *colon = strrchr(s, ':');
+	size_t n;
+	if (s[0] == '[') {
+		const char *rb = strchr(s, ']');
+		if (!rb || rb[1] != ':')
+			return bad(flag, s, "[IPV6]:PORT, such as [::1]:9100");
+		n = (size_t)(rb + 1 - s);
+		port = rb + 2;
+	} else if (colon) {
+		n = (size_t)(colon - s);
+		if (memchr(s, ':', n))
+			return bad(flag, s, "an IPv6 address in brackets, such as [::1]:9100");
+		port = colon + 1;
+	} else {
+		n = 0;
+		port = s;
+	}
+	uint64_t p;
+	if (parse_count(port, 1, 65535, &p))
+		return bad(flag, s, "HOST:PORT or :PORT with a PORT from 1 to 65535");
+	if (n >= sizeof(host))
+		return bad(flag, s, "a numeric HOST such as 127.0.0.1");
+	memcpy(host, s, n);
+	host[n] = 0;
+	if (n == 0 || !strcmp(host, "localhost"))
+		snprintf(host, sizeof(host), "127.0.0.1");
+	memset(&a->sa, 0, sizeof(a->sa));
+	a->len = (int)sizeof(a->sa);
+	if (evutil_parse_sockaddr_port(host, (struct sockaddr *)&a->sa, &a->len) != 0)
+		return bad(flag, s,
+		           "a numeric HOST such as 127.0.0.1, 0.0.0.0, [::1] or [::] "
+		           "(or localhost; names are not resolved)");
+	if (a->sa.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&a->sa)->sin6_port = htons((uint16_t)p);
+	else
+		((struct sockaddr_in *)&a->sa)->sin_port = htons((uint16_t)p);
+	a->text = s;
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -106,25 +181,34 @@ int main(int argc, char **argv)
 	        {"help", no_argument, NULL, O_HELP},
 	        {NULL, 0, NULL, 0},
 	};
+	const char *env = getenv("K3CACHE_SOCKET"); /* paths_default_socket() takes it */
+	if (env && *env)
+		cfg.socket_origin = "$K3CACHE_SOCKET";
 	int c;
 	uint64_t v;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case O_DB:
 			cfg.db = optarg;
+			cfg.db_origin = "--db";
 			break;
 		case O_SOCK:
 			cfg.socket = optarg;
+			cfg.socket_origin = "--socket";
 			break;
 		case O_LISTEN:
-			cfg.listen = optarg;
+			if (parse_addr("--listen", optarg, &cfg.listen))
+				return 2;
 			break;
 		case O_METRICS:
-			cfg.metrics = optarg;
+			if (parse_addr("--metrics", optarg, &cfg.metrics))
+				return 2;
 			break;
 		case O_MAXB:
-			if (units_parse_size(optarg, &cfg.max_bytes) || cfg.max_bytes == 0)
-				return bad("--max-bytes", optarg, "a size such as 64GiB");
+			if (units_parse_size(optarg, &cfg.max_bytes) || cfg.max_bytes == 0 ||
+			    cfg.max_bytes > MAX_CAPACITY)
+				return bad("--max-bytes", optarg,
+				           "a size such as 64GiB, at most 1048576TiB");
 			break;
 		case O_MAXP:
 			if (units_parse_size(optarg, &cfg.max_payload) || cfg.max_payload == 0)
@@ -144,7 +228,7 @@ int main(int argc, char **argv)
 				return bad("--max-inflight", optarg, "a size such as 2GiB");
 			break;
 		case O_MAXR:
-			if (units_parse_size(optarg, &v) || v == 0 || v > 100000)
+			if (parse_count(optarg, 1, 100000, &v))
 				return bad("--max-restores", optarg, "a number from 1 to 100000");
 			cfg.max_restores = (uint32_t)v;
 			break;

@@ -1,15 +1,15 @@
 /* metrics: the counters that `k3cachectl stat` and Prometheus (/metrics over
  * evhttp) show, and request latency histograms. */
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
 #include "service.h"
-
-int k3d_split_hostport(const char *hostport, char *host, size_t hostsz, char *port, size_t portsz);
 
 static const char *const op_names[K3D_N_OPS] = {
         "hello", "put_model", "publish",     "lookup", "restore", "list",   "inspect",
@@ -117,20 +117,29 @@ static void on_metrics(struct evhttp_request *req, void *arg)
 	evbuffer_free(b);
 }
 
-int k3d_metrics_start(struct k3d_server *srv, const char *hostport)
+int k3d_metrics_start(struct k3d_server *srv)
 {
-	char host[256], port[32];
-	if (k3d_split_hostport(hostport, host, sizeof(host), port, sizeof(port)) != 0) {
-		k3d_log(K3D_LOG_ERROR, "--metrics %s: expected HOST:PORT", hostport);
-		return -1;
-	}
+	const struct k3d_addr *a = &srv->cfg.metrics;
 	srv->http = evhttp_new(srv->base);
 	if (!srv->http)
 		return -1;
 	evhttp_set_cb(srv->http, "/metrics", on_metrics, srv);
-	if (evhttp_bind_socket(srv->http, host, (ev_uint16_t)strtoul(port, NULL, 10)) != 0) {
-		k3d_log(K3D_LOG_ERROR, "--metrics %s: cannot bind", hostport);
+	/* evhttp takes the listener (and frees it with srv->http) */
+	struct evconnlistener *l = evconnlistener_new_bind(
+	        srv->base, NULL, NULL,
+	        LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128,
+	        (const struct sockaddr *)&a->sa, a->len);
+	if (!l) {
+		k3d_log(K3D_LOG_ERROR, "--metrics %s: %s", a->text, strerror(errno));
 		return -1;
 	}
+	if (!evhttp_bind_listener(srv->http, l)) {
+		evconnlistener_free(l);
+		k3d_log(K3D_LOG_ERROR, "--metrics %s: out of memory", a->text);
+		return -1;
+	}
+	char bound[64];
+	k3d_bound_address(evconnlistener_get_fd(l), bound, sizeof(bound));
+	snprintf(srv->metrics_bound, sizeof(srv->metrics_bound), "http://%s/metrics", bound);
 	return 0;
 }

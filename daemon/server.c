@@ -19,6 +19,7 @@
 #include "daemon.h"
 #include "paths.h"
 #include "service.h"
+#include "units.h"
 
 static enum k3d_log log_level = K3D_LOG_INFO;
 
@@ -211,17 +212,6 @@ static int listen_unix(struct k3d_server *srv, const char *path)
 		return -1;
 	}
 	memcpy(sun.sun_path, path, strlen(path) + 1);
-	char dir[sizeof(sun.sun_path)];
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = 0;
-		if (paths_mkdir_p(dir, 0750) != 0) {
-			k3d_log(K3D_LOG_ERROR, "--socket: cannot create %s: %s", dir,
-			        strerror(errno));
-			return -1;
-		}
-	}
 	/* a live socket is refused; a stale one (nobody answers) is replaced */
 	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (probe >= 0 && connect(probe, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
@@ -249,52 +239,34 @@ static int listen_unix(struct k3d_server *srv, const char *path)
 	return 0;
 }
 
-int k3d_split_hostport(const char *hostport, char *host, size_t hostsz, char *port, size_t portsz);
-
-int k3d_split_hostport(const char *hostport, char *host, size_t hostsz, char *port, size_t portsz)
+void k3d_bound_address(evutil_socket_t fd, char *out, size_t outsz)
 {
-	const char *colon = strrchr(hostport, ':');
-	if (!colon) {
-		snprintf(host, hostsz, "127.0.0.1");
-		snprintf(port, portsz, "%s", hostport);
-	} else {
-		size_t n = (size_t)(colon - hostport);
-		if (n == 0)
-			snprintf(host, hostsz, "127.0.0.1");
-		else if (hostport[0] == '[' && n >= 2 && hostport[n - 1] == ']')
-			snprintf(host, hostsz, "%.*s", (int)(n - 2), hostport + 1);
-		else
-			snprintf(host, hostsz, "%.*s", (int)n, hostport);
-		snprintf(port, portsz, "%s", colon + 1);
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof(ss));
+	socklen_t len = sizeof(ss);
+	char host[INET6_ADDRSTRLEN], port[8];
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
+	    getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), port, sizeof(port),
+	                NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+		snprintf(out, outsz, "?");
+		return;
 	}
-	return port[0] ? 0 : -1;
+	snprintf(out, outsz, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
 }
 
-static int listen_tcp(struct k3d_server *srv, const char *hostport)
+static int listen_tcp(struct k3d_server *srv, const struct k3d_addr *a)
 {
-	char host[256], port[32];
-	if (k3d_split_hostport(hostport, host, sizeof(host), port, sizeof(port)) != 0) {
-		k3d_log(K3D_LOG_ERROR, "--listen %s: expected HOST:PORT", hostport);
-		return -1;
-	}
-	struct addrinfo hints = {
-	        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-	struct addrinfo *ai;
-	int rc = getaddrinfo(host, port, &hints, &ai);
-	if (rc) {
-		k3d_log(K3D_LOG_ERROR, "--listen %s: %s", hostport, gai_strerror(rc));
-		return -1;
-	}
 	srv->tcp_listener = evconnlistener_new_bind(srv->base, on_accept, srv,
 	                                            LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_CLOSE_ON_FREE |
 	                                                    LEV_OPT_REUSEABLE,
-	                                            128, ai->ai_addr, (int)ai->ai_addrlen);
-	freeaddrinfo(ai);
+	                                            128, (const struct sockaddr *)&a->sa, a->len);
 	if (!srv->tcp_listener) {
-		k3d_log(K3D_LOG_ERROR, "--listen %s: %s", hostport, strerror(errno));
+		k3d_log(K3D_LOG_ERROR, "--listen %s: %s", a->text, strerror(errno));
 		return -1;
 	}
 	evconnlistener_set_error_cb(srv->tcp_listener, on_accept_error);
+	k3d_bound_address(evconnlistener_get_fd(srv->tcp_listener), srv->listen_bound,
+	                  sizeof(srv->listen_bound));
 	return 0;
 }
 
@@ -350,7 +322,81 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_base_loopexit(srv->base, NULL);
 }
 
+/* A closed terminal (`make run`) or a habit of `kill -HUP` must not stop the
+ * daemon: there is nothing to reload. */
+static void on_sighup(evutil_socket_t sig, short what, void *arg)
+{
+	(void)sig;
+	(void)what;
+	(void)arg;
+	k3d_log(K3D_LOG_WARN, "SIGHUP ignored: k3cached has no configuration file to reload "
+	                      "and logs to stderr; SIGTERM or SIGINT stops it");
+}
+
 /* ---- run --------------------------------------------------------------------------- */
+
+/* The directory path is in, into dir; 0 when path names none ("s.sock"). */
+static int dir_of(const char *path, char *dir, size_t dirsz)
+{
+	snprintf(dir, dirsz, "%s", path);
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		dir[--n] = 0;
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		return 0;
+	slash[slash == dir ? 1 : 0] = 0;
+	return 1;
+}
+
+/* A path someone chose (origin: the flag or variable that named it) goes in
+ * a directory that exists: a typo must not grow a directory tree. */
+static int dir_exists(const char *origin, const char *path)
+{
+	char dir[4096];
+	struct stat sb;
+	if (!dir_of(path, dir, sizeof(dir)))
+		return 0;
+	int found = stat(dir, &sb) == 0;
+	if (found && S_ISDIR(sb.st_mode))
+		return 0;
+	char why[128];
+	if (found)
+		snprintf(why, sizeof(why), "is not a directory");
+	else if (errno == ENOENT)
+		snprintf(why, sizeof(why), "does not exist");
+	else
+		snprintf(why, sizeof(why), "cannot be reached: %s", strerror(errno));
+	k3d_log(K3D_LOG_ERROR,
+	        "%s %s: the directory %s %s; create it first (k3cached creates only its "
+	        "default directories, and the store directory itself)",
+	        origin, path, dir, why);
+	return -1;
+}
+
+/* Before anything is created: the default socket's runtime directory and the
+ * default store directory are made as needed (mkdir -p); an explicit
+ * --socket's or --db's parent must exist (store_open makes the store
+ * directory itself). */
+static int make_dirs(const struct k3d_config *cfg)
+{
+	char dir[4096];
+	if (cfg->socket_origin) {
+		if (dir_exists(cfg->socket_origin, cfg->socket) != 0)
+			return -1;
+	} else if (dir_of(cfg->socket, dir, sizeof(dir)) && paths_mkdir_p(dir, 0750) != 0) {
+		k3d_log(K3D_LOG_ERROR, "socket %s: cannot create %s: %s", cfg->socket, dir,
+		        strerror(errno));
+		return -1;
+	}
+	if (cfg->db_origin)
+		return dir_exists(cfg->db_origin, cfg->db);
+	if (paths_mkdir_p(cfg->db, 0750) != 0) {
+		k3d_log(K3D_LOG_ERROR, "store %s: cannot create: %s", cfg->db, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
 
 int k3d_server_run(const struct k3d_config *cfg)
 {
@@ -361,10 +407,10 @@ int k3d_server_run(const struct k3d_config *cfg)
 	srv->done_fd = -1;
 	k3d_set_log_level(cfg->log_level);
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGHUP, SIG_IGN); /* until on_sighup is in place */
 	evthread_use_pthreads();
 
-	if (paths_mkdir_p(cfg->db, 0750) != 0) {
-		k3d_log(K3D_LOG_ERROR, "--db %s: %s", cfg->db, strerror(errno));
+	if (make_dirs(cfg) != 0) {
 		free(srv);
 		return 1;
 	}
@@ -398,29 +444,41 @@ int k3d_server_run(const struct k3d_config *cfg)
 		goto out;
 	if (listen_unix(srv, cfg->socket) != 0)
 		goto out;
-	if (cfg->listen && listen_tcp(srv, cfg->listen) != 0)
+	if (cfg->listen.text && listen_tcp(srv, &cfg->listen) != 0)
 		goto out;
-	if (cfg->metrics && k3d_metrics_start(srv, cfg->metrics) != 0)
+	if (cfg->metrics.text && k3d_metrics_start(srv) != 0)
 		goto out;
 	srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
 	srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
+	srv->sig_hup = evsignal_new(srv->base, SIGHUP, on_sighup, srv);
 	srv->tick = event_new(srv->base, -1, EV_PERSIST, on_tick, srv);
 	struct timeval one = {1, 0};
 	event_add(srv->sig_term, NULL);
 	event_add(srv->sig_int, NULL);
+	event_add(srv->sig_hup, NULL);
 	event_add(srv->tick, &one);
 
 	struct store_stats stats;
 	store_get_stats(srv->store, &stats, NULL);
-	char cap[32];
-	snprintf(cap, sizeof(cap), "%llu", (unsigned long long)cfg->max_bytes);
+	char used[32], cap[32];
+	units_format_size(stats.bytes, used, sizeof(used));
+	units_format_size(cfg->max_bytes, cap, sizeof(cap));
 	k3d_log(K3D_LOG_INFO,
-	        "%s ready: socket %s%s%s, store %s (%llu entries, %llu bytes of %s, durability "
-	        "%s)%s%s",
-	        K3D_VERSION, cfg->socket, cfg->listen ? ", tcp " : "",
-	        cfg->listen ? cfg->listen : "", cfg->db, (unsigned long long)stats.entries,
-	        (unsigned long long)stats.bytes, cap, store_durability_name(cfg->durability),
-	        cfg->metrics ? ", metrics " : "", cfg->metrics ? cfg->metrics : "");
+	        "%s ready: socket %s%s%s, store %s (%llu entries, %s of %s, durability %s)%s%s",
+	        K3D_VERSION, cfg->socket, cfg->listen.text ? ", tcp " : "", srv->listen_bound,
+	        cfg->db, (unsigned long long)stats.entries, used, cap,
+	        store_durability_name(cfg->durability), cfg->metrics.text ? ", metrics " : "",
+	        srv->metrics_bound);
+	/* the store evicts only to make room for a publish (store_make_room) */
+	if (stats.bytes > cfg->max_bytes)
+		k3d_log(K3D_LOG_WARN,
+		        "store %s holds %s (%llu bytes), over --max-bytes %s (%llu bytes): "
+		        "nothing is evicted now; the next publish evicts least-recently-used "
+		        "entries until the store and the new snapshot fit in %s (`k3cachectl "
+		        "evict --to-size %llu` does it at once)",
+		        cfg->db, used, (unsigned long long)stats.bytes, cap,
+		        (unsigned long long)cfg->max_bytes, cap,
+		        (unsigned long long)cfg->max_bytes);
 	event_base_dispatch(srv->base);
 
 	/* stopping: finish every queued commit and answer it if we still can */
@@ -450,6 +508,8 @@ out:
 		event_free(srv->sig_term);
 	if (srv->sig_int)
 		event_free(srv->sig_int);
+	if (srv->sig_hup)
+		event_free(srv->sig_hup);
 	if (srv->tick)
 		event_free(srv->tick);
 	if (srv->done_ev)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # k3cached's flags and surfaces: TCP listening, Prometheus /metrics, --help,
-# a live socket refused, a stale socket replaced, bad flags.
+# a live socket refused, a stale socket replaced, bad flags and addresses, the
+# bound addresses logged, SIGHUP, the directories created, a store over
+# --max-bytes at start-up.
 # usage: test_daemon_net.sh K3CACHED K3CACHECTL K3PUB SHARED
 set -u
 daemon=$1 ctl=$2 pub=$3 shared=$4
@@ -11,6 +13,7 @@ cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 pass=0 fail=0
 ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+json_num() { grep -o "\"$1\": [0-9]*" | head -1 | grep -o '[0-9]*$'; }
 up() { for _ in $(seq 100); do "$ctl" --socket "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done; return 1; }
 http_get() { # host port path
   exec 9<>"/dev/tcp/$1/$2" || return 1
@@ -58,6 +61,119 @@ out=$("$ctl" --socket "$sock" ls); ok "and the entry survived" $(grep -q '^1 ent
 kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
 ok "SIGTERM: exit 0" $([ $rc = 0 ]; echo $?)
 ok "SIGTERM: the socket file is removed" $([ ! -e "$sock" ]; echo $?)
+
+# ---- addresses and numbers are checked before anything starts ---------------
+# (a refused flag exits 2 and creates no store; `timeout` catches a daemon that
+# starts anyway)
+refuse() { # WHAT-THE-MESSAGE-SAYS FLAG VALUE
+  local want=$1
+  shift
+  timeout 10 "$daemon" --db "$dir/bad-db" --socket "$dir/bad.sock" "$@" 2>"$dir/bad.err"
+  local rc=$?
+  ok "$* is a usage error that says '$want'" $([ $rc = 2 ] && grep -q -- "$want" "$dir/bad.err" && [ ! -e "$dir/bad-db" ]; echo $?)
+  rm -rf "$dir/bad-db" "$dir/bad.sock"
+}
+refuse '1 to 65535' --listen :99999
+refuse '1 to 65535' --metrics 127.0.0.1:70000
+refuse '1 to 65535' --listen 127.0.0.1:0
+refuse '1 to 65535' --listen '[::1]:65536'
+refuse '1 to 65535' --listen 127.0.0.1:80x
+refuse '1 to 65535' --listen 127.0.0.1:
+refuse 'HOST:PORT' --metrics nohost
+refuse 'numeric' --metrics nohost:9100
+refuse 'numeric' --listen 300.1.2.3:7000
+refuse 'brackets' --listen ::1:7000
+refuse '1 to 100000' --max-restores 1.5
+refuse '1 to 100000' --max-restores 2K
+refuse 'at most' --max-bytes 8388609T
+
+# ---- the ready line names what was bound, in human sizes; SIGHUP ------------
+log3=$dir/log3
+for try in 1 2 3 4 5; do
+  p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
+  "$daemon" --db "$dir/db3" --socket "$dir/s3.sock" --listen ":$p1" --metrics "localhost:$p2" 2>"$log3" &
+  pid=$!
+  up "$dir/s3.sock" && break
+  kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=
+done
+ok "--listen :PORT logs the address bound, 127.0.0.1:PORT" $(grep -q "ready: .*, tcp 127\.0\.0\.1:$p1," "$log3"; echo $?)
+ok "--metrics localhost:PORT logs the URL bound" $(grep -q "ready: .*, metrics http://127\.0\.0\.1:$p2/metrics" "$log3"; echo $?)
+out=$("$ctl" --socket "tcp:127.0.0.1:$p1" ping); ok "--listen :PORT answers on 127.0.0.1" $(grep -q '^PONG' <<<"$out"; echo $?)
+m=$(http_get 127.0.0.1 "$p2" /metrics); ok "--metrics localhost:PORT serves" $(grep -q '^HTTP/1.[01] 200' <<<"$m"; echo $?)
+ok "the ready line gives sizes as people read them" $(grep -q 'ready: .*(0 entries, 0 B of 1\.0 GiB,' "$log3"; echo $?)
+ok "no capacity warning for a store under --max-bytes" $(! grep -q 'max-bytes' "$log3"; echo $?)
+
+# --metrics on a port that is taken: the reason, exit 1 like --listen
+"$daemon" --db "$dir/db4" --socket "$dir/s4.sock" --metrics "127.0.0.1:$p1" 2>"$dir/m.err"; rc=$?
+ok "--metrics on a taken port: exit 1 and the reason" $([ $rc = 1 ] && grep -q -- "--metrics 127.0.0.1:$p1: .*Address already in use" "$dir/m.err"; echo $?)
+"$daemon" --db "$dir/db4" --socket "$dir/s4.sock" --listen "127.0.0.1:$p2" 2>"$dir/l.err"; rc=$?
+ok "--listen on a taken port: exit 1 and the reason" $([ $rc = 1 ] && grep -q -- "--listen 127.0.0.1:$p2: .*Address already in use" "$dir/l.err"; echo $?)
+
+kill -HUP "$pid"
+sleep 0.3
+"$ctl" --socket "$dir/s3.sock" ping >/dev/null 2>&1; ok "SIGHUP: the daemon still answers" $?
+ok "SIGHUP: logged as ignored" $(grep -q 'warn: SIGHUP ignored' "$log3"; echo $?)
+kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
+ok "SIGTERM after SIGHUP: exit 0, socket removed" $([ $rc = 0 ] && [ ! -e "$dir/s3.sock" ]; echo $?)
+
+if [ -e /proc/net/if_inet6 ] && grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6; then
+  for try in 1 2 3 4 5; do
+    p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
+    "$daemon" --db "$dir/db3" --socket "$dir/s3.sock" --listen "[::1]:$p1" --metrics "[::1]:$p2" 2>"$log3" &
+    pid=$!
+    up "$dir/s3.sock" && break
+    kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=
+  done
+  ok "--listen [::1]:PORT logs [::1]:PORT" $(grep -q "ready: .*, tcp \[::1\]:$p1," "$log3"; echo $?)
+  ok "--metrics [::1]:PORT logs its URL" $(grep -q "ready: .*, metrics http://\[::1\]:$p2/metrics" "$log3"; echo $?)
+  m=$(http_get ::1 "$p2" /metrics); ok "--metrics [::1]:PORT serves" $(grep -q '^HTTP/1.[01] 200' <<<"$m"; echo $?)
+  kill -TERM "$pid"; wait "$pid"; pid=
+else
+  echo "skip: no IPv6 loopback"
+fi
+
+# ---- directories: only the defaults are created -----------------------------
+timeout 10 "$daemon" --db "$dir/sdb" --socket "$dir/nodir/sub/s.sock" 2>"$dir/sd.err"; rc=$?
+ok "--socket in a missing directory: exit 1, names it" $([ $rc = 1 ] && grep -q "$dir/nodir/sub.*does not exist" "$dir/sd.err"; echo $?)
+ok "--socket in a missing directory: creates neither it nor the store" $([ ! -e "$dir/nodir" ] && [ ! -e "$dir/sdb" ]; echo $?)
+K3CACHE_SOCKET=$dir/nodir/s.sock timeout 10 "$daemon" --db "$dir/sdb" 2>"$dir/sd.err"; rc=$?
+ok "\$K3CACHE_SOCKET in a missing directory: refused the same way" $([ $rc = 1 ] && grep -q "$dir/nodir.*does not exist" "$dir/sd.err" && [ ! -e "$dir/nodir" ]; echo $?)
+timeout 10 "$daemon" --db "$dir/nodir/db" --socket "$dir/sd.sock" 2>"$dir/sd.err"; rc=$?
+ok "--db in a missing directory: exit 1, names it, creates nothing" $([ $rc = 1 ] && grep -q "$dir/nodir.*does not exist" "$dir/sd.err" && [ ! -e "$dir/nodir" ]; echo $?)
+# the default runtime directory is still made; as root, whose default is
+# /run/k3cache, try it as nobody with XDG_RUNTIME_DIR in the test's directory
+as=()
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  as=(setpriv --reuid 65534 --regid 65534 --clear-groups)
+  chmod 755 "$dir"
+fi
+mkdir -m 777 "$dir/u" && mkdir "$dir/u/xdg" && chmod 777 "$dir/u/xdg"
+if [ "$(id -u)" != 0 ] || { [ ${#as[@]} -gt 0 ] && "${as[@]}" test -x "$daemon"; }; then
+  "${as[@]}" env -u K3CACHE_SOCKET XDG_RUNTIME_DIR="$dir/u/xdg" \
+    "$daemon" --db "$dir/u/db" --log-level warn 2>>"$dir/u/log" &
+  pid=$!
+  up "$dir/u/xdg/k3cache/k3cached.sock"; ok "the default runtime directory is created" $?
+  kill -TERM "$pid"; wait "$pid"; pid=
+else
+  echo "skip: the default runtime directory (root, and no setpriv to run as nobody)"
+fi
+
+# ---- a store over --max-bytes at start-up -----------------------------------
+twin=$shared/models/kimi-k3-0.40b-twin.json
+"$daemon" --db "$dir/cap" --socket "$dir/cap.sock" --log-level warn 2>>"$dir/log" &
+pid=$!
+up "$dir/cap.sock"
+"$pub" "$dir/cap.sock" "$twin" N:40 >/dev/null
+"$pub" "$dir/cap.sock" "$twin" N:20 >/dev/null
+kill -TERM "$pid"; wait "$pid"; pid=
+"$daemon" --db "$dir/cap" --socket "$dir/cap.sock" --max-bytes 500KiB --log-level warn 2>"$dir/cap.log" &
+pid=$!
+up "$dir/cap.sock"
+ok "over --max-bytes at start-up: a warning with both sizes" $(grep -q 'warn: .* holds 1\.1 MiB (1155232 bytes), over --max-bytes 500 KiB' "$dir/cap.log"; echo $?)
+ok "over --max-bytes at start-up: it says what happens" $(grep -q 'next publish evicts' "$dir/cap.log"; echo $?)
+"$pub" "$dir/cap.sock" "$shared/models/tiny-hybrid.json" 1,2,3 >/dev/null
+ok "and the next publish does evict down to --max-bytes" $([ "$("$ctl" --socket "$dir/cap.sock" --json stat | json_num bytes)" -le 512000 ]; echo $?)
+kill -TERM "$pid"; wait "$pid"; pid=
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
