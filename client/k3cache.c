@@ -66,7 +66,6 @@ struct k3cache {
 	uint64_t pending;    /* payload bytes of the last response not read yet */
 	unsigned char *snap; /* restore buffer (restore_each, lookup_restore), reused */
 	size_t snap_cap;
-	void (*tamper)(uint32_t index, void *blob, size_t len);
 	char addr[ADDR_MAX]; /* "unix:PATH" or "tcp:HOST:PORT", for messages */
 	unsigned char hdr[HEADER_SMALL];
 };
@@ -650,13 +649,6 @@ void k3cache_set_timeout(struct k3cache *c, int ms)
 		c->timeout_ms = ms > 0 ? ms : 0;
 }
 
-void k3cache_test_set_tamper(struct k3cache *c,
-                             void (*tamper)(uint32_t index, void *blob, size_t len))
-{
-	if (c)
-		c->tamper = tamper;
-}
-
 /* ---- hello, models ---- */
 
 int k3cache_hello(struct k3cache *c, char *server, size_t serversz, struct k3cache_error *err)
@@ -1082,21 +1074,12 @@ static int receive_layer(struct k3cache *c, const struct model_spec *model, cons
 		return rc;
 	}
 	int rc = 0;
-	if (c->tamper) {
-		/* a test build: the daemon "sent" what the hook makes of the layer */
-		rc = read_payload(c, dst, len, err);
-		if (!rc) {
-			c->tamper(i, dst, len);
-			blob_stream_feed(&bs, len);
-		}
-	} else {
-		for (size_t off = 0; off < len && !rc;) {
-			size_t n = len - off < PIECE_BYTES ? len - off : PIECE_BYTES;
-			rc = read_payload(c, dst + off, n, err);
-			off += n;
-			if (!rc)
-				blob_stream_feed(&bs, off);
-		}
+	for (size_t off = 0; off < len && !rc;) {
+		size_t n = len - off < PIECE_BYTES ? len - off : PIECE_BYTES;
+		rc = read_payload(c, dst + off, n, err);
+		off += n;
+		if (!rc)
+			blob_stream_feed(&bs, off);
 	}
 	if (rc) { /* the connection is gone */
 		blob_stream_abandon(&bs);

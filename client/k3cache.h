@@ -116,11 +116,6 @@ int k3cache_lookup_restore(struct k3cache *c, const struct model_spec *model, co
                            uint32_t limit, k3cache_layer_fn fn, void *ctx,
                            struct k3cache_lookup_result *res, struct k3cache_error *err);
 
-/* Test hook: when set, restored bytes pass through this function before
- * validation (to prove the validation catches what a faulty daemon sends). */
-void k3cache_test_set_tamper(struct k3cache *c,
-                             void (*tamper)(uint32_t index, void *blob, size_t len));
-
 /* ---- the seed-000 record: how much of a prompt can my live state reuse ---- */
 
 /* The tokens a worker's live state covers, recorded where they are fed. A

@@ -15,6 +15,7 @@
 #include "k3cache.h"
 #include "model.h"
 #include "prefix.h"
+#include "tamperproxy.h"
 
 static struct daemonutil d;
 static struct model_spec *twin;
@@ -235,27 +236,39 @@ static void swap_mla_rows(uint32_t index, void *blob, size_t len)
 	memcpy(k + sizeof(tmp), tmp, sizeof(tmp));
 }
 
+/* A client connected through the tampering proxy. */
+static struct k3cache *connect_tampered(struct tamperproxy *proxy)
+{
+	assert_int_equal(tamperproxy_start(proxy, d.dir, d.sock), 0);
+	struct k3cache *c;
+	struct k3cache_error e;
+	if (k3cache_connect(proxy->path, &c, &e) != 0)
+		fail_msg("connect through the proxy: %s", e.message);
+	return c;
+}
+
 static void test_client_refuses_tampered_restore(void **state)
 {
 	(void)state;
-	struct k3cache *c = connect_ok();
+	struct tamperproxy proxy;
+	struct k3cache *c = connect_tampered(&proxy);
 	struct k3cache_publish_result res;
 	assert_int_equal(publish(c, 12, 7000, 3, &res), 0);
 	uint64_t sums[8] = {0};
 	uint32_t p = 99;
 	struct k3cache_error e;
-	k3cache_test_set_tamper(c, tag_to_kda);
+	tamperproxy_set(&proxy, tag_to_kda);
 	assert_int_not_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e),
 	                     0);
 	assert_non_null(strstr(e.message, "layer 3"));
 	assert_int_equal(sums[0], 0); /* no callback ran */
-	k3cache_test_set_tamper(c, swap_mla_rows);
+	tamperproxy_set(&proxy, swap_mla_rows);
 	assert_int_not_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e),
 	                     0);
 	assert_non_null(strstr(e.message, "checksum"));
 	assert_int_equal(sums[0], 0);
 	/* the connection still works, and an honest restore passes */
-	k3cache_test_set_tamper(c, NULL);
+	tamperproxy_set(&proxy, NULL);
 	assert_int_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e), 0);
 	assert_int_equal(p, 12);
 	/* and a worker that asks with another model's spec gets nothing */
@@ -268,31 +281,35 @@ static void test_client_refuses_tampered_restore(void **state)
 	assert_int_equal(sums[0], 0);
 	model_free(tiny);
 	k3cache_close(c);
+	tamperproxy_stop(&proxy);
 }
 
 /* The same with a restore of many pieces (over 32 MiB): the tampered bytes
- * go through the piecewise check (blob_stream) like received ones. */
+ * arrive over the socket and go through the piecewise check (blob_stream),
+ * 256 KiB at a time, as any received ones. */
 static void test_large_restore_checked_while_received(void **state)
 {
 	(void)state;
-	struct k3cache *c = connect_ok();
+	struct tamperproxy proxy;
+	struct k3cache *c = connect_tampered(&proxy);
 	struct k3cache_publish_result res;
 	assert_int_equal(publish(c, 4000, 1200000, 21, &res), 0);
 	uint64_t sums[8] = {0};
 	uint32_t p = 0;
 	struct k3cache_error e;
-	k3cache_test_set_tamper(c, swap_mla_rows);
+	tamperproxy_set(&proxy, swap_mla_rows);
 	assert_int_not_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e),
 	                     0);
 	assert_non_null(strstr(e.message, "layer 3: checksum mismatch"));
 	assert_int_equal(sums[0], 0);
-	k3cache_test_set_tamper(c, tag_to_kda);
+	tamperproxy_set(&proxy, tag_to_kda);
 	assert_int_not_equal(k3cache_restore_each(c, twin, res.key, collect_layer, sums, &p, &e),
 	                     0);
 	assert_int_equal(sums[0], 0);
-	k3cache_test_set_tamper(c, NULL);
+	tamperproxy_set(&proxy, NULL);
 	expect_restore(c, 4000, 1200000, 21);
 	k3cache_close(c);
+	tamperproxy_stop(&proxy);
 }
 
 /* A restore is queued a chunk at a time as the socket drains: an answer to
