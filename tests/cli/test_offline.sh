@@ -56,6 +56,18 @@ done < <(tr "\t" "\037" < "$shared/models/FINGERPRINTS.tsv")
 "$ctl" blob >/dev/null 2>&1; [ $? = 2 ]; check "blob without FILE is a usage error" $?
 "$ctl" nosuch >/dev/null 2>&1; [ $? = 2 ]; check "unknown command is a usage error" $?
 "$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens 1,x >/dev/null 2>&1; [ $? = 2 ]; check "bad token list" $?
+# sizes and durations: decimal with an optional fraction and unit, nothing
+# else (refused before any daemon is asked, so these need none)
+for s in 0x10KiB 1e3 inf nan " 1K" -1K +1K 1.5.5G "1 K"; do
+  err=$("$ctl" --socket /nonexistent/k3.sock evict --to-size "$s" 2>&1 >/dev/null); rc=$?
+  [ $rc = 2 ] && grep -q -- '--to-size takes a size' <<<"$err"; check "evict --to-size '$s' is a usage error (rc $rc)" $?
+done
+for s in 1e3 0x10 inf " 1h" 1.h; do
+  "$ctl" --socket /nonexistent/k3.sock evict --idle "$s" >/dev/null 2>&1; rc=$?
+  [ $rc = 2 ]; check "evict --idle '$s' is a usage error (rc $rc)" $?
+done
+"$ctl" --socket /nonexistent/k3.sock evict --to-size 1.5GiB >/dev/null 2>&1
+[ $? = 3 ]; check "evict --to-size 1.5GiB is a size (then: no daemon)" $?
 "$ctl" blob /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing blob file" $?
 "$ctl" model fingerprint /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing spec" $?
 "$ctl" --help | grep -q 'usage: k3cachectl'; check "--help" $?
