@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "units.h"
 
 int ctl_file_open(const char *path, struct ctl_file *f, char *err, size_t errsz)
 {
@@ -50,12 +51,8 @@ void ctl_file_close(struct ctl_file *f)
 
 int ctl_parse_u32(const char *s, uint32_t *out)
 {
-	if (!s || !*s || *s == '-' || *s == '+')
-		return -1;
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || *end || v > UINT32_MAX)
+	uint64_t v;
+	if (units_parse_uint(s, UINT32_MAX, &v) != 0)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;

@@ -73,6 +73,23 @@ int units_parse_duration(const char *s, uint64_t *out)
 	return parse_scaled(s, suf, sc, sizeof(sc) / sizeof(sc[0]), out);
 }
 
+int units_parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+	if (!s || !*s)
+		return -1;
+	uint64_t v = 0;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		unsigned d = (unsigned)(*p - '0');
+		if (d > max || v > (max - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
+}
+
 void units_format_size(uint64_t bytes, char *out, size_t outsz)
 {
 	static const char *const names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

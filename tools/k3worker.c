@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "k3cache.h"
+#include "units.h"
 #include "worker_model.h"
 
 struct worker {
@@ -360,6 +361,24 @@ static int read_replies(const char *path, uint32_t **replies, size_t turns, uint
 	return 0;
 }
 
+/* A numeric flag's value: a whole decimal number from min to max, or -1
+ * after saying what the flag takes. */
+static int number_flag(const char *flag, const char *val, uint64_t min, uint64_t max, uint64_t *out)
+{
+	uint64_t v;
+	if (units_parse_uint(val, max, &v) == 0 && v >= min) {
+		*out = v;
+		return 0;
+	}
+	fprintf(stderr, "k3worker: %s takes a whole number from %llu to %llu, not \"%s\"\n", flag,
+	        (unsigned long long)min, (unsigned long long)max, val);
+	return -1;
+}
+
+/* The longest reply --max-new allows: the state and transcript sizes stay
+ * well inside 32 bits. */
+#define MAX_NEW_LIMIT (1u << 20)
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -374,8 +393,8 @@ static void usage(FILE *f)
 	        "  --model tiny|twin  geometry (default tiny)\n"
 	        "  --seed N           weight seed (default 1): another seed is another model\n"
 	        "  --salt S           tenant salt\n"
-	        "  --chunk N          prefill chunk size (default 64)\n"
-	        "  --max-new N        reply length (default 8)\n"
+	        "  --chunk N          prefill chunk size (default 64; 0: the prompt at once)\n"
+	        "  --max-new N        reply length (default 8, at most 1048576)\n"
 	        "  --turn K           run only turn K (1-based); earlier replies come from\n"
 	        "                     --replies FILE (this turn's reply is appended to it),\n"
 	        "                     or without it are regenerated quietly through the cache\n"
@@ -426,8 +445,7 @@ int main(int argc, char **argv)
 	struct worker w = {.salt = "", .chunk = 64, .max_new = 8};
 	/* --no-cache: the reference; it keeps no live state between turns either */
 	int no_cache = 0, c;
-	unsigned long turn = 0;
-	uint64_t seed = 1;
+	uint64_t turn = 0, seed = 1, num;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case O_SOCK:
@@ -441,22 +459,29 @@ int main(int argc, char **argv)
 			geom = optarg;
 			break;
 		case O_SEED:
-			seed = strtoull(optarg, NULL, 10);
+			if (number_flag("--seed", optarg, 0, UINT64_MAX, &seed))
+				return 2;
 			break;
 		case O_SALT:
 			w.salt = optarg;
 			break;
 		case O_CHUNK:
-			w.chunk = (uint32_t)strtoul(optarg, NULL, 10);
+			if (number_flag("--chunk", optarg, 0, UINT32_MAX, &num))
+				return 2;
+			w.chunk = (uint32_t)num;
 			break;
 		case O_MAXNEW:
-			w.max_new = (uint32_t)strtoul(optarg, NULL, 10);
+			if (number_flag("--max-new", optarg, 1, MAX_NEW_LIMIT, &num))
+				return 2;
+			w.max_new = (uint32_t)num;
 			break;
 		case O_CONV:
 			conv = optarg;
 			break;
 		case O_TURN:
-			turn = strtoul(optarg, NULL, 10);
+			/* 1-based; 0 stays "every turn", the default */
+			if (number_flag("--turn", optarg, 1, UINT32_MAX, &turn))
+				return 2;
 			break;
 		case O_REPLIES:
 			replies_path = optarg;

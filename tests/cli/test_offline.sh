@@ -68,6 +68,17 @@ for s in 1e3 0x10 inf " 1h" 1.h; do
 done
 "$ctl" --socket /nonexistent/k3.sock evict --to-size 1.5GiB >/dev/null 2>&1
 [ $? = 3 ]; check "evict --to-size 1.5GiB is a size (then: no daemon)" $?
+# whole-number flags: digits only (no space, sign, fraction or hex)
+blob=$shared/vectors/blobs/sem_ok_kda_layer0.bin
+for v in " 1" "1 " +1 -1 1.0 0x1 1e0 x ""; do
+  err=$("$ctl" blob "$blob" --layer "$v" 2>&1 >/dev/null); rc=$?
+  [ $rc = 2 ] && grep -q -- '--layer takes a whole number' <<<"$err"; check "blob --layer '$v' is a usage error (rc $rc)" $?
+  "$ctl" --socket /nonexistent/k3.sock ls --limit "$v" >/dev/null 2>&1; rc=$?
+  [ $rc = 2 ]; check "ls --limit '$v' is a usage error (rc $rc)" $?
+  "$ctl" --socket /nonexistent/k3.sock inspect 0123456789abcdef --layer "$v" >/dev/null 2>&1; rc=$?
+  [ $rc = 2 ]; check "inspect --layer '$v' is a usage error (rc $rc)" $?
+done
+"$ctl" blob "$blob" --prefix-len 4294967296 >/dev/null 2>&1; [ $? = 2 ]; check "blob --prefix-len past u32 is a usage error" $?
 "$ctl" blob /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing blob file" $?
 "$ctl" model fingerprint /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing spec" $?
 "$ctl" --help | grep -q 'usage: k3cachectl'; check "--help" $?

@@ -132,12 +132,64 @@ static void test_duration(void **state)
 		expect_not_duration(bad[i]);
 }
 
+static void test_uint(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *s;
+		uint64_t max, want;
+	} good[] = {
+	        {"0", 10, 0},
+	        {"7", 10, 7},
+	        {"10", 10, 10},
+	        {"0042", 100, 42},
+	        {"4294967295", UINT32_MAX, UINT32_MAX},
+	        {"18446744073709551615", UINT64_MAX, UINT64_MAX},
+	};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		uint64_t v = 12345;
+		if (units_parse_uint(good[i].s, good[i].max, &v) != 0 || v != good[i].want)
+			fail_msg("\"%s\" (max %llu) should be %llu", good[i].s,
+			         (unsigned long long)good[i].max, (unsigned long long)good[i].want);
+	}
+	static const struct {
+		const char *s;
+		uint64_t max;
+	} bad[] = {
+	        {"", UINT64_MAX},
+	        {"abc", UINT64_MAX},
+	        {"banana", UINT64_MAX},
+	        {"3x", UINT64_MAX},
+	        {"1.5", UINT64_MAX},
+	        {"1e3", UINT64_MAX},
+	        {"0x10", UINT64_MAX},
+	        {" 5", UINT64_MAX},
+	        {"5 ", UINT64_MAX},
+	        {"-1", UINT64_MAX},
+	        {"+1", UINT64_MAX},
+	        {"11", 10},
+	        {"4294967296", UINT32_MAX},
+	        {"18446744073709551616", UINT64_MAX},
+	        {"99999999999999999999999999", UINT64_MAX},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint64_t v = 12345;
+		if (units_parse_uint(bad[i].s, bad[i].max, &v) == 0)
+			fail_msg("\"%s\" (max %llu) should be refused (got %llu)", bad[i].s,
+			         (unsigned long long)bad[i].max, (unsigned long long)v);
+		assert_int_equal(v, 12345);
+	}
+	uint64_t v;
+	assert_int_not_equal(units_parse_uint(NULL, 10, &v), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_size_accepts),
 	        cmocka_unit_test(test_size_refuses),
 	        cmocka_unit_test(test_duration),
+	        cmocka_unit_test(test_uint),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
