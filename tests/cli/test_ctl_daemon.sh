@@ -39,6 +39,14 @@ k3=$("$pub" "$sock" "$twin" N:20 "" 2)
 ok "k3pub keys" $([ ${#k1} = 64 ] && [ ${#k2} = 64 ]; echo $?)
 want=$("$ctl" key --model "$tiny" --tokens 1,2,3,4,5)
 ok "published key equals the contract key" $([ "$k1" = "$want" ]; echo $?)
+# the test helper's own token list: an empty item or junk publishes nothing
+for t in 1,,3 ,1 1, 1,x 1,-2 N: N:x N:0x10; do
+  "$pub" "$sock" "$tiny" "$t" >/dev/null 2>&1; rc=$?
+  ok "k3pub TOKENS '$t' is refused with exit 2 (rc $rc)" $([ $rc = 2 ]; echo $?)
+done
+"$pub" "$sock" "$tiny" 1,2 "" banana >/dev/null 2>&1; rc=$?
+ok "k3pub SEED banana is refused with exit 2 (rc $rc)" $([ $rc = 2 ]; echo $?)
+ok "and none of them published" $([ "$(c --json stat | json_num entries)" = 3 ]; echo $?)
 
 out=$(c ls)
 ok "ls lists 3 entries" $(grep -q '^3 entries, ' <<<"$out"; echo $?)

@@ -79,6 +79,15 @@ for v in " 1" "1 " +1 -1 1.0 0x1 1e0 x ""; do
   [ $rc = 2 ]; check "inspect --layer '$v' is a usage error (rc $rc)" $?
 done
 "$ctl" blob "$blob" --prefix-len 4294967296 >/dev/null 2>&1; [ $? = 2 ]; check "blob --prefix-len past u32 is a usage error" $?
+# token lists: an empty item (doubled, leading or trailing comma) is refused,
+# not skipped (1,,3 used to give the key of 1,3)
+for t in 1,,3 ,1,2 1,2, , ,, 1,2,,; do
+  out=$("$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens "$t" 2>&1); rc=$?
+  [ $rc = 2 ] && grep -q 'empty' <<<"$out" && ! grep -q '^[0-9a-f]\{64\}$' <<<"$out"
+  check "key --tokens '$t' is a usage error naming the empty item (rc $rc: $out)" $?
+done
+"$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens "" >/dev/null 2>&1; [ $? = 2 ]; check "key --tokens '' is a usage error" $?
+"$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens "1, 2" >/dev/null 2>&1; [ $? = 2 ]; check "key --tokens '1, 2' is a usage error" $?
 "$ctl" blob /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing blob file" $?
 "$ctl" model fingerprint /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing spec" $?
 "$ctl" --help | grep -q 'usage: k3cachectl'; check "--help" $?
