@@ -353,9 +353,23 @@ static int read_replies(const char *path, uint32_t **replies, size_t turns, uint
 			fclose(f);
 			return -1;
 		}
+		/* exactly max_new ids, one space apart, as this program writes them */
+		line[strcspn(line, "\n")] = '\0';
 		char *p = line;
-		for (uint32_t i = 0; i < max_new; i++)
-			replies[t][i] = (uint32_t)strtoul(p, &p, 10);
+		for (uint32_t i = 0; i < max_new; i++) {
+			char *next = strchr(p, ' ');
+			if (next)
+				*next++ = '\0';
+			uint64_t v;
+			/* a space after every id but the last */
+			if (units_parse_uint(p, UINT32_MAX, &v) != 0 ||
+			    (!next) != (i + 1 == max_new)) {
+				fclose(f);
+				return -1;
+			}
+			replies[t][i] = (uint32_t)v;
+			p = next;
+		}
 	}
 	fclose(f);
 	return 0;
@@ -375,9 +389,9 @@ static int number_flag(const char *flag, const char *val, uint64_t min, uint64_t
 	return -1;
 }
 
-/* The longest reply --max-new allows: the state and transcript sizes stay
- * well inside 32 bits. */
-#define MAX_NEW_LIMIT (1u << 20)
+/* The longest reply --max-new allows: a --replies line of that many ids
+ * (up to 11 bytes each) fits read_replies' 64 KiB line. */
+#define MAX_NEW_LIMIT 4096u
 
 static void usage(FILE *f)
 {
@@ -394,7 +408,7 @@ static void usage(FILE *f)
 	        "  --seed N           weight seed (default 1): another seed is another model\n"
 	        "  --salt S           tenant salt\n"
 	        "  --chunk N          prefill chunk size (default 64; 0: the prompt at once)\n"
-	        "  --max-new N        reply length (default 8, at most 1048576)\n"
+	        "  --max-new N        reply length (default 8, at most 4096)\n"
 	        "  --turn K           run only turn K (1-based); earlier replies come from\n"
 	        "                     --replies FILE (this turn's reply is appended to it),\n"
 	        "                     or without it are regenerated quietly through the cache\n"
@@ -561,8 +575,11 @@ int main(int argc, char **argv)
 			replies[t] = calloc(w.max_new, sizeof(uint32_t));
 		if (turn && replies_path &&
 		    read_replies(replies_path, replies, lo, w.max_new) != 0) {
-			fprintf(stderr, "k3worker: %s lacks the replies of turns 1..%zu\n",
-			        replies_path, lo);
+			fprintf(stderr,
+			        "k3worker: %s lacks the replies of turns 1..%zu (a line of %u "
+			        "token "
+			        "ids each)\n",
+			        replies_path, lo, w.max_new);
 			rc = -1;
 		}
 		/* the state holds the longest transcript */
