@@ -128,7 +128,23 @@ c evict "${k3:0:12}" >/dev/null 2>&1; ok "evict of a missing key exits 4" $([ $?
 c evict --all --idle 1h >/dev/null 2>&1; ok "two selectors: usage error" $([ $? = 2 ]; echo $?)
 "$pub" "$sock" "$tiny" 9,9,9 >/dev/null
 out=$(c evict --to-size 1K); ok "evict --to-size keeps the small one" $(grep -q "evicted ${k2:0:16}" <<<"$out" && [ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
-out=$(c evict --all </dev/null); ok "evict --all (no terminal: no prompt)" $(grep -q 'evicted 1 entry' <<<"$out"; echo $?)
+out=$(c evict --all </dev/null 2>&1); rc=$?
+ok "evict --all without a terminal and --yes: exit 2, says add --yes (rc $rc: $out)" $([ $rc = 2 ] && grep -q -- 'add --yes' <<<"$out"; echo $?)
+ok "and evicted nothing" $([ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
+echo yes | c evict --all >/dev/null 2>&1; rc=$?
+ok "a piped 'yes' is no confirmation (rc $rc)" $([ $rc = 2 ] && [ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
+out=$(c evict --all --dry-run </dev/null); ok "evict --all --dry-run needs no --yes" $(grep -q 'would evict 1 entry' <<<"$out"; echo $?)
+# on a terminal it asks (script(1) gives it one)
+if script -qec true /dev/null >/dev/null 2>&1; then
+  out=$(printf 'no\n' | script -qec "'$ctl' --socket '$sock' evict --all" /dev/null 2>&1)
+  ok "evict --all on a terminal asks, and 'no' evicts nothing ($out)" $(grep -q "Type 'yes'" <<<"$out" && grep -q 'nothing evicted' <<<"$out" && [ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
+  out=$(printf 'yes\n' | script -qec "'$ctl' --socket '$sock' evict --all" /dev/null 2>&1)
+  ok "evict --all on a terminal, answered yes, evicts" $(grep -q 'evicted 1 entry' <<<"$out" && [ "$(c --json stat | json_num entries)" = 0 ]; echo $?)
+  "$pub" "$sock" "$tiny" 9,9,9 >/dev/null
+else
+  echo "SKIP: no script(1): the terminal prompt is not tested"
+fi
+out=$(c evict --all --yes </dev/null); ok "evict --all --yes (no terminal)" $(grep -q 'evicted 1 entry' <<<"$out"; echo $?)
 
 # ---- an ambiguous prefix -----------------------------------------------------
 "$pub" "$sock" "$tiny" collide > "$dir/collide"
@@ -146,7 +162,7 @@ k4=$("$ctl" key --model "$twin" --tokens "$(seq -s, 1 33)")
 out=$("$ctl" --db "$dir/db" inspect "${k4:0:8}"); ok "--db inspect verifies" $([ "$(grep -c ' yes$' <<<"$out")" = 8 ]; echo $?)
 out=$("$ctl" --db "$dir/db" models); ok "--db models" $(grep -q '^2 models' <<<"$out"; echo $?)
 "$ctl" --db "$dir/db" export "${k4:0:8}" -o "$dir/k4.snap" >/dev/null; ok "--db export" $?
-"$ctl" --db "$dir/db" evict --all >/dev/null 2>&1; ok "--db evict refuses (read-only)" $([ $? = 1 ]; echo $?)
+"$ctl" --db "$dir/db" evict --all --yes >/dev/null 2>&1; ok "--db evict refuses (read-only)" $([ $? = 1 ]; echo $?)
 "$ctl" --db "$dir/nonexistent" ls >/dev/null 2>&1; ok "--db of a missing store exits 1" $([ $? = 1 ]; echo $?)
 
 # ---- unreachable daemon ------------------------------------------------------
