@@ -88,6 +88,36 @@ c export "${k2:0:10}" -o "$dir/k2b.snap" >/dev/null
 blob_bytes=$(c --json inspect "$k2" | json_num bytes)
 cmp <(tail -c "$blob_bytes" "$dir/k2.snap") <(tail -c "$blob_bytes" "$dir/k2b.snap")
 ok "export/import round trip is byte-identical" $?
+# -o - is stdout: the snapshot alone on stdout, no file named "-"
+mkdir "$dir/cwd"
+(cd "$dir/cwd" && c export "${k2:0:10}" -o - > "$dir/stdout.snap" 2> "$dir/stdout.err"); rc=$?
+ok "export -o - exits 0 (rc $rc)" $([ $rc = 0 ]; echo $?)
+ok "export -o - creates no file named -" $([ ! -e "$dir/cwd/-" ] && [ -z "$(ls -A "$dir/cwd")" ]; echo $?)
+cmp -s "$dir/stdout.snap" "$dir/k2b.snap"; ok "export -o - writes the same snapshot to stdout" $?
+ok "export -o - reports on stderr" $(grep -q "exported ${k2:0:16}" "$dir/stdout.err"; echo $?)
+(cd "$dir/cwd" && c --json export "${k2:0:10}" -o - > "$dir/stdout2.snap" 2>/dev/null)
+cmp -s "$dir/stdout2.snap" "$dir/k2b.snap"; ok "--json export -o - keeps stdout for the snapshot" $?
+# over an existing file: a new file renamed into place, never written in place
+mkdir "$dir/exp"
+printf 'old contents\n' > "$dir/old"
+cp "$dir/old" "$dir/exp/k2.snap"
+ln "$dir/exp/k2.snap" "$dir/exp-link"
+c export "${k2:0:10}" -o "$dir/exp/k2.snap" >/dev/null; ok "export over an existing file" $?
+cmp -s "$dir/exp/k2.snap" "$dir/k2b.snap"; ok "the target holds the new snapshot" $?
+ok "the old file was replaced, not rewritten (a hard link to it keeps the old contents)" \
+  $(cmp -s "$dir/exp-link" "$dir/old"; echo $?)
+ok "no temporary file is left" $([ "$(ls -A "$dir/exp")" = k2.snap ]; echo $?)
+# a write that fails half way (file size limit) leaves the old target whole
+# and no temporary file
+cp "$dir/old" "$dir/exp/k2.snap"
+out=$( (trap '' XFSZ; ulimit -f 64; c export "${k2:0:10}" -o "$dir/exp/k2.snap") 2>&1 ); rc=$?
+ok "export that cannot write exits 1, says the target was not changed (rc $rc: $out)" $([ $rc = 1 ] && grep -q "k2.snap was not changed" <<<"$out"; echo $?)
+ok "and leaves the old target as it was" $(cmp -s "$dir/exp/k2.snap" "$dir/old"; echo $?)
+ok "and no temporary file ($(ls -A "$dir/exp" | tr '\n' ' '))" $([ "$(ls -A "$dir/exp")" = k2.snap ]; echo $?)
+mkdir "$dir/exp/adir"; touch "$dir/exp/adir/x"
+c export "${k2:0:10}" -o "$dir/exp/adir" >/dev/null 2>&1; rc=$?
+ok "export onto a directory exits 1, leaves no temporary file (rc $rc)" $([ $rc = 1 ] && [ "$(ls -A "$dir/exp" | tr '\n' ' ')" = "adir k2.snap " ]; echo $?)
+c export "${k2:0:10}" -o "$dir/nonexistent/k2.snap" >/dev/null 2>&1; ok "export into a missing directory exits 1" $([ $? = 1 ]; echo $?)
 before=$(c --json stat | json_num entries)
 head -c 200000 "$dir/k2.snap" > "$dir/trunc.snap"
 out=$(c import "$dir/trunc.snap" 2>&1); rc=$?
