@@ -33,7 +33,7 @@ void ctl_file_close(struct ctl_file *f);
 /* Parses "1,2,3" into a malloc'd array. Returns 0, or -1 with a message. */
 int ctl_parse_tokens(const char *list, uint32_t **out, uint32_t *n, char *err, size_t errsz);
 
-/* Parses a whole decimal u32. Returns 0 or -1. */
+/* Parses a whole decimal u32: digits only, no sign or space. Returns 0 or -1. */
 int ctl_parse_u32(const char *s, uint32_t *out);
 
 /* ---- talking to a daemon, or to a store directly (--db) ---- */

@@ -847,7 +847,7 @@ int ctl_cmd_evict(const struct ctl_globals *g, int argc, char **argv)
 			       "would go.\n"
 			       "--to-size evicts least recently used first. --all asks on a "
 			       "terminal\n"
-			       "unless --yes.\n",
+			       "unless --yes; without a terminal on stdin it needs --yes.\n",
 			       text);
 			return CTL_EXIT_OK;
 		default:
@@ -861,7 +861,14 @@ int ctl_cmd_evict(const struct ctl_globals *g, int argc, char **argv)
 		             "give exactly one of KEY..., --model, --idle, --to-size, --all", text);
 	if (have_size && to_size == 0)
 		return usage("evict", "--to-size 0 is --all", text);
-	if (all && !yes && !dry && ctl_is_tty() && isatty(0)) {
+	if (all && !yes && !dry) {
+		/* nobody at a terminal to ask (a script, a pipe, cron): the
+		 * command line itself must say so */
+		if (!isatty(0))
+			return usage("evict",
+			             "--all evicts every entry and stdin is not a terminal to "
+			             "confirm on: add --yes",
+			             text);
 		fprintf(stderr, "Evict every entry? Type 'yes' to go on: ");
 		char line[16] = "";
 		if (!fgets(line, sizeof(line), stdin) || strncmp(line, "yes", 3) != 0) {

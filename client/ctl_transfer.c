@@ -7,12 +7,15 @@
  * the entry key and each layer's size and XXH3. Import trusts none of it: it
  * checks the file like the wire (sizes before reading, checksums, every blob
  * against the model), then publishes, which the daemon validates again. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "blob.h"
 #include "checksum.h"
@@ -33,9 +36,97 @@ static int usage(const char *cmd, const char *msg, const char *text)
 	return CTL_EXIT_USAGE;
 }
 
+/* The file export writes: stdout for "-", else a new temporary file next to
+ * the target (so renaming it over the target is atomic), with the target's
+ * mode when it exists, else what a new file gets. Returns NULL after saying
+ * why; *tmp is the malloc'd temporary path (NULL for stdout). */
+static FILE *export_open(const char *out, char **tmp)
+{
+	*tmp = NULL;
+	if (!strcmp(out, "-"))
+		return stdout;
+	const char *slash = strrchr(out, '/');
+	int dirlen = slash ? (int)(slash - out + 1) : 0;
+	const char *base = slash ? slash + 1 : out;
+	size_t n = strlen(out) + 16;
+	char *path = malloc(n);
+	if (!path) {
+		fprintf(stderr, "k3cachectl export: out of memory\n");
+		return NULL;
+	}
+	snprintf(path, n, "%.*s.%s.XXXXXX", dirlen, out, base);
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		fprintf(stderr, "k3cachectl export: cannot create a file next to %s: %s\n", out,
+		        strerror(errno));
+		free(path);
+		return NULL;
+	}
+	struct stat st;
+	mode_t mode;
+	if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
+		mode = st.st_mode & 07777;
+	} else {
+		mode = umask(0);
+		umask(mode);
+		mode = 0666 & ~mode;
+	}
+	FILE *f = fchmod(fd, mode) == 0 ? fdopen(fd, "wb") : NULL;
+	if (!f) {
+		fprintf(stderr, "k3cachectl export: cannot create a file next to %s: %s\n", out,
+		        strerror(errno));
+		close(fd);
+		unlink(path);
+		free(path);
+		return NULL;
+	}
+	*tmp = path;
+	return f;
+}
+
+/* Says that writing out failed (never naming the temporary file). */
+static void export_failed(const char *out, int err)
+{
+	const char *why = err ? strerror(err) : "short write";
+	if (!strcmp(out, "-"))
+		fprintf(stderr, "k3cachectl export: writing to stdout failed: %s\n", why);
+	else
+		fprintf(stderr, "k3cachectl export: writing %s failed: %s; %s was not changed\n",
+		        out, why, out);
+}
+
+/* Finishes what export_open began: flushes (and for a file syncs, closes
+ * and renames it over out); on any failure, or when !ok, the temporary file
+ * is removed and the target left as it was. Returns 0 or -1 after saying
+ * why. Frees tmp. */
+static int export_close(FILE *f, char *tmp, const char *out, int ok)
+{
+	int err = 0;
+	if (ok && fflush(f) != 0)
+		err = errno;
+	if (!tmp) {
+		if (ok && err)
+			export_failed(out, err);
+		return ok && !err ? 0 : -1;
+	}
+	if (ok && !err && fsync(fileno(f)) != 0)
+		err = errno;
+	if (fclose(f) != 0 && !err)
+		err = errno;
+	if (ok && !err && rename(tmp, out) != 0)
+		err = errno;
+	if (!ok || err) {
+		unlink(tmp);
+		if (ok)
+			export_failed(out, err);
+	}
+	free(tmp);
+	return ok && !err ? 0 : -1;
+}
+
 int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 {
-	static const char text[] = "k3cachectl [--socket PATH | --db DIR] export KEY -o FILE";
+	static const char text[] = "k3cachectl [--socket PATH | --db DIR] export KEY -o FILE|-";
 	static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
 	                                     {"help", no_argument, NULL, 'h'},
 	                                     {NULL, 0, NULL, 0}};
@@ -49,7 +140,10 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 			printf("usage: %s\nWrites the entry (model spec, salt, tokens, layers and "
 			       "their\n"
 			       "checksums, blobs) to FILE, for `k3cachectl import` on another "
-			       "host.\n",
+			       "host.\n"
+			       "FILE is written whole and then renamed into place; - is stdout "
+			       "(the\n"
+			       "report then goes to stderr).\n",
 			       text);
 			return CTL_EXIT_OK;
 		} else {
@@ -67,7 +161,7 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 	struct ctl_layers layers = {0};
 	struct model_spec *spec = NULL;
 	FILE *f = NULL;
-	char *hdr = NULL;
+	char *hdr = NULL, *tmp = NULL;
 	if ((rc = ctl_resolve_key(&b, argv[optind], key, "export")) != 0)
 		goto done;
 	if ((rc = ctl_inspect_entry(&b, key, &info, "export")) != 0)
@@ -110,9 +204,8 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 		rc = CTL_EXIT_ERROR;
 		goto done;
 	}
-	f = fopen(out, "wb");
+	f = export_open(out, &tmp);
 	if (!f) {
-		perror(out);
 		rc = CTL_EXIT_ERROR;
 		goto done;
 	}
@@ -126,31 +219,34 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 		ok = fwrite(layers.data[i], 1, layers.size[i], f) == layers.size[i];
 		total += layers.size[i];
 	}
-	if (fclose(f) != 0)
-		ok = 0;
+	if (!ok)
+		export_failed(out, errno);
+	int closed = export_close(f, tmp, out, ok);
 	f = NULL;
-	if (!ok) {
-		fprintf(stderr, "k3cachectl export: writing %s failed\n", out);
-		remove(out);
+	tmp = NULL;
+	if (closed != 0) {
 		rc = CTL_EXIT_ERROR;
 		goto done;
 	}
+	/* with -o - stdout carries the snapshot: the report goes to stderr */
+	FILE *report = strcmp(out, "-") ? stdout : stderr;
 	char size[32];
 	ctl_size(total, size, sizeof(size));
 	if (g->json) {
 		json_t *r = json_pack("{s:s,s:s,s:I,s:i}", "key", keyhex, "file", out, "bytes",
 		                      (json_int_t)total, "layers", (int)layers.n);
 		char *s = json_dumps(r, JSON_INDENT(2));
-		puts(s);
+		fprintf(report, "%s\n", s);
 		free(s);
 		json_decref(r);
 	} else {
-		printf("exported %.16s (%s, %u tokens, %u layers, %s) to %s\n", keyhex, spec->name,
-		       e->prefix_len, layers.n, size, out);
+		fprintf(report, "exported %.16s (%s, %u tokens, %u layers, %s) to %s\n", keyhex,
+		        spec->name, e->prefix_len, layers.n, size,
+		        strcmp(out, "-") ? out : "stdout");
 	}
 done:
 	if (f)
-		fclose(f);
+		export_close(f, tmp, out, 0);
 	free(hdr);
 	ctl_layers_free(&layers);
 	model_free(spec);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "units.h"
 
 int ctl_file_open(const char *path, struct ctl_file *f, char *err, size_t errsz)
 {
@@ -50,12 +51,8 @@ void ctl_file_close(struct ctl_file *f)
 
 int ctl_parse_u32(const char *s, uint32_t *out)
 {
-	if (!s || !*s || *s == '-' || *s == '+')
-		return -1;
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || *end || v > UINT32_MAX)
+	uint64_t v;
+	if (units_parse_uint(s, UINT32_MAX, &v) != 0)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
@@ -63,9 +60,17 @@ int ctl_parse_u32(const char *s, uint32_t *out)
 
 int ctl_parse_tokens(const char *list, uint32_t **out, uint32_t *n, char *err, size_t errsz)
 {
+	if (!*list) {
+		snprintf(err, errsz, "no tokens given");
+		return -1;
+	}
 	size_t cap = 1;
 	for (const char *p = list; *p; p++)
 		cap += *p == ',';
+	if (cap > UINT32_MAX) {
+		snprintf(err, errsz, "more than %u tokens", UINT32_MAX);
+		return -1;
+	}
 	uint32_t *t = malloc(cap * sizeof(*t));
 	char *copy = strdup(list);
 	if (!t || !copy) {
@@ -74,21 +79,28 @@ int ctl_parse_tokens(const char *list, uint32_t **out, uint32_t *n, char *err, s
 		snprintf(err, errsz, "out of memory");
 		return -1;
 	}
+	/* every item between commas is a token: an empty one (",,", or a
+	 * leading or trailing comma) is a mistake, not something to skip */
 	uint32_t k = 0;
-	char *save = NULL;
-	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (ctl_parse_u32(tok, &t[k]) != 0) {
+	int ok = 1;
+	for (char *tok = copy, *next; ok && tok; tok = next, k++) {
+		next = strchr(tok, ',');
+		if (next)
+			*next++ = '\0';
+		if (!*tok) {
+			snprintf(err, errsz,
+			         "token %u is empty: \"%s\" has a doubled, leading or trailing "
+			         "comma",
+			         k, list);
+			ok = 0;
+		} else if (ctl_parse_u32(tok, &t[k]) != 0) {
 			snprintf(err, errsz, "token %u (\"%s\") is not a whole number from 0 to %u",
 			         k, tok, UINT32_MAX);
-			free(t);
-			free(copy);
-			return -1;
+			ok = 0;
 		}
-		k++;
 	}
 	free(copy);
-	if (k == 0) {
-		snprintf(err, errsz, "no tokens given");
+	if (!ok) {
 		free(t);
 		return -1;
 	}

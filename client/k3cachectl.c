@@ -19,7 +19,7 @@ static const char usage[] =
         "  verify                                 re-check every entry\n"
         "  models                                 the model specs stored\n"
         "  model add FILE.json                    store a model spec\n"
-        "  export KEY -o FILE                     an entry to a snapshot file\n"
+        "  export KEY -o FILE|-                   an entry to a snapshot file (-: stdout)\n"
         "  import FILE                            a snapshot file, validated like a publish\n"
         "\n"
         "Commands that need no daemon:\n"

@@ -1,38 +1,58 @@
 #include "units.h"
 
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <strings.h>
 
+/* A number as people write it: decimal digits, optionally a '.' and more
+ * digits, then optionally one of the suffixes, nothing else (no sign, space,
+ * exponent, hex, inf or nan). Exact: the fraction is scaled digit by digit in
+ * integers and what falls below 1 is dropped. */
 static int parse_scaled(const char *s, const char *const *suffixes, const uint64_t *scales,
                         size_t n, uint64_t *out)
 {
-	if (!s || !*s || *s == '-' || isspace((unsigned char)*s))
+	if (!s)
 		return -1;
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || !isfinite(v) || v < 0)
+	const char *p = s;
+	uint64_t whole = 0;
+	while (*p >= '0' && *p <= '9') {
+		unsigned d = (unsigned)(*p - '0');
+		if (whole > (UINT64_MAX - d) / 10)
+			return -1;
+		whole = whole * 10 + d;
+		p++;
+	}
+	if (p == s)
 		return -1;
-	while (*end == ' ')
-		end++;
+	const char *frac = NULL, *frac_end = NULL;
+	if (*p == '.') {
+		frac = ++p;
+		while (*p >= '0' && *p <= '9')
+			p++;
+		if (p == frac)
+			return -1;
+		frac_end = p;
+	}
 	uint64_t scale = 1;
-	if (*end) {
+	if (*p) {
 		size_t i;
 		for (i = 0; i < n; i++)
-			if (!strcasecmp(end, suffixes[i]))
+			if (!strcasecmp(p, suffixes[i]))
 				break;
 		if (i == n)
 			return -1;
 		scale = scales[i];
 	}
-	double total = v * (double)scale;
-	if (total >= 18446744073709551615.0)
+	if (whole > UINT64_MAX / scale)
 		return -1;
-	*out = (uint64_t)total;
+	uint64_t total = whole * scale;
+	/* floor(scale * 0.d1..dk), from the last digit: acc = (scale * d + acc) / 10
+	 * stays below scale, so nothing overflows for any scale < 2^60 */
+	uint64_t part = 0;
+	for (const char *q = frac_end; frac && q > frac; q--)
+		part = (scale * (uint64_t)(q[-1] - '0') + part) / 10;
+	if (part > UINT64_MAX - total)
+		return -1;
+	*out = total + part;
 	return 0;
 }
 
@@ -51,6 +71,23 @@ int units_parse_duration(const char *s, uint64_t *out)
 	static const char *const suf[] = {"s", "m", "h", "d", "sec", "min"};
 	static const uint64_t sc[] = {1, 60, 3600, 86400, 1, 60};
 	return parse_scaled(s, suf, sc, sizeof(sc) / sizeof(sc[0]), out);
+}
+
+int units_parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+	if (!s || !*s)
+		return -1;
+	uint64_t v = 0;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		unsigned d = (unsigned)(*p - '0');
+		if (d > max || v > (max - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
 }
 
 void units_format_size(uint64_t bytes, char *out, size_t outsz)

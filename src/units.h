@@ -6,12 +6,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bytes: a number with an optional K/M/G/T or KiB/MiB/GiB/TiB suffix (both
- * binary), case-insensitive. Returns 0, or -1 when s is not a size. */
+/* Bytes: decimal digits with an optional fraction ("1.5"), then an optional
+ * B, K/M/G/T, KB/MB/GB/TB or KiB/MiB/GiB/TiB suffix (all binary),
+ * case-insensitive, with no space, sign, exponent or hex; a fraction of a byte
+ * is dropped. Returns 0, or -1 when s is not a size or exceeds 2^64 - 1. */
 int units_parse_size(const char *s, uint64_t *out);
 
-/* Seconds: a number with an optional s/m/h/d suffix. Returns 0 or -1. */
+/* Seconds: the same syntax with an optional s/sec, m/min, h or d suffix.
+ * Returns 0 or -1. */
 int units_parse_duration(const char *s, uint64_t *out);
+
+/* A whole number: decimal digits only (no sign, space, fraction, exponent or
+ * hex), at most max. Returns 0, or -1 when s is anything else. */
+int units_parse_uint(const char *s, uint64_t max, uint64_t *out);
 
 /* "512 B", "1.4 GiB". */
 void units_format_size(uint64_t bytes, char *out, size_t outsz);

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "k3cache.h"
+#include "units.h"
 #include "worker_model.h"
 
 struct worker {
@@ -352,13 +353,45 @@ static int read_replies(const char *path, uint32_t **replies, size_t turns, uint
 			fclose(f);
 			return -1;
 		}
+		/* exactly max_new ids, one space apart, as this program writes them */
+		line[strcspn(line, "\n")] = '\0';
 		char *p = line;
-		for (uint32_t i = 0; i < max_new; i++)
-			replies[t][i] = (uint32_t)strtoul(p, &p, 10);
+		for (uint32_t i = 0; i < max_new; i++) {
+			char *next = strchr(p, ' ');
+			if (next)
+				*next++ = '\0';
+			uint64_t v;
+			/* a space after every id but the last */
+			if (units_parse_uint(p, UINT32_MAX, &v) != 0 ||
+			    (!next) != (i + 1 == max_new)) {
+				fclose(f);
+				return -1;
+			}
+			replies[t][i] = (uint32_t)v;
+			p = next;
+		}
 	}
 	fclose(f);
 	return 0;
 }
+
+/* A numeric flag's value: a whole decimal number from min to max, or -1
+ * after saying what the flag takes. */
+static int number_flag(const char *flag, const char *val, uint64_t min, uint64_t max, uint64_t *out)
+{
+	uint64_t v;
+	if (units_parse_uint(val, max, &v) == 0 && v >= min) {
+		*out = v;
+		return 0;
+	}
+	fprintf(stderr, "k3worker: %s takes a whole number from %llu to %llu, not \"%s\"\n", flag,
+	        (unsigned long long)min, (unsigned long long)max, val);
+	return -1;
+}
+
+/* The longest reply --max-new allows: a --replies line of that many ids
+ * (up to 11 bytes each) fits read_replies' 64 KiB line. */
+#define MAX_NEW_LIMIT 4096u
 
 static void usage(FILE *f)
 {
@@ -374,8 +407,8 @@ static void usage(FILE *f)
 	        "  --model tiny|twin  geometry (default tiny)\n"
 	        "  --seed N           weight seed (default 1): another seed is another model\n"
 	        "  --salt S           tenant salt\n"
-	        "  --chunk N          prefill chunk size (default 64)\n"
-	        "  --max-new N        reply length (default 8)\n"
+	        "  --chunk N          prefill chunk size (default 64; 0: the prompt at once)\n"
+	        "  --max-new N        reply length (default 8, at most 4096)\n"
 	        "  --turn K           run only turn K (1-based); earlier replies come from\n"
 	        "                     --replies FILE (this turn's reply is appended to it),\n"
 	        "                     or without it are regenerated quietly through the cache\n"
@@ -426,8 +459,7 @@ int main(int argc, char **argv)
 	struct worker w = {.salt = "", .chunk = 64, .max_new = 8};
 	/* --no-cache: the reference; it keeps no live state between turns either */
 	int no_cache = 0, c;
-	unsigned long turn = 0;
-	uint64_t seed = 1;
+	uint64_t turn = 0, seed = 1, num;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case O_SOCK:
@@ -441,22 +473,29 @@ int main(int argc, char **argv)
 			geom = optarg;
 			break;
 		case O_SEED:
-			seed = strtoull(optarg, NULL, 10);
+			if (number_flag("--seed", optarg, 0, UINT64_MAX, &seed))
+				return 2;
 			break;
 		case O_SALT:
 			w.salt = optarg;
 			break;
 		case O_CHUNK:
-			w.chunk = (uint32_t)strtoul(optarg, NULL, 10);
+			if (number_flag("--chunk", optarg, 0, UINT32_MAX, &num))
+				return 2;
+			w.chunk = (uint32_t)num;
 			break;
 		case O_MAXNEW:
-			w.max_new = (uint32_t)strtoul(optarg, NULL, 10);
+			if (number_flag("--max-new", optarg, 1, MAX_NEW_LIMIT, &num))
+				return 2;
+			w.max_new = (uint32_t)num;
 			break;
 		case O_CONV:
 			conv = optarg;
 			break;
 		case O_TURN:
-			turn = strtoul(optarg, NULL, 10);
+			/* 1-based; 0 stays "every turn", the default */
+			if (number_flag("--turn", optarg, 1, UINT32_MAX, &turn))
+				return 2;
 			break;
 		case O_REPLIES:
 			replies_path = optarg;
@@ -536,8 +575,11 @@ int main(int argc, char **argv)
 			replies[t] = calloc(w.max_new, sizeof(uint32_t));
 		if (turn && replies_path &&
 		    read_replies(replies_path, replies, lo, w.max_new) != 0) {
-			fprintf(stderr, "k3worker: %s lacks the replies of turns 1..%zu\n",
-			        replies_path, lo);
+			fprintf(stderr,
+			        "k3worker: %s lacks the replies of turns 1..%zu (a line of %u "
+			        "token "
+			        "ids each)\n",
+			        replies_path, lo, w.max_new);
 			rc = -1;
 		}
 		/* the state holds the longest transcript */

@@ -39,6 +39,14 @@ k3=$("$pub" "$sock" "$twin" N:20 "" 2)
 ok "k3pub keys" $([ ${#k1} = 64 ] && [ ${#k2} = 64 ]; echo $?)
 want=$("$ctl" key --model "$tiny" --tokens 1,2,3,4,5)
 ok "published key equals the contract key" $([ "$k1" = "$want" ]; echo $?)
+# the test helper's own token list: an empty item or junk publishes nothing
+for t in 1,,3 ,1 1, 1,x 1,-2 N: N:x N:0x10; do
+  "$pub" "$sock" "$tiny" "$t" >/dev/null 2>&1; rc=$?
+  ok "k3pub TOKENS '$t' is refused with exit 2 (rc $rc)" $([ $rc = 2 ]; echo $?)
+done
+"$pub" "$sock" "$tiny" 1,2 "" banana >/dev/null 2>&1; rc=$?
+ok "k3pub SEED banana is refused with exit 2 (rc $rc)" $([ $rc = 2 ]; echo $?)
+ok "and none of them published" $([ "$(c --json stat | json_num entries)" = 3 ]; echo $?)
 
 out=$(c ls)
 ok "ls lists 3 entries" $(grep -q '^3 entries, ' <<<"$out"; echo $?)
@@ -80,6 +88,36 @@ c export "${k2:0:10}" -o "$dir/k2b.snap" >/dev/null
 blob_bytes=$(c --json inspect "$k2" | json_num bytes)
 cmp <(tail -c "$blob_bytes" "$dir/k2.snap") <(tail -c "$blob_bytes" "$dir/k2b.snap")
 ok "export/import round trip is byte-identical" $?
+# -o - is stdout: the snapshot alone on stdout, no file named "-"
+mkdir "$dir/cwd"
+(cd "$dir/cwd" && c export "${k2:0:10}" -o - > "$dir/stdout.snap" 2> "$dir/stdout.err"); rc=$?
+ok "export -o - exits 0 (rc $rc)" $([ $rc = 0 ]; echo $?)
+ok "export -o - creates no file named -" $([ ! -e "$dir/cwd/-" ] && [ -z "$(ls -A "$dir/cwd")" ]; echo $?)
+cmp -s "$dir/stdout.snap" "$dir/k2b.snap"; ok "export -o - writes the same snapshot to stdout" $?
+ok "export -o - reports on stderr" $(grep -q "exported ${k2:0:16}" "$dir/stdout.err"; echo $?)
+(cd "$dir/cwd" && c --json export "${k2:0:10}" -o - > "$dir/stdout2.snap" 2>/dev/null)
+cmp -s "$dir/stdout2.snap" "$dir/k2b.snap"; ok "--json export -o - keeps stdout for the snapshot" $?
+# over an existing file: a new file renamed into place, never written in place
+mkdir "$dir/exp"
+printf 'old contents\n' > "$dir/old"
+cp "$dir/old" "$dir/exp/k2.snap"
+ln "$dir/exp/k2.snap" "$dir/exp-link"
+c export "${k2:0:10}" -o "$dir/exp/k2.snap" >/dev/null; ok "export over an existing file" $?
+cmp -s "$dir/exp/k2.snap" "$dir/k2b.snap"; ok "the target holds the new snapshot" $?
+ok "the old file was replaced, not rewritten (a hard link to it keeps the old contents)" \
+  $(cmp -s "$dir/exp-link" "$dir/old"; echo $?)
+ok "no temporary file is left" $([ "$(ls -A "$dir/exp")" = k2.snap ]; echo $?)
+# a write that fails half way (file size limit) leaves the old target whole
+# and no temporary file
+cp "$dir/old" "$dir/exp/k2.snap"
+out=$( (trap '' XFSZ; ulimit -f 64; c export "${k2:0:10}" -o "$dir/exp/k2.snap") 2>&1 ); rc=$?
+ok "export that cannot write exits 1, says the target was not changed (rc $rc: $out)" $([ $rc = 1 ] && grep -q "k2.snap was not changed" <<<"$out"; echo $?)
+ok "and leaves the old target as it was" $(cmp -s "$dir/exp/k2.snap" "$dir/old"; echo $?)
+ok "and no temporary file ($(ls -A "$dir/exp" | tr '\n' ' '))" $([ "$(ls -A "$dir/exp")" = k2.snap ]; echo $?)
+mkdir "$dir/exp/adir"; touch "$dir/exp/adir/x"
+c export "${k2:0:10}" -o "$dir/exp/adir" >/dev/null 2>&1; rc=$?
+ok "export onto a directory exits 1, leaves no temporary file (rc $rc)" $([ $rc = 1 ] && [ "$(ls -A "$dir/exp" | tr '\n' ' ')" = "adir k2.snap " ]; echo $?)
+c export "${k2:0:10}" -o "$dir/nonexistent/k2.snap" >/dev/null 2>&1; ok "export into a missing directory exits 1" $([ $? = 1 ]; echo $?)
 before=$(c --json stat | json_num entries)
 head -c 200000 "$dir/k2.snap" > "$dir/trunc.snap"
 out=$(c import "$dir/trunc.snap" 2>&1); rc=$?
@@ -120,7 +158,23 @@ c evict "${k3:0:12}" >/dev/null 2>&1; ok "evict of a missing key exits 4" $([ $?
 c evict --all --idle 1h >/dev/null 2>&1; ok "two selectors: usage error" $([ $? = 2 ]; echo $?)
 "$pub" "$sock" "$tiny" 9,9,9 >/dev/null
 out=$(c evict --to-size 1K); ok "evict --to-size keeps the small one" $(grep -q "evicted ${k2:0:16}" <<<"$out" && [ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
-out=$(c evict --all </dev/null); ok "evict --all (no terminal: no prompt)" $(grep -q 'evicted 1 entry' <<<"$out"; echo $?)
+out=$(c evict --all </dev/null 2>&1); rc=$?
+ok "evict --all without a terminal and --yes: exit 2, says add --yes (rc $rc: $out)" $([ $rc = 2 ] && grep -q -- 'add --yes' <<<"$out"; echo $?)
+ok "and evicted nothing" $([ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
+echo yes | c evict --all >/dev/null 2>&1; rc=$?
+ok "a piped 'yes' is no confirmation (rc $rc)" $([ $rc = 2 ] && [ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
+out=$(c evict --all --dry-run </dev/null); ok "evict --all --dry-run needs no --yes" $(grep -q 'would evict 1 entry' <<<"$out"; echo $?)
+# on a terminal it asks (script(1) gives it one)
+if script -qec true /dev/null >/dev/null 2>&1; then
+  out=$(printf 'no\n' | script -qec "'$ctl' --socket '$sock' evict --all" /dev/null 2>&1)
+  ok "evict --all on a terminal asks, and 'no' evicts nothing ($out)" $(grep -q "Type 'yes'" <<<"$out" && grep -q 'nothing evicted' <<<"$out" && [ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
+  out=$(printf 'yes\n' | script -qec "'$ctl' --socket '$sock' evict --all" /dev/null 2>&1)
+  ok "evict --all on a terminal, answered yes, evicts" $(grep -q 'evicted 1 entry' <<<"$out" && [ "$(c --json stat | json_num entries)" = 0 ]; echo $?)
+  "$pub" "$sock" "$tiny" 9,9,9 >/dev/null
+else
+  echo "SKIP: no script(1): the terminal prompt is not tested"
+fi
+out=$(c evict --all --yes </dev/null); ok "evict --all --yes (no terminal)" $(grep -q 'evicted 1 entry' <<<"$out"; echo $?)
 
 # ---- an ambiguous prefix -----------------------------------------------------
 "$pub" "$sock" "$tiny" collide > "$dir/collide"
@@ -138,7 +192,7 @@ k4=$("$ctl" key --model "$twin" --tokens "$(seq -s, 1 33)")
 out=$("$ctl" --db "$dir/db" inspect "${k4:0:8}"); ok "--db inspect verifies" $([ "$(grep -c ' yes$' <<<"$out")" = 8 ]; echo $?)
 out=$("$ctl" --db "$dir/db" models); ok "--db models" $(grep -q '^2 models' <<<"$out"; echo $?)
 "$ctl" --db "$dir/db" export "${k4:0:8}" -o "$dir/k4.snap" >/dev/null; ok "--db export" $?
-"$ctl" --db "$dir/db" evict --all >/dev/null 2>&1; ok "--db evict refuses (read-only)" $([ $? = 1 ]; echo $?)
+"$ctl" --db "$dir/db" evict --all --yes >/dev/null 2>&1; ok "--db evict refuses (read-only)" $([ $? = 1 ]; echo $?)
 "$ctl" --db "$dir/nonexistent" ls >/dev/null 2>&1; ok "--db of a missing store exits 1" $([ $? = 1 ]; echo $?)
 
 # ---- unreachable daemon ------------------------------------------------------

@@ -25,12 +25,20 @@ int main(void)
 	return 0;
 }
 EOC
-flags=$(PKG_CONFIG_PATH=$dir/prefix/lib/pkgconfig pkg-config --cflags --libs --static k3cache)
-ok "pkg-config knows k3cache" $?
 # a sanitized build installs sanitized libraries: link the same way
 san=
 grep -q '^K3_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" && san="-fsanitize=address,undefined"
-cc $san "$dir/use.c" $flags -o "$dir/use"; ok "a program builds against the installed library" $?
-[ "$("$dir/use")" = "1 1" ]; ok "and runs" $?
+# the libraries are static archives only: a plain `pkg-config --libs` (what
+# a program's build runs) must name their dependencies too, not just --static
+for mode in dynamic static; do
+  static=
+  [ $mode = static ] && static=--static
+  flags=$(PKG_CONFIG_PATH=$dir/prefix/lib/pkgconfig pkg-config --cflags --libs $static k3cache)
+  ok "pkg-config --libs $static knows k3cache" $?
+  rm -f "$dir/use"
+  cc $san "$dir/use.c" $flags -o "$dir/use"
+  ok "a program builds against the installed library ($mode pkg-config)" $?
+  [ "$("$dir/use")" = "1 1" ]; ok "and runs ($mode pkg-config)" $?
+done
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

@@ -56,6 +56,38 @@ done < <(tr "\t" "\037" < "$shared/models/FINGERPRINTS.tsv")
 "$ctl" blob >/dev/null 2>&1; [ $? = 2 ]; check "blob without FILE is a usage error" $?
 "$ctl" nosuch >/dev/null 2>&1; [ $? = 2 ]; check "unknown command is a usage error" $?
 "$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens 1,x >/dev/null 2>&1; [ $? = 2 ]; check "bad token list" $?
+# sizes and durations: decimal with an optional fraction and unit, nothing
+# else (refused before any daemon is asked, so these need none)
+for s in 0x10KiB 1e3 inf nan " 1K" -1K +1K 1.5.5G "1 K"; do
+  err=$("$ctl" --socket /nonexistent/k3.sock evict --to-size "$s" 2>&1 >/dev/null); rc=$?
+  [ $rc = 2 ] && grep -q -- '--to-size takes a size' <<<"$err"; check "evict --to-size '$s' is a usage error (rc $rc)" $?
+done
+for s in 1e3 0x10 inf " 1h" 1.h; do
+  "$ctl" --socket /nonexistent/k3.sock evict --idle "$s" >/dev/null 2>&1; rc=$?
+  [ $rc = 2 ]; check "evict --idle '$s' is a usage error (rc $rc)" $?
+done
+"$ctl" --socket /nonexistent/k3.sock evict --to-size 1.5GiB >/dev/null 2>&1
+[ $? = 3 ]; check "evict --to-size 1.5GiB is a size (then: no daemon)" $?
+# whole-number flags: digits only (no space, sign, fraction or hex)
+blob=$shared/vectors/blobs/sem_ok_kda_layer0.bin
+for v in " 1" "1 " +1 -1 1.0 0x1 1e0 x ""; do
+  err=$("$ctl" blob "$blob" --layer "$v" 2>&1 >/dev/null); rc=$?
+  [ $rc = 2 ] && grep -q -- '--layer takes a whole number' <<<"$err"; check "blob --layer '$v' is a usage error (rc $rc)" $?
+  "$ctl" --socket /nonexistent/k3.sock ls --limit "$v" >/dev/null 2>&1; rc=$?
+  [ $rc = 2 ]; check "ls --limit '$v' is a usage error (rc $rc)" $?
+  "$ctl" --socket /nonexistent/k3.sock inspect 0123456789abcdef --layer "$v" >/dev/null 2>&1; rc=$?
+  [ $rc = 2 ]; check "inspect --layer '$v' is a usage error (rc $rc)" $?
+done
+"$ctl" blob "$blob" --prefix-len 4294967296 >/dev/null 2>&1; [ $? = 2 ]; check "blob --prefix-len past u32 is a usage error" $?
+# token lists: an empty item (doubled, leading or trailing comma) is refused,
+# not skipped (1,,3 used to give the key of 1,3)
+for t in 1,,3 ,1,2 1,2, , ,, 1,2,,; do
+  out=$("$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens "$t" 2>&1); rc=$?
+  [ $rc = 2 ] && grep -q 'empty' <<<"$out" && ! grep -q '^[0-9a-f]\{64\}$' <<<"$out"
+  check "key --tokens '$t' is a usage error naming the empty item (rc $rc: $out)" $?
+done
+"$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens "" >/dev/null 2>&1; [ $? = 2 ]; check "key --tokens '' is a usage error" $?
+"$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens "1, 2" >/dev/null 2>&1; [ $? = 2 ]; check "key --tokens '1, 2' is a usage error" $?
 "$ctl" blob /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing blob file" $?
 "$ctl" model fingerprint /nonexistent >/dev/null 2>&1; [ $? = 1 ]; check "missing spec" $?
 "$ctl" --help | grep -q 'usage: k3cachectl'; check "--help" $?

@@ -11,6 +11,7 @@
 #include "k3cache.h"
 #include "model.h"
 #include "prefix.h"
+#include "units.h"
 
 /* Publishes deterministic blobs for tokens; prints the key. Returns 0 or 1. */
 static int publish_one(const char *sock, const struct model_spec *m, const uint32_t *tokens,
@@ -93,6 +94,37 @@ static int find_collision(const struct model_spec *m, uint32_t *a, uint32_t *b)
 	return *a ? 0 : -1;
 }
 
+/* "1,2,3": every item a whole number, none empty. Returns 0, or -1 after
+ * saying why. */
+static int parse_tokens(const char *list, uint32_t *tokens, uint32_t cap, uint32_t *n)
+{
+	*n = 0;
+	for (const char *p = list;; p++) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		char item[32];
+		uint64_t v;
+		if (len == 0 || len >= sizeof(item) || *n == cap) {
+			fprintf(stderr, "k3pub: TOKENS \"%s\": item %u is %s\n", list, *n,
+			        len == 0    ? "empty"
+			        : *n == cap ? "one too many"
+			                    : "too long");
+			return -1;
+		}
+		memcpy(item, p, len);
+		item[len] = '\0';
+		if (units_parse_uint(item, UINT32_MAX, &v) != 0) {
+			fprintf(stderr, "k3pub: TOKENS \"%s\": item %u (\"%s\") is not a u32\n",
+			        list, *n, item);
+			return -1;
+		}
+		tokens[(*n)++] = (uint32_t)v;
+		if (!end)
+			return 0;
+		p = end;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
@@ -121,21 +153,32 @@ int main(int argc, char **argv)
 		model_free(m);
 		return rc;
 	}
+	uint64_t v;
 	if (!strncmp(argv[3], "N:", 2)) {
-		n = (uint32_t)strtoul(argv[3] + 2, NULL, 10);
-		if (n > 65536)
-			n = 65536;
-		for (uint32_t i = 0; i < n && i < 65536; i++)
-			tokens[i] = i + 1;
-	} else {
-		for (char *p = argv[3]; *p && n < 65536;) {
-			tokens[n++] = (uint32_t)strtoul(p, &p, 10);
-			if (*p == ',')
-				p++;
+		if (units_parse_uint(argv[3] + 2, 65536, &v) != 0 || v == 0) {
+			fprintf(stderr,
+			        "k3pub: N:COUNT takes a COUNT from 1 to 65536, not \"%s\"\n",
+			        argv[3] + 2);
+			model_free(m);
+			return 2;
 		}
+		n = (uint32_t)v;
+		for (uint32_t i = 0; i < n; i++)
+			tokens[i] = i + 1;
+	} else if (parse_tokens(argv[3], tokens, 65536, &n) != 0) {
+		model_free(m);
+		return 2;
 	}
 	const char *salt = argc > 4 ? argv[4] : "";
-	uint32_t seed = argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 10) : 1;
+	uint32_t seed = 1;
+	if (argc > 5) {
+		if (units_parse_uint(argv[5], UINT32_MAX, &v) != 0) {
+			fprintf(stderr, "k3pub: SEED takes a whole number, not \"%s\"\n", argv[5]);
+			model_free(m);
+			return 2;
+		}
+		seed = (uint32_t)v;
+	}
 	rc = publish_one(argv[1], m, tokens, n, salt, seed);
 	model_free(m);
 	return rc;

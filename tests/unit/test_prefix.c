@@ -11,14 +11,22 @@
 #include "model.h"
 #include "prefix.h"
 #include "testutil.h"
+#include "units.h"
 
+/* A fixture's "1,2,3": every item a u32, none empty (a malformed row fails
+ * the test instead of being read as other tokens). */
 static uint32_t parse_tokens(char *list, uint32_t *out, uint32_t cap)
 {
 	uint32_t n = 0;
-	char *save = NULL;
-	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+	for (char *t = list, *next; t; t = next) {
+		next = strchr(t, ',');
+		if (next)
+			*next++ = '\0';
+		uint64_t v;
+		if (units_parse_uint(t, UINT32_MAX, &v) != 0)
+			fail_msg("fixture token %u (\"%s\") is not a u32", n, t);
 		assert_true(n < cap);
-		out[n++] = (uint32_t)strtoul(t, NULL, 10);
+		out[n++] = (uint32_t)v;
 	}
 	return n;
 }
