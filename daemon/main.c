@@ -68,13 +68,11 @@ static int bad(const char *flag, const char *val, const char *want)
  * size that must not wrap around 2^64. */
 #define MAX_CAPACITY (UINT64_C(1) << 60)
 
-/* A whole number from lo to hi, digits only. 0 or -1. */
+/* A whole number from lo to hi, digits only (units_parse_uint). 0 or -1. */
 static int parse_count(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
-	if (!*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 10)
-		return -1;
-	uint64_t v = strtoull(s, NULL, 10);
-	if (v < lo || v > hi)
+	uint64_t v;
+	if (units_parse_uint(s, hi, &v) != 0 || v < lo)
 		return -1;
 	*out = v;
 	return 0;
