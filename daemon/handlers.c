@@ -105,7 +105,8 @@ static void restore_failed(struct k3d_conn *c, const uint8_t *key, struct status
 	if (st->code == STATUS_CORRUPT) {
 		k3d_writer_quarantine(c->srv->writer, key);
 		size_t n = strlen(st->message);
-		snprintf(st->message + n, sizeof(st->message) - n, "; it is being quarantined");
+		snprintf(st->message + n, sizeof(st->message) - n,
+		         "; the daemon takes the entry out of service");
 	}
 	k3d_conn_error(c, c->req->id, st);
 }

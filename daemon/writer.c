@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "hexutil.h"
 #include "service.h"
 
 #define BATCH_MAX 64
@@ -128,6 +129,23 @@ static void progress_streams(struct k3d_writer *w, int stopping)
 	}
 }
 
+/* A damaged entry a restore found on the loop thread, taken out of service. */
+static void quarantine(struct store *s, const uint8_t *key)
+{
+	char hex[2 * STORE_KEY_LEN + 1];
+	hexutil_encode(key, STORE_KEY_LEN, hex);
+	switch (store_quarantine(s, key)) {
+	case STORE_QUARANTINE_FLAGGED:
+		k3d_log(K3D_LOG_WARN, "entry %.16s quarantined: a restore found it damaged", hex);
+		break;
+	case STORE_QUARANTINE_REMOVED:
+		k3d_log(K3D_LOG_WARN, "entry %.16s removed: its record cannot be read", hex);
+		break;
+	default:
+		break; /* gone, or quarantined already */
+	}
+}
+
 static void *writer_main(void *arg)
 {
 	struct k3d_writer *w = arg;
@@ -187,7 +205,7 @@ static void *writer_main(void *arg)
 		else if (batch[0]->chore == K3D_CHORE_VERIFY)
 			store_snapshot_verify(batch[0]->stream->snap, &batch[0]->st);
 		else if (batch[0]->chore == K3D_CHORE_QUARANTINE)
-			store_quarantine(w->srv->store, batch[0]->key);
+			quarantine(w->srv->store, batch[0]->key);
 		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			run_publishes(w->srv, batch, n);
 		else

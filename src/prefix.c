@@ -38,30 +38,11 @@ int prefix_key(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
 	return ok ? 0 : -1;
 }
 
-static unsigned truncate_bits;
-
-void prefix_test_truncate_node_hash(unsigned bits)
-{
-	truncate_bits = bits;
-}
-
 static void put_hash(XXH128_hash_t h, uint8_t out[PREFIX_NODE_LEN])
 {
 	XXH128_canonical_t c;
 	XXH128_canonicalFromHash(&c, h);
 	memcpy(out, c.digest, PREFIX_NODE_LEN);
-	if (truncate_bits) {
-		/* keep the last `truncate_bits` bits; zero the rest */
-		unsigned keep = truncate_bits;
-		for (int i = PREFIX_NODE_LEN - 1; i >= 0; i--) {
-			if (keep >= 8) {
-				keep -= 8;
-				continue;
-			}
-			out[i] &= (uint8_t)((1u << keep) - 1u);
-			keep = 0;
-		}
-	}
 }
 
 uint32_t prefix_block_hashes(const uint8_t fingerprint[32], const void *salt, size_t salt_len,

@@ -33,8 +33,4 @@ int prefix_key(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
 uint32_t prefix_block_hashes(const uint8_t fingerprint[32], const void *salt, size_t salt_len,
                              const uint32_t *tokens, uint32_t n, uint8_t (*out)[PREFIX_NODE_LEN]);
 
-/* Test-only: keep only the low `bits` bits of every node hash (0 restores full
- * hashes), to force collisions. */
-void prefix_test_truncate_node_hash(unsigned bits);
-
 #endif

@@ -169,6 +169,28 @@ static enum status_code check_format(struct store *s, MDB_txn *txn, struct statu
 	return STATUS_OK;
 }
 
+/* Opens the named databases, checks the format and reads the LRU clock. */
+static enum status_code open_tables(struct store *s, MDB_txn *txn, struct status *st)
+{
+	int rc = open_dbs(s, txn, s->opt.read_only ? 0 : MDB_CREATE);
+	if (rc)
+		return rc == MDB_NOTFOUND
+		               ? status_set(st, STATUS_INVALID, "%s: not a k3cache store", s->dir)
+		               : store_mdb_error(st, rc, "opening the databases");
+	enum status_code code = check_format(s, txn, st);
+	if (code != STATUS_OK)
+		return code;
+	rc = mdb_dbi_open(txn, "pending", s->opt.read_only ? 0 : MDB_CREATE, &s->pending);
+	s->has_pending = rc == 0;
+	if (rc && rc != MDB_NOTFOUND)
+		return store_mdb_error(st, rc, "opening the databases");
+	struct store_totals t;
+	if ((rc = store_totals_get(s, txn, &t)) != 0)
+		return store_mdb_error(st, rc, "reading the totals");
+	atomic_store(&s->lru_clock, t.lru_clock);
+	return STATUS_OK;
+}
+
 enum status_code store_open(const char *dir, const struct store_options *opt, struct store **out,
                             struct status *st)
 {
@@ -227,38 +249,17 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 	mdb_reader_check(s->env, &dead);
 
 	MDB_txn *txn;
-	if ((rc = mdb_txn_begin(s->env, NULL, s->opt.read_only ? MDB_RDONLY : 0, &txn)) != 0) {
+	rc = s->opt.read_only ? mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)
+	                      : store_txn_write(s, &txn);
+	if (rc) {
 		code = store_mdb_error(st, rc, "opening the store");
 		goto fail;
 	}
-	if ((rc = open_dbs(s, txn, s->opt.read_only ? 0 : MDB_CREATE)) != 0) {
-		mdb_txn_abort(txn);
-		code = rc == MDB_NOTFOUND
-		               ? status_set(st, STATUS_INVALID, "%s: not a k3cache store", dir)
-		               : store_mdb_error(st, rc, "opening the databases");
-		goto fail;
-	}
-	if ((code = check_format(s, txn, st)) != STATUS_OK) {
-		mdb_txn_abort(txn);
-		goto fail;
-	}
-	rc = mdb_dbi_open(txn, "pending", s->opt.read_only ? 0 : MDB_CREATE, &s->pending);
-	s->has_pending = rc == 0;
-	if (rc && rc != MDB_NOTFOUND) {
-		mdb_txn_abort(txn);
-		code = store_mdb_error(st, rc, "opening the databases");
-		goto fail;
-	}
-
-	struct store_totals t;
-	if ((rc = store_totals_get(s, txn, &t)) != 0) {
-		mdb_txn_abort(txn);
-		code = store_mdb_error(st, rc, "reading the totals");
-		goto fail;
-	}
-	atomic_store(&s->lru_clock, t.lru_clock);
-	if ((rc = mdb_txn_commit(txn)) != 0) {
-		code = store_mdb_error(st, rc, "opening the store");
+	code = open_tables(s, txn, st);
+	/* a read-only transaction ends by commit as well */
+	if ((rc = store_txn_end(txn, code ? STORE_TXN_NOTHING : 0)) != 0) {
+		if (!code)
+			code = store_mdb_error(st, rc, "opening the store");
 		goto fail;
 	}
 	/* Unfinished staged publishes of dead processes: best effort, in a
@@ -577,23 +578,33 @@ enum status_code store_flush(struct store *s, struct status *st)
 	return rc ? store_mdb_error(st, rc, "flush") : STATUS_OK;
 }
 
-void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN])
+enum store_quarantine_result store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN])
 {
 	if (s->opt.read_only)
-		return;
-	atomic_fetch_add(&s->quarantined, 1);
+		return STORE_QUARANTINE_NONE;
 	MDB_txn *txn;
 	if (store_txn_write(s, &txn))
-		return;
+		return STORE_QUARANTINE_NONE;
+	enum store_quarantine_result done = STORE_QUARANTINE_FLAGGED;
 	struct store_record r;
 	int rc = store_read_record(s, txn, key, &r);
-	if (rc == 0 && (r.flags & STORE_FLAG_QUARANTINED))
+	if (rc == -1) {
+		/* the record itself is damaged: there is no flag to set */
+		struct store_totals t;
+		done = STORE_QUARANTINE_REMOVED;
+		if (!(rc = store_totals_get(s, txn, &t)) &&
+		    !(rc = store_delete_damaged(s, txn, key, &t)))
+			rc = store_totals_put(s, txn, &t);
+	} else if (rc == 0 && (r.flags & STORE_FLAG_QUARANTINED)) {
 		rc = STORE_TXN_NOTHING;
-	if (rc == 0) {
+	} else if (rc == 0) {
 		r.flags |= STORE_FLAG_QUARANTINED;
 		rc = rewrite_record(s, txn, &r);
 	}
-	store_txn_end(txn, rc);
+	if (store_txn_end(txn, rc) != 0)
+		return STORE_QUARANTINE_NONE;
+	atomic_fetch_add(&s->quarantined, 1);
+	return done;
 }
 
 /* ---- delete --------------------------------------------------------------- */
@@ -704,18 +715,60 @@ int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record 
 	return 0;
 }
 
+int store_chunk_bytes(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes)
+{
+	*bytes = 0;
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->chunks, &cur);
+	if (rc)
+		return rc;
+	unsigned char ck[STORE_CHUNK_KEY_LEN] = {0};
+	memcpy(ck, key, STORE_KEY_LEN);
+	MDB_val k = {sizeof(ck), ck}, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	     rc == 0 && k.mv_size >= STORE_KEY_LEN && !memcmp(k.mv_data, key, STORE_KEY_LEN);
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+		*bytes += v.mv_size > 8 ? v.mv_size - 8 : 0;
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+/* The bytes of every entry: its record's count, or for a record that does
+ * not decode, the bytes of the chunks stored under its key. */
+static int recount_bytes(struct store *s, MDB_txn *txn, uint64_t *bytes)
+{
+	*bytes = 0;
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->entries, &cur);
+	if (rc)
+		return rc;
+	MDB_val k, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct store_record r;
+		uint64_t b = 0;
+		if (store_record_decode(v.mv_data, v.mv_size, &r) == 0)
+			b = r.bytes;
+		else if (k.mv_size == STORE_KEY_LEN &&
+		         (rc = store_chunk_bytes(s, txn, k.mv_data, &b)) != 0)
+			break;
+		*bytes += b;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 int store_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key,
                          struct store_totals *totals)
 {
 	MDB_val k = {STORE_KEY_LEN, (void *)key};
-	uint64_t bytes = 0;
-	int rc = store_delete_chunks(s, txn, key, &bytes);
+	int rc = store_delete_chunks(s, txn, key, NULL);
 	if (!rc && (rc = mdb_del(txn, s->tokens, &k, NULL)) == MDB_NOTFOUND)
 		rc = 0;
 	if (!rc && (rc = mdb_del(txn, s->entries, &k, NULL)) == MDB_NOTFOUND)
 		rc = 0;
 	if (!rc && totals)
-		totals->bytes = totals->bytes >= bytes ? totals->bytes - bytes : 0;
+		rc = recount_bytes(s, txn, &totals->bytes);
 	return rc;
 }
 

@@ -231,12 +231,19 @@ void store_snapshot_release(struct store_snapshot *snap);
 enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN],
                                    unsigned flags, struct store_snapshot **out, struct status *st);
 
-/* Marks an entry quarantined: lookups and restores no longer serve it, and
- * a publish of the same snapshot replaces it. Takes a write transaction (it
- * waits for the writer lock): call it where a write may wait. Counted in
- * stats.quarantined. Nothing happens when the store is read-only or the entry
- * is gone. */
-void store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN]);
+/* Takes a damaged entry out of service: marks it quarantined (lookups and
+ * restores no longer serve it, and a publish of the same snapshot replaces
+ * it), or, when its record itself cannot be read (so there is no flag to
+ * set), removes it. Takes a write transaction (it waits for the writer lock):
+ * call it where a write may wait. Each one done is counted in
+ * stats.quarantined. NONE when nothing was done: the store is read-only, the
+ * entry is gone or already quarantined, or the write failed. */
+enum store_quarantine_result {
+	STORE_QUARANTINE_NONE = 0,
+	STORE_QUARANTINE_FLAGGED,
+	STORE_QUARANTINE_REMOVED,
+};
+enum store_quarantine_result store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN]);
 
 /* Checks every chunk of a snapshot taken with STORE_RESTORE_DEFER; on a
  * mismatch the entry is quarantined and CORRUPT returned. */

@@ -170,6 +170,21 @@ static int keylist_add(struct keylist *l, const uint8_t *key)
 	return 0;
 }
 
+/* Sums what an eviction reports, and passes each report on. */
+struct tally {
+	void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx);
+	void *ctx;
+	uint64_t bytes;
+};
+
+static void tally_cb(const uint8_t *key, uint64_t bytes, void *ctx)
+{
+	struct tally *t = ctx;
+	t->bytes += bytes;
+	if (t->fn)
+		t->fn(key, bytes, t->ctx);
+}
+
 /* Collects the keys of entries matching the model / idle / all selector. */
 static int select_keys(struct store *s, MDB_txn *txn, const struct store_evict_req *req,
                        struct keylist *out)
@@ -217,19 +232,21 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 	if (s->opt.read_only && !req->dry_run)
 		return status_set(st, STATUS_UNSUPPORTED, "the store is open read-only");
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, s->opt.read_only ? MDB_RDONLY : 0, &txn);
+	int rc = s->opt.read_only ? mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)
+	                          : store_txn_write(s, &txn);
 	if (rc)
 		return store_mdb_error(st, rc, "evict");
-	struct store_totals t;
+	struct store_totals t, before;
 	if ((!s->opt.read_only && !req->dry_run && (rc = store_apply_touches(s, txn)) != 0) ||
-	    (rc = store_totals_get(s, txn, &t)) != 0) {
-		mdb_txn_abort(txn);
-		return store_mdb_error(st, rc, "evict");
-	}
+	    (rc = store_totals_get(s, txn, &t)) != 0)
+		return store_mdb_error(st, store_txn_end(txn, rc), "evict");
+	before = t;
+	enum status_code code = STATUS_OK;
 	if (req->to_bytes_set) {
-		rc = store_evict_lru(s, txn, &t, req->to_bytes, req->dry_run, fn, ctx,
+		struct tally tally = {fn, ctx, 0};
+		rc = store_evict_lru(s, txn, &t, req->to_bytes, req->dry_run, tally_cb, &tally,
 		                     &res->entries);
-		/* bytes freed: the difference, or for a dry run what would go */
+		res->bytes = tally.bytes; /* what goes (the totals are counted again) */
 	} else {
 		struct keylist keys = {0};
 		if (req->n_keys) {
@@ -244,15 +261,17 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 			if (got == MDB_NOTFOUND)
 				continue;
 			if (got == -1) { /* damaged: removed all the same */
-				uint64_t before = t.bytes;
+				uint64_t freed;
+				if ((rc = store_chunk_bytes(s, txn, keys.keys[i], &freed)) != 0)
+					break;
+				if (fn)
+					fn(keys.keys[i], freed, ctx);
+				res->entries++;
+				res->bytes += freed;
 				if (!req->dry_run) {
 					rc = store_delete_damaged(s, txn, keys.keys[i], &t);
 					atomic_fetch_add(&s->evictions, 1);
 				}
-				if (fn)
-					fn(keys.keys[i], before - t.bytes, ctx);
-				res->entries++;
-				res->bytes += before - t.bytes;
 				continue;
 			}
 			if (got) {
@@ -270,26 +289,18 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 		}
 		free(keys.keys);
 		if (!rc && req->n_keys && res->entries == 0) {
-			mdb_txn_abort(txn);
-			return status_set(st, STATUS_NOT_FOUND, "no such entry");
+			code = status_set(st, STATUS_NOT_FOUND, "no such entry");
+			rc = STORE_TXN_NOTHING;
 		}
 	}
-	if (rc) {
-		mdb_txn_abort(txn);
-		return store_mdb_error(st, rc, "evict");
-	}
-	if (req->dry_run) {
-		mdb_txn_abort(txn);
-		return STATUS_OK;
-	}
-	struct store_totals before;
-	if ((rc = store_totals_get(s, txn, &before)) == 0 && req->to_bytes_set)
-		res->bytes = before.bytes - t.bytes;
-	if (!rc)
+	if (!rc && req->dry_run)
+		rc = STORE_TXN_NOTHING; /* nothing is written */
+	if (!rc && (t.bytes != before.bytes || res->entries))
 		rc = store_totals_put(s, txn, &t);
-	if ((rc = store_txn_end(txn, rc)) != 0)
+	rc = store_txn_end(txn, rc);
+	if (rc && rc != STORE_TXN_NOTHING)
 		return store_mdb_error(st, rc, "evict");
-	return STATUS_OK;
+	return code;
 }
 
 /* ---- verify --------------------------------------------------------------- */
@@ -315,18 +326,30 @@ static const char *check_layers(const struct store_snapshot *snap, char *why, si
 	return NULL;
 }
 
+#define QUARANTINED_EARLIER                                                                        \
+	"the entry was quarantined earlier (found damaged); evict it, or publish it again"
+
 /* What verify does with a damaged entry, said to the operator. */
 static void quarantine_or_say(struct store *s, const uint8_t *key, char *why, size_t whysz)
 {
 	size_t n = strlen(why);
-	if (s->opt.read_only) {
-		snprintf(why + n, whysz - n,
-		         "; not quarantined (the store is open read-only): with the daemon "
-		         "running, k3cachectl verify quarantines it");
-		return;
-	}
-	store_quarantine(s, key);
-	snprintf(why + n, whysz - n, "; the entry is quarantined");
+	const char *done;
+	if (s->opt.read_only)
+		done = "; not quarantined (the store is open read-only): with the daemon running, "
+		       "k3cachectl verify quarantines it";
+	else
+		switch (store_quarantine(s, key)) {
+		case STORE_QUARANTINE_FLAGGED:
+			done = "; the entry is quarantined";
+			break;
+		case STORE_QUARANTINE_REMOVED:
+			done = "; the entry is removed (its record cannot be read)";
+			break;
+		default:
+			done = "; it could not be quarantined: evict it (k3cachectl evict KEY)";
+			break;
+		}
+	snprintf(why + n, whysz - n, "%s", done);
 }
 
 /* Whether an entry exists now, and is quarantined (a fresh read). */
@@ -360,7 +383,8 @@ enum status_code store_verify(struct store *s,
 	}
 	struct keylist keys = {0};
 	struct keylist bad = {0};
-	struct keylist held = {0}; /* quarantined before this verify */
+	struct keylist held = {0};       /* quarantined before this verify */
+	struct keylist unreadable = {0}; /* records that do not decode */
 	MDB_val k, v;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -369,10 +393,7 @@ enum status_code store_verify(struct store *s,
 			continue;
 		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0 ||
 		    memcmp(r.key, k.mv_data, STORE_KEY_LEN) != 0) {
-			(*checked)++;
-			(*damaged)++;
-			if (fn)
-				fn(k.mv_data, "the entry record is damaged", ctx);
+			keylist_add(&unreadable, k.mv_data);
 			continue;
 		}
 		MDB_val tv;
@@ -387,15 +408,19 @@ enum status_code store_verify(struct store *s,
 	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
 	char why[STATUS_MESSAGE_MAX];
+	for (size_t i = 0; i < unreadable.n; i++) {
+		(*checked)++;
+		(*damaged)++;
+		snprintf(why, sizeof(why), "the entry's record is damaged");
+		quarantine_or_say(s, unreadable.keys[i], why, sizeof(why));
+		if (fn)
+			fn(unreadable.keys[i], why, ctx);
+	}
 	for (size_t i = 0; i < held.n; i++) {
 		(*checked)++;
 		(*damaged)++;
 		if (fn)
-			fn(held.keys[i],
-			   "the entry was quarantined earlier (found damaged); evict it, or "
-			   "publish "
-			   "it again",
-			   ctx);
+			fn(held.keys[i], QUARANTINED_EARLIER, ctx);
 	}
 	for (size_t i = 0; i < bad.n; i++) {
 		(*checked)++;
@@ -452,5 +477,6 @@ enum status_code store_verify(struct store *s,
 	free(keys.keys);
 	free(bad.keys);
 	free(held.keys);
+	free(unreadable.keys);
 	return STATUS_OK;
 }

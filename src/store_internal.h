@@ -121,10 +121,14 @@ int store_delete_chunks(struct store *s, MDB_txn *txn, const uint8_t *key, uint6
 int store_delete_entry(struct store *s, MDB_txn *txn, const struct store_record *r,
                        struct store_totals *totals);
 
-/* Deletes an entry whose record cannot be decoded (so its prefix-index rows
- * cannot be found): the record, its tokens and its chunks, and subtracts the
- * chunks' data bytes from *totals. Its node counts and attach row stay: they
- * only locate candidates, and a lookup confirms each one against a record. */
+/* The data bytes of the chunks stored under key (what deleting them frees). */
+int store_chunk_bytes(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes);
+
+/* Deletes an entry whose record cannot be decoded (so neither its size nor
+ * its prefix-index rows can be known): the record, its tokens and its chunks.
+ * Then sets totals->bytes again from the records that decode, so no byte of
+ * the damaged entry stays counted. Its node counts and attach row stay: they
+ * only locate candidates, and a lookup confirms each against a record. */
 int store_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key,
                          struct store_totals *totals);
 

@@ -283,18 +283,21 @@ int store_evict_lru(struct store *s, MDB_txn *txn, struct store_totals *totals, 
 		                   store_read_record(s, txn, key, &r))
 		                : MDB_NOTFOUND;
 		if (got == -1) { /* damaged: removed all the same, so eviction goes on */
-			uint64_t before = totals->bytes;
-			if (dry_run)
+			uint64_t freed;
+			if ((rc = store_chunk_bytes(s, txn, key, &freed)) != 0)
+				break;
+			if (fn)
+				fn(key, freed, ctx);
+			if (n_evicted)
+				(*n_evicted)++;
+			if (dry_run) {
+				bytes = bytes >= freed ? bytes - freed : 0;
 				continue;
+			}
 			if ((rc = store_delete_damaged(s, txn, key, totals)) != 0 ||
 			    (rc = mdb_cursor_del(cur, 0)) != 0)
 				break;
-			bytes = bytes >= before - totals->bytes ? bytes - (before - totals->bytes)
-			                                        : 0;
-			if (fn)
-				fn(key, before - totals->bytes, ctx);
-			if (n_evicted)
-				(*n_evicted)++;
+			bytes = totals->bytes; /* counted again from the records */
 			atomic_fetch_add(&s->evictions, 1);
 			continue;
 		}

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 #include <openssl/crypto.h>
 
+#include "hashwrap.h"
 #include "hexutil.h"
 #include "model.h"
 #include "prefix.h"
@@ -23,7 +24,7 @@ static uint32_t parse_tokens(char *list, uint32_t *out, uint32_t cap)
 		if (next)
 			*next++ = '\0';
 		uint64_t v;
-		if (units_parse_uint(t, UINT32_MAX, &v) != 0)
+		if (units_parse_uint(t, 0, UINT32_MAX, &v) != 0)
 			fail_msg("fixture token %u (\"%s\") is not a u32", n, t);
 		assert_true(n < cap);
 		out[n++] = (uint32_t)v;
@@ -84,15 +85,15 @@ static void test_block_hashes_chain(void **state)
 	assert_memory_not_equal(ha[0], hs[0], PREFIX_NODE_LEN);
 }
 
-static void test_truncation_hook(void **state)
+static void test_truncated_hashes_collide(void **state)
 {
 	(void)state;
 	uint8_t fp[32] = {0};
 	uint32_t a[16] = {0};
 	uint8_t h[2][PREFIX_NODE_LEN];
-	prefix_test_truncate_node_hash(16);
+	hashwrap_truncate(16);
 	prefix_block_hashes(fp, "", 0, a, 16, h);
-	prefix_test_truncate_node_hash(0);
+	hashwrap_truncate(0);
 	for (int d = 0; d < 2; d++)
 		for (int i = 0; i < PREFIX_NODE_LEN - 2; i++)
 			assert_int_equal(h[d][i], 0);
@@ -151,7 +152,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_keys_match_fixture),
 	        cmocka_unit_test(test_block_hashes_chain),
-	        cmocka_unit_test(test_truncation_hook),
+	        cmocka_unit_test(test_truncated_hashes_collide),
 	        cmocka_unit_test(test_out_of_memory_is_an_error),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

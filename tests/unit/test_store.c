@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hashwrap.h"
 #include "prefix.h"
 #include "store_internal.h" /* STORE_CHUNK_DATA */
 #include "storeutil.h"
@@ -603,7 +604,7 @@ static int next_rand(uint32_t *x)
  * token comparison must still keep every answer exact. */
 static void check_collisions(struct fixture *f, unsigned bits)
 {
-	prefix_test_truncate_node_hash(bits);
+	hashwrap_truncate(bits);
 	uint32_t base[64];
 	seq(base, 64, 1);
 	const char *salts[] = {"", "x"};
@@ -639,7 +640,7 @@ static void check_collisions(struct fixture *f, unsigned bits)
 		assert_int_equal(info->salt_len, strlen(salts[si]));
 		store_entry_info_free(info);
 	}
-	prefix_test_truncate_node_hash(0);
+	hashwrap_truncate(0);
 }
 
 static void test_forced_collisions_16_bits(void **state)
@@ -1057,10 +1058,19 @@ static void test_deferred_restore_takes_no_write(void **state)
 	assert_int_equal(store_inspect(f->st, res.key, &info, NULL), STATUS_OK);
 	assert_false(info->quarantined);
 	store_entry_info_free(info);
-	store_quarantine(f->st, res.key);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	uint64_t q0 = stats.quarantined;
+	assert_int_equal(store_quarantine(f->st, res.key), STORE_QUARANTINE_FLAGGED);
 	assert_int_equal(store_inspect(f->st, res.key, &info, NULL), STATUS_OK);
 	assert_true(info->quarantined);
 	store_entry_info_free(info);
+	/* again, or of an entry that is gone: nothing done, nothing counted */
+	assert_int_equal(store_quarantine(f->st, res.key), STORE_QUARANTINE_NONE);
+	uint8_t gone[STORE_KEY_LEN] = {9};
+	assert_int_equal(store_quarantine(f->st, gone), STORE_QUARANTINE_NONE);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.quarantined, q0 + 1);
 	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_NOT_FOUND);
 	model_free(big);
 }
@@ -1192,17 +1202,49 @@ static void test_damaged_records_do_not_jam_eviction(void **state)
 	assert_int_equal(stats.evictions, 2);
 	/* an explicit evict of a damaged entry */
 	damage_record(f, res[3].key, 4096, 0);
-	struct store_evict_req req = {.keys = (const uint8_t(*)[STORE_KEY_LEN])res[3].key,
-	                              .n_keys = 1};
+	struct store_evict_req req = {
+	        .keys = (const uint8_t(*)[STORE_KEY_LEN])res[3].key, .n_keys = 1, .dry_run = 1};
 	struct store_evict_res er;
 	struct status st;
 	assert_int_equal(store_evict(f->st, &req, NULL, NULL, &er, &st), STATUS_OK);
 	assert_int_equal(er.entries, 1);
+	assert_int_equal(er.bytes, one); /* its chunks' bytes, as the real run frees */
+	req.dry_run = 0;
+	assert_int_equal(store_evict(f->st, &req, NULL, NULL, &er, &st), STATUS_OK);
+	assert_int_equal(er.entries, 1);
+	assert_int_equal(er.bytes, one);
 	assert_int_equal(store_inspect(f->st, res[3].key, &info, NULL), STATUS_NOT_FOUND);
 	assert_int_equal(stored_chunks(f, res[3].key), 0);
 	store_get_stats(f->st, &stats, NULL);
 	assert_int_equal(stats.entries, 2);
 	assert_int_equal(stats.bytes, one * 2);
+	/* a damaged record whose chunk is gone too: its size is known nowhere,
+	 * and evict --all leaves no byte of it counted */
+	damage_record(f, res[4].key, 0, 60);
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	unsigned char ck[STORE_CHUNK_KEY_LEN] = {0};
+	memcpy(ck, res[4].key, STORE_KEY_LEN);
+	MDB_val ckv = {sizeof(ck), ck};
+	assert_int_equal(mdb_del(txn, f->st->chunks, &ckv, NULL), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	/* verify takes an unreadable record out of service: it removes it */
+	char why[STATUS_MESSAGE_MAX] = "";
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, why_cb, why, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(damaged, 1);
+	assert_non_null(strstr(why, "record is damaged; the entry is removed"));
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 1);
+	assert_int_equal(stats.bytes, one);
+	damage_record(f, res[2].key, 0, 60);
+	struct store_evict_req all = {.all = 1};
+	assert_int_equal(store_evict(f->st, &all, NULL, NULL, &er, &st), STATUS_OK);
+	assert_int_equal(er.entries, 1);
+	assert_int_equal(er.bytes, one);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 0);
+	assert_int_equal(stats.bytes, 0);
 }
 
 /* A map far smaller than the capacity fills up; publishes keep succeeding by

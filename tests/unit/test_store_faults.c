@@ -304,7 +304,8 @@ static void sweep(struct fixture *f, const struct op *op, int commits)
 		assert_int_equal(publish(f, f->m, NULL), STATUS_OK);
 	}
 	printf("%s: %d %s\n", op->name, n - 1, commits ? "commits" : "puts");
-	assert_true(n > 1); /* the op wrote something */
+	assert_true(n > 1);   /* the op wrote something */
+	assert_true(n < 200); /* and a run without a fault was checked */
 }
 
 static const struct op ops[] = {
