@@ -52,7 +52,7 @@ void ctl_file_close(struct ctl_file *f)
 int ctl_parse_u32(const char *s, uint32_t *out)
 {
 	uint64_t v;
-	if (units_parse_uint(s, UINT32_MAX, &v) != 0)
+	if (units_parse_uint(s, 0, UINT32_MAX, &v) != 0)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
@@ -89,13 +89,14 @@ int ctl_parse_tokens(const char *list, uint32_t **out, uint32_t *n, char *err, s
 			*next++ = '\0';
 		if (!*tok) {
 			snprintf(err, errsz,
-			         "token %u is empty: \"%s\" has a doubled, leading or trailing "
-			         "comma",
-			         k, list);
+			         "item %u of the list is empty: \"%s\" has a doubled, leading or "
+			         "trailing comma",
+			         k + 1, list);
 			ok = 0;
 		} else if (ctl_parse_u32(tok, &t[k]) != 0) {
-			snprintf(err, errsz, "token %u (\"%s\") is not a whole number from 0 to %u",
-			         k, tok, UINT32_MAX);
+			snprintf(err, errsz,
+			         "item %u of the list (\"%s\") is not a whole number from 0 to %u",
+			         k + 1, tok, UINT32_MAX);
 			ok = 0;
 		}
 	}

@@ -40,6 +40,7 @@
 #include "frame.h"
 #include "hexutil.h"
 #include "prefix.h"
+#include "units.h"
 
 #ifndef IOV_MAX
 #define IOV_MAX 1024
@@ -559,6 +560,10 @@ static int connect_tcp(struct k3cache *c, const char *hostport, struct k3cache_e
 		            c->addr);
 	memcpy(host, h, hlen);
 	host[hlen] = '\0';
+	uint64_t port;
+	if (units_parse_uint(colon + 1, 1, 65535, &port) != 0)
+		return FAIL(err, STATUS_INVALID, 0,
+		            "bad address %s: the port is a whole number from 1 to 65535", c->addr);
 
 	struct addrinfo hints;
 	memset(&hints, 0, sizeof(hints));

@@ -68,16 +68,6 @@ static int bad(const char *flag, const char *val, const char *want)
  * size that must not wrap around 2^64. */
 #define MAX_CAPACITY (UINT64_C(1) << 60)
 
-/* A whole number from lo to hi, digits only (units_parse_uint). 0 or -1. */
-static int parse_count(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	uint64_t v;
-	if (units_parse_uint(s, hi, &v) != 0 || v < lo)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* --listen and --metrics: HOST:PORT, [IPV6]:PORT, or :PORT (or a PORT alone)
  * for 127.0.0.1. HOST is a numeric address or "localhost" (127.0.0.1): names
  * are not resolved. PORT is 1 to 65535. 0, or 2 after saying what is wrong. */
@@ -103,7 +93,7 @@ static int parse_addr(const char *flag, const char *s, struct k3d_addr *a)
 		port = s;
 	}
 	uint64_t p;
-	if (parse_count(port, 1, 65535, &p))
+	if (units_parse_uint(port, 1, 65535, &p))
 		return bad(flag, s, "HOST:PORT or :PORT with a PORT from 1 to 65535");
 	if (n >= sizeof(host))
 		return bad(flag, s, "a numeric HOST such as 127.0.0.1");
@@ -226,7 +216,7 @@ int main(int argc, char **argv)
 				return bad("--max-inflight", optarg, "a size such as 2GiB");
 			break;
 		case O_MAXR:
-			if (parse_count(optarg, 1, 100000, &v))
+			if (units_parse_uint(optarg, 1, 100000, &v))
 				return bad("--max-restores", optarg, "a number from 1 to 100000");
 			cfg.max_restores = (uint32_t)v;
 			break;

@@ -73,7 +73,7 @@ int units_parse_duration(const char *s, uint64_t *out)
 	return parse_scaled(s, suf, sc, sizeof(sc) / sizeof(sc[0]), out);
 }
 
-int units_parse_uint(const char *s, uint64_t max, uint64_t *out)
+int units_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
 	if (!s || !*s)
 		return -1;
@@ -86,6 +86,8 @@ int units_parse_uint(const char *s, uint64_t max, uint64_t *out)
 			return -1;
 		v = v * 10 + d;
 	}
+	if (v < min)
+		return -1;
 	*out = v;
 	return 0;
 }

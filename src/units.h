@@ -16,9 +16,9 @@ int units_parse_size(const char *s, uint64_t *out);
  * Returns 0 or -1. */
 int units_parse_duration(const char *s, uint64_t *out);
 
-/* A whole number: decimal digits only (no sign, space, fraction, exponent or
- * hex), at most max. Returns 0, or -1 when s is anything else. */
-int units_parse_uint(const char *s, uint64_t max, uint64_t *out);
+/* A whole number from min to max: decimal digits only (no sign, space,
+ * fraction, exponent or hex). Returns 0, or -1 when s is anything else. */
+int units_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
 /* "512 B", "1.4 GiB". */
 void units_format_size(uint64_t bytes, char *out, size_t outsz);

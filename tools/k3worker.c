@@ -362,7 +362,7 @@ static int read_replies(const char *path, uint32_t **replies, size_t turns, uint
 				*next++ = '\0';
 			uint64_t v;
 			/* a space after every id but the last */
-			if (units_parse_uint(p, UINT32_MAX, &v) != 0 ||
+			if (units_parse_uint(p, 0, UINT32_MAX, &v) != 0 ||
 			    (!next) != (i + 1 == max_new)) {
 				fclose(f);
 				return -1;
@@ -380,7 +380,7 @@ static int read_replies(const char *path, uint32_t **replies, size_t turns, uint
 static int number_flag(const char *flag, const char *val, uint64_t min, uint64_t max, uint64_t *out)
 {
 	uint64_t v;
-	if (units_parse_uint(val, max, &v) == 0 && v >= min) {
+	if (units_parse_uint(val, min, max, &v) == 0) {
 		*out = v;
 		return 0;
 	}
@@ -508,6 +508,11 @@ int main(int argc, char **argv)
 			break;
 		case O_MUTANT:
 			w.mutant = !strcmp(optarg, "slot") ? 1 : !strcmp(optarg, "row") ? 2 : 0;
+			if (!w.mutant) {
+				fprintf(stderr, "k3worker: --mutant is slot or row, not \"%s\"\n",
+				        optarg);
+				return 2;
+			}
 			break;
 		case O_HELP:
 		case 'h':

@@ -81,6 +81,9 @@ done
 "$ctl" blob "$blob" --prefix-len 4294967296 >/dev/null 2>&1; [ $? = 2 ]; check "blob --prefix-len past u32 is a usage error" $?
 # token lists: an empty item (doubled, leading or trailing comma) is refused,
 # not skipped (1,,3 used to give the key of 1,3)
+out=$("$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens 1,,3 2>&1)
+grep -q 'item 2 of the list is empty' <<<"$out"
+check "key --tokens 1,,3 names item 2, counting from 1 ($out)" $?
 for t in 1,,3 ,1,2 1,2, , ,, 1,2,,; do
   out=$("$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens "$t" 2>&1); rc=$?
   [ $rc = 2 ] && grep -q 'empty' <<<"$out" && ! grep -q '^[0-9a-f]\{64\}$' <<<"$out"

@@ -113,7 +113,7 @@ static int parse_tokens(const char *list, uint32_t *tokens, uint32_t cap, uint32
 		}
 		memcpy(item, p, len);
 		item[len] = '\0';
-		if (units_parse_uint(item, UINT32_MAX, &v) != 0) {
+		if (units_parse_uint(item, 0, UINT32_MAX, &v) != 0) {
 			fprintf(stderr, "k3pub: TOKENS \"%s\": item %u (\"%s\") is not a u32\n",
 			        list, *n, item);
 			return -1;
@@ -155,7 +155,7 @@ int main(int argc, char **argv)
 	}
 	uint64_t v;
 	if (!strncmp(argv[3], "N:", 2)) {
-		if (units_parse_uint(argv[3] + 2, 65536, &v) != 0 || v == 0) {
+		if (units_parse_uint(argv[3] + 2, 1, 65536, &v) != 0) {
 			fprintf(stderr,
 			        "k3pub: N:COUNT takes a COUNT from 1 to 65536, not \"%s\"\n",
 			        argv[3] + 2);
@@ -172,7 +172,7 @@ int main(int argc, char **argv)
 	const char *salt = argc > 4 ? argv[4] : "";
 	uint32_t seed = 1;
 	if (argc > 5) {
-		if (units_parse_uint(argv[5], UINT32_MAX, &v) != 0) {
+		if (units_parse_uint(argv[5], 0, UINT32_MAX, &v) != 0) {
 			fprintf(stderr, "k3pub: SEED takes a whole number, not \"%s\"\n", argv[5]);
 			model_free(m);
 			return 2;

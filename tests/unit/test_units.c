@@ -148,7 +148,7 @@ static void test_uint(void **state)
 	};
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		uint64_t v = 12345;
-		if (units_parse_uint(good[i].s, good[i].max, &v) != 0 || v != good[i].want)
+		if (units_parse_uint(good[i].s, 0, good[i].max, &v) != 0 || v != good[i].want)
 			fail_msg("\"%s\" (max %llu) should be %llu", good[i].s,
 			         (unsigned long long)good[i].max, (unsigned long long)good[i].want);
 	}
@@ -174,13 +174,18 @@ static void test_uint(void **state)
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		uint64_t v = 12345;
-		if (units_parse_uint(bad[i].s, bad[i].max, &v) == 0)
+		if (units_parse_uint(bad[i].s, 0, bad[i].max, &v) == 0)
 			fail_msg("\"%s\" (max %llu) should be refused (got %llu)", bad[i].s,
 			         (unsigned long long)bad[i].max, (unsigned long long)v);
 		assert_int_equal(v, 12345);
 	}
-	uint64_t v;
-	assert_int_not_equal(units_parse_uint(NULL, 10, &v), 0);
+	uint64_t v = 7;
+	assert_int_not_equal(units_parse_uint(NULL, 0, 10, &v), 0);
+	/* the minimum */
+	assert_int_not_equal(units_parse_uint("0", 1, 65535, &v), 0);
+	assert_int_equal(v, 7);
+	assert_int_equal(units_parse_uint("1", 1, 65535, &v), 0);
+	assert_int_equal(v, 1);
 }
 
 int main(void)

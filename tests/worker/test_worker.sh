@@ -130,6 +130,8 @@ diff <(answers "$dir/ref" | sed -n '4,6p') <(answers "$dir/y2") >/dev/null; ok "
 out=$("$ctl" inspect "${key:0:12}"); ok "the entry missing a chunk is quarantined" $(grep -q QUARANTINED <<<"$out"; echo $?)
 
 # ---- the seed's mutants, caught end to end -----------------------------------
+"$mutant" --mutant banana --conversation "$conv" --turn 1 >/dev/null 2>"$dir/mb.err"
+ok "--mutant banana: exit 2, names the choices" $([ $? = 2 ] && grep -q 'slot or row' "$dir/mb.err"; echo $?)
 for m in slot row; do
   rm -f "$dir/m.replies"
   for k in 1 2 3; do "$mutant" --mutant $m --conversation "$conv" --turn $k --replies "$dir/m.replies" --salt "mut$m" >> "$dir/m$m" 2>&1; done
