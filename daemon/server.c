@@ -469,7 +469,7 @@ int k3d_server_run(const struct k3d_config *cfg)
 	        cfg->db, (unsigned long long)stats.entries, used, cap,
 	        store_durability_name(cfg->durability), cfg->metrics.text ? ", metrics " : "",
 	        srv->metrics_bound);
-	/* the store evicts only to make room for a publish (store_make_room) */
+	/* the store evicts only to make room for a publish (store_lru_make_room) */
 	if (stats.bytes > cfg->max_bytes)
 		k3d_log(K3D_LOG_WARN,
 		        "store %s holds %s (%llu bytes), over --max-bytes %s (%llu bytes): "

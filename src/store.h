@@ -7,7 +7,7 @@
  * Layout (one LMDB environment, named databases):
  *   meta     "format" -> u32 version; "totals" -> entry bytes, LRU clock
  *   models   fingerprint -> model spec JSON
- *   entries  key -> entry record (store_record.c; checked on every decode)
+ *   entries  key -> entry record (store/record.h; checked on every decode)
  *   tokens   key -> P x u32 tokens
  *   chunks   key | u32 chunk (BE) -> u64 xxh3(chunk, seed chunk) | bytes
  *            the layers' blobs laid end to end and cut into equal chunks of
@@ -22,6 +22,10 @@
  * the deepest node present, then checks the entries attached at and above it,
  * deepest first, comparing tokens one by one. Nothing is scanned or rebuilt
  * at open.
+ *
+ * The implementation is under src/store/, in layers that call only down
+ * (store/env.h draws them): this header is the top layer's contract, one
+ * section per file (open, models, publish, staged, lookup, restore, admin).
  *
  * Thread safety: any thread may call any function; LMDB serialises writers. */
 #ifndef K3_STORE_H
@@ -47,7 +51,7 @@ struct store_options {
 	uint64_t map_size;  /* LMDB map size; 0: derived from max_bytes */
 	enum store_durability durability;
 	uint64_t stage_bytes;    /* a publish larger than this is written in stages of about
-	                            this size (store_staged.c); 0: 32 MiB */
+	                            this size (store/staged.c); 0: 32 MiB */
 	int read_only;           /* open an existing store without writing */
 	uint64_t (*clock)(void); /* unix seconds; NULL: the real clock (tests set it) */
 };
@@ -117,7 +121,7 @@ enum status_code store_publish(struct store *s, const struct store_publish_req *
 enum status_code store_publish_batch(struct store *s, const struct store_publish_req *reqs,
                                      struct store_publish_res *res, struct status *sts, uint32_t n);
 
-/* ---- staged publish, its bytes still arriving (store_staged.c) ----
+/* ---- staged publish, its bytes still arriving (store/staged.c) ----
  *
  * A snapshot larger than the stage size is written in short transactions
  * (each about options.stage_bytes of chunks) under a pending row, and made
@@ -346,7 +350,7 @@ struct store_stats {
 	        restores, corrupt, map_full_retries;
 	/* the map */
 	uint64_t map_size, map_used_pages, free_pages, page_size, file_bytes;
-	/* staged publishes (store_staged.c) */
+	/* staged publishes (store/staged.c) */
 	uint64_t staging; /* in progress now */
 	uint64_t swept;   /* left unfinished by a dead process, removed at open */
 	uint64_t chunks;  /* chunk rows, staged or committed */

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "../unit/storeutil.h"
-#include "store_internal.h" /* STORE_CHUNK_DATA */
+#include "store/chunks.h" /* STORE_CHUNK_DATA */
 
 #define KILLS 200
 

@@ -14,7 +14,8 @@
 
 #include "hashwrap.h"
 #include "prefix.h"
-#include "store_internal.h" /* STORE_CHUNK_DATA */
+#include "store/chunks.h" /* STORE_CHUNK_DATA */
+#include "store/record.h"
 #include "storeutil.h"
 
 struct fixture {

@@ -22,7 +22,8 @@
 #include <time.h>
 
 #include "prefix.h"
-#include "store_internal.h"
+#include "store/env.h"
+#include "store/lru.h" /* store_touch */
 #include "storeutil.h"
 
 /* ---- the wrappers --------------------------------------------------------- */

@@ -109,7 +109,10 @@ kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=
 out=$("$ctl" --db "$dir/db" verify); rc=$?
 ok "--db verify finds the damage (exit 1)" $([ $rc = 1 ] && grep -q "DAMAGED ${key:0:16}" <<<"$out"; echo $?)
 ok "--db verify says it did not quarantine, and what to run" $(! grep -q 'the entry is quarantined' <<<"$out" && grep -q 'read-only.*k3cachectl verify' <<<"$out"; echo $?)
-out=$("$ctl" --db "$dir/db" inspect "${key:0:12}"); ok "--db inspect: still not quarantined" $(! grep -q QUARANTINED <<<"$out"; echo $?)
+out=$("$ctl" --db "$dir/db" inspect "${key:0:12}" 2>&1); ok "--db inspect: still not quarantined" $(! grep -q QUARANTINED <<<"$out"; echo $?)
+ok "--db inspect: does not claim a quarantine it cannot do" $(! grep -q 'is quarantined' <<<"$out" && grep -q 'read-only' <<<"$out"; echo $?)
+out=$("$ctl" --db "$dir/db" export "${key:0:12}" -o "$dir/x.k3snap" 2>&1)
+ok "--db export: the same" $(! grep -q 'is quarantined' <<<"$out" && grep -q 'read-only' <<<"$out"; echo $?)
 start
 "$worker" --conversation "$conv" --turn 2 --replies "$dir/x.replies" --salt corrupt > "$dir/x2" 2> "$dir/x2.err"
 ok "corrupt entry: one warning, recomputed" $([ "$(grep -c 'warning' "$dir/x2.err")" = 1 ] && grep -q 'CORRUPT' "$dir/x2.err"; echo $?)

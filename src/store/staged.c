@@ -1,4 +1,4 @@
-/* store_staged: a large publish written in short transactions.
+/* staged: a large publish written in short transactions.
  *
  * One transaction per entry would hold the whole snapshot twice in memory
  * (the caller's bytes and LMDB's dirty copy) and keep the disk idle until the
@@ -12,7 +12,7 @@
  *      pending row, so the entry appears whole or not at all.
  * Invisible until step 3: lookups find entries only through their records. A
  * failure (invalid layer, full store) deletes the chunks and the pending row.
- * A crash leaves them; store_sweep_staged() removes them at the next open. */
+ * A crash leaves them; store_pending_sweep() removes them at the next open. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -22,163 +22,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store_internal.h"
-#include "store_txn.h"
+#include "check.h"
+#include "chunks.h"
+#include "entry.h"
+#include "lru.h"
+#include "pending.h"
+#include "record.h"
+#include "staged.h"
+#include "txn.h"
 #include "xxh_dispatch.h"
-
-/* pending row: u32 pid | u64 process start time | u64 created | u64 bytes */
-#define PENDING_LEN 28u
-
-/* ---- who is writing ------------------------------------------------------- */
-
-/* Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
- * or 0 when it does not exist. */
-static uint64_t process_start(long pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-	if (!p)
-		return 0;
-	/* after ") " come fields 3.. ; the start time is field 22 */
-	int field = 2;
-	for (; *p && field < 22; p++)
-		if (*p == ' ')
-			field++;
-	return strtoull(p, NULL, 10);
-}
-
-static void pending_encode(unsigned char *b, uint64_t created, uint64_t bytes)
-{
-	long pid = (long)getpid();
-	store_be32(b, (uint32_t)pid);
-	store_be64(b + 4, process_start(pid));
-	store_be64(b + 12, created);
-	store_be64(b + 20, bytes);
-}
-
-/* The keys this process has staged publishes in progress for (s->mu). */
-static int live_has(struct store *s, const uint8_t *key)
-{
-	pthread_mutex_lock(&s->mu);
-	int found = 0;
-	for (size_t i = 0; i < s->n_live && !found; i++)
-		found = !memcmp(s->live[i], key, STORE_KEY_LEN);
-	pthread_mutex_unlock(&s->mu);
-	return found;
-}
-
-static int live_add(struct store *s, const uint8_t *key)
-{
-	pthread_mutex_lock(&s->mu);
-	int rc = 0;
-	if (s->n_live == s->cap_live) {
-		size_t nc = s->cap_live ? s->cap_live * 2 : 8;
-		void *nl = realloc(s->live, nc * STORE_KEY_LEN);
-		if (nl) {
-			s->live = nl;
-			s->cap_live = nc;
-		}
-	}
-	if (s->n_live < s->cap_live)
-		memcpy(s->live[s->n_live++], key, STORE_KEY_LEN);
-	else
-		rc = -1;
-	pthread_mutex_unlock(&s->mu);
-	return rc;
-}
-
-static void live_remove(struct store *s, const uint8_t *key)
-{
-	pthread_mutex_lock(&s->mu);
-	for (size_t i = 0; i < s->n_live; i++)
-		if (!memcmp(s->live[i], key, STORE_KEY_LEN)) {
-			memcpy(s->live[i], s->live[--s->n_live], STORE_KEY_LEN);
-			break;
-		}
-	pthread_mutex_unlock(&s->mu);
-}
-
-/* Whether the pending row v of key belongs to a publish that may still be
- * running: its process exists (same pid, same start time) and, when it is
- * this process, has the key in progress (a row of ours whose cleanup failed
- * is dead). */
-static int pending_alive(struct store *s, const uint8_t *key, const MDB_val *v)
-{
-	if (v->mv_size != PENDING_LEN)
-		return 0;
-	long pid = (long)store_get_be32(v->mv_data);
-	uint64_t start = store_get_be64((const unsigned char *)v->mv_data + 4);
-	if (start == 0 || process_start(pid) != start)
-		return 0;
-	return pid != (long)getpid() || live_has(s, key);
-}
-
-int store_key_staging(struct store *s, MDB_txn *txn, const uint8_t *key)
-{
-	if (!s->has_pending)
-		return 0;
-	MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
-	return mdb_get(txn, s->pending, &k, &v) == 0 && pending_alive(s, key, &v);
-}
-
-int store_sweep_staged(struct store *s, MDB_txn *txn, uint32_t *swept)
-{
-	MDB_cursor *cur;
-	int rc = mdb_cursor_open(txn, s->pending, &cur);
-	if (rc)
-		return rc;
-	/* collect first: deleting under a cursor while walking is fragile */
-	uint8_t(*keys)[STORE_KEY_LEN] = NULL;
-	size_t n = 0, cap = 0;
-	MDB_val k, v;
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		if (k.mv_size == STORE_KEY_LEN && pending_alive(s, k.mv_data, &v))
-			continue;
-		if (k.mv_size != STORE_KEY_LEN) { /* not ours to interpret: drop it */
-			if ((rc = mdb_cursor_del(cur, 0)) != 0)
-				break;
-			continue;
-		}
-		if (n == cap) {
-			size_t nc = cap ? cap * 2 : 16;
-			void *nk = realloc(keys, nc * STORE_KEY_LEN);
-			if (!nk) {
-				rc = ENOMEM;
-				break;
-			}
-			keys = nk;
-			cap = nc;
-		}
-		memcpy(keys[n++], k.mv_data, STORE_KEY_LEN);
-	}
-	mdb_cursor_close(cur);
-	if (rc == MDB_NOTFOUND)
-		rc = 0;
-	for (size_t i = 0; i < n && !rc; i++) {
-		MDB_val pk = {STORE_KEY_LEN, keys[i]}, ev;
-		if ((rc = mdb_del(txn, s->pending, &pk, NULL)) != 0)
-			break;
-		/* a record under this key means the entry was committed (the
-		 * pending row of an older publish): the chunks are its own */
-		rc = mdb_get(txn, s->entries, &pk, &ev);
-		if (rc == MDB_NOTFOUND)
-			rc = store_delete_chunks(s, txn, keys[i], NULL);
-		if (swept && !rc)
-			(*swept)++;
-	}
-	free(keys);
-	return rc;
-}
-
-/* ---- a staged publish ------------------------------------------------------ */
 
 struct store_stage {
 	struct store *s;
@@ -338,8 +190,6 @@ static void *scan_run(void *arg)
 	return NULL;
 }
 
-/* ---- the writer's transactions ---------------------------------------------- */
-
 /* Writes chunks [from, to) in one transaction. */
 static int op_stage(struct store *s, void *ctx)
 {
@@ -348,37 +198,8 @@ static int op_stage(struct store *s, void *ctx)
 	int rc = store_txn_write(s, &txn);
 	if (rc)
 		return rc;
-	unsigned char ck[STORE_CHUNK_KEY_LEN];
-	memcpy(ck, g->key, STORE_KEY_LEN);
-	for (uint32_t c = g->from; c < g->to && !rc; c++) {
-		uint64_t off = (uint64_t)c * STORE_CHUNK_DATA;
-		size_t len = (size_t)(g->total - off < STORE_CHUNK_DATA ? g->total - off
-		                                                        : STORE_CHUNK_DATA);
-		store_be32(ck + STORE_KEY_LEN, c);
-		MDB_val k = {sizeof(ck), ck}, v = {len + 8, NULL};
-		if ((rc = mdb_put(txn, s->chunks, &k, &v, MDB_RESERVE)) != 0)
-			break;
-		memcpy(v.mv_data, &g->chunk_sums[c], 8);
-		store_copy_stream(&g->r, off, (unsigned char *)v.mv_data + 8, len);
-	}
+	rc = store_chunks_write(s, txn, g->key, &g->r, g->total, g->from, g->to, g->chunk_sums);
 	return store_txn_end(txn, rc);
-}
-
-/* Runs op (a write step) until it succeeds; after MDB_MAP_FULL, evicts `need`
- * bytes and retries, the way a one-transaction publish does. */
-static int with_room(struct store_stage *g, uint64_t need, int (*op)(struct store *s, void *ctx))
-{
-	int rc;
-	for (int tries = 0;; tries++) {
-		rc = op(g->s, g);
-		if (rc != MDB_MAP_FULL || tries >= STORE_MAP_FULL_TRIES)
-			return rc;
-		atomic_fetch_add(&g->s->map_full_retries, 1);
-		if (tries > 0 && atomic_load(&g->s->open_snapshots) > 0)
-			return STORE_MAP_PINNED;
-		if ((rc = store_make_room(g->s, need, &g->evicted, 1)) != 0)
-			return rc;
-	}
 }
 
 /* Before a stage of `bytes`: evicts least-recently-used entries until the
@@ -387,18 +208,7 @@ static int with_room(struct store_stage *g, uint64_t need, int (*op)(struct stor
  * bytes may never come. */
 static int room_for_stage(struct store_stage *g, uint64_t bytes)
 {
-	struct store *s = g->s;
-	MDB_txn *rtxn;
-	struct store_totals t = {0};
-	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &rtxn);
-	if (rc)
-		return rc;
-	rc = store_totals_get(s, rtxn, &t);
-	mdb_txn_abort(rtxn);
-	uint64_t staged = atomic_load(&s->staging_bytes);
-	if (rc || t.bytes + staged + bytes <= s->opt.max_bytes)
-		return rc;
-	return store_make_room(s, staged + bytes, &g->evicted, 0);
+	return store_lru_room_for(g->s, bytes, &g->evicted);
 }
 
 /* The pending row: 1 when the entry exists already, 2 when another publish
@@ -412,34 +222,24 @@ static int op_begin_txn(struct store_stage *g)
 		return rc;
 	struct store_totals t;
 	struct store_record old;
-	MDB_val k = {STORE_KEY_LEN, g->key}, v;
-	if ((rc = store_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)))
+	if ((rc = store_lru_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)))
 		goto out;
-	rc = store_read_record(s, txn, g->key, &old);
+	rc = store_record_read(s, txn, g->key, &old);
 	if (rc == 0 && !(old.flags & STORE_FLAG_QUARANTINED)) {
 		verdict = 1;
 		goto out;
 	}
 	if (rc == 0) { /* a quarantined copy is replaced */
-		if ((rc = store_delete_entry(s, txn, &old, &t)) ||
+		if ((rc = store_entry_delete(s, txn, &old, &t)) ||
 		    (rc = store_totals_put(s, txn, &t)))
 			goto out;
 	} else if (rc != MDB_NOTFOUND) {
 		goto out;
 	}
-	rc = mdb_get(txn, s->pending, &k, &v);
-	if (rc == 0 && pending_alive(s, g->key, &v)) {
+	if ((rc = store_pending_claim(s, txn, g->key, g->total)) == 1) {
 		verdict = 2;
-		goto out;
+		rc = 0;
 	}
-	if (rc && rc != MDB_NOTFOUND)
-		goto out;
-	if ((rc = store_delete_chunks(s, txn, g->key, NULL)) != 0) /* a dead writer's leftovers */
-		goto out;
-	unsigned char b[PENDING_LEN];
-	pending_encode(b, store_now(s), g->total);
-	MDB_val pv = {sizeof(b), b};
-	rc = mdb_put(txn, s->pending, &k, &pv, 0);
 out:
 	rc = store_txn_end(txn, rc ? rc : verdict ? STORE_TXN_NOTHING : 0);
 	return rc == STORE_TXN_NOTHING ? verdict : rc;
@@ -453,11 +253,10 @@ static int op_finish(struct store *s, void *ctx)
 	if (rc)
 		return rc;
 	struct store_totals t;
-	MDB_val k = {STORE_KEY_LEN, g->key};
-	if ((rc = store_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)) ||
-	    (rc = store_write_index(s, txn, &g->r, g->key, g->total, g->tags, g->sizes,
-	                            g->layer_sums, &t)) != 0 ||
-	    (rc = mdb_del(txn, s->pending, &k, NULL)) != 0)
+	if ((rc = store_lru_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)) ||
+	    (rc = store_entry_add(s, txn, &g->r, g->key, g->total, g->tags, g->sizes, g->layer_sums,
+	                          &t)) != 0 ||
+	    (rc = store_pending_drop(s, txn, g->key)) != 0)
 		return store_txn_end(txn, rc);
 	uint64_t clock = atomic_load(&s->lru_clock);
 	if (clock > t.lru_clock)
@@ -472,18 +271,15 @@ static int op_cleanup(struct store *s, void *ctx)
 	int rc = store_txn_write(s, &txn);
 	if (rc)
 		return rc;
-	MDB_val k = {STORE_KEY_LEN, g->key}, v;
 	/* a record under the key (committed by another writer meanwhile) owns
 	 * the chunks under it */
-	int committed = mdb_get(txn, s->entries, &k, &v) == 0;
-	if (!committed)
-		rc = store_delete_chunks(s, txn, g->key, NULL);
-	if (!rc && (rc = mdb_del(txn, s->pending, &k, NULL)) == MDB_NOTFOUND)
-		rc = 0;
+	struct store_record r;
+	if (store_record_read(s, txn, g->key, &r) == MDB_NOTFOUND)
+		rc = store_chunks_delete(s, txn, g->key, NULL);
+	if (!rc)
+		rc = store_pending_drop(s, txn, g->key);
 	return store_txn_end(txn, rc);
 }
-
-/* ---- the interface ------------------------------------------------------------ */
 
 static void stage_free(struct store_stage *g)
 {
@@ -566,10 +362,10 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 			rc = STORE_MAP_PINNED;
 			break;
 		}
-		if ((rc = store_make_room(s, STORE_CHUNK_VALUE, &g->evicted, 1)) != 0)
+		if ((rc = store_lru_make_room(s, STORE_CHUNK_VALUE, &g->evicted, 1)) != 0)
 			break;
 	}
-	if (!rc && !verdict && live_add(s, g->key) != 0) {
+	if (!rc && !verdict && store_pending_live_add(s, g->key) != 0) {
 		int crc = op_cleanup(s, g);
 		(void)crc;
 		rc = ENOMEM;
@@ -578,7 +374,7 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		res->evicted = g->evicted;
 		stage_free(g);
 		if (rc)
-			return store_write_status(s, rc, st);
+			return store_lru_write_status(s, rc, st);
 		if (verdict == 2)
 			return status_set(st, STATUS_BUSY,
 			                  "another publish of this entry is in progress; retry "
@@ -656,7 +452,7 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 		g->to = want;
 		uint64_t bytes = stage_bytes_of(g, g->from, g->to);
 		if ((g->write_rc = room_for_stage(g, bytes)) != 0 ||
-		    (g->write_rc = with_room(g, bytes, op_stage)) != 0)
+		    (g->write_rc = store_lru_write(g->s, bytes, op_stage, g, &g->evicted)) != 0)
 			return STORE_STAGE_FAILED;
 		atomic_fetch_add(&g->s->staging_bytes, bytes);
 		g->staged += bytes;
@@ -685,7 +481,7 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 	int ok = g->done && !g->failed && !g->cancelled && !g->write_rc &&
 	         g->next_chunk == g->n_chunks;
 	pthread_mutex_unlock(&g->mu);
-	int rc = ok ? with_room(g, STORE_CHUNK_VALUE, op_finish) : 0;
+	int rc = ok ? store_lru_write(g->s, STORE_CHUNK_VALUE, op_finish, g, &g->evicted) : 0;
 	/* the scan and the write-back loop stop here */
 	pthread_mutex_lock(&g->mu);
 	g->stop = 1;
@@ -694,13 +490,13 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 	if (g->threaded)
 		pthread_join(g->th, NULL);
 	if (!ok || rc) {
-		/* a failure here leaves a row of ours that live_remove() below makes
+		/* a failure here leaves a row of ours that store_pending_live_remove() below makes
 		 * dead: the next publish of the key or the next open removes it */
 		int crc = op_cleanup(s, g);
 		(void)crc;
 	}
 	atomic_fetch_sub(&s->staging_bytes, g->staged);
-	live_remove(s, g->key);
+	store_pending_live_remove(s, g->key);
 	memcpy(res->key, g->key, STORE_KEY_LEN);
 	res->bytes = g->total;
 	res->evicted = g->evicted;
@@ -712,7 +508,7 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 		code = status_set(st, STATUS_INVALID,
 		                  "the publish ended before all of its bytes arrived");
 	else if (g->write_rc || rc)
-		code = store_write_status(s, g->write_rc ? g->write_rc : rc, st);
+		code = store_lru_write_status(s, g->write_rc ? g->write_rc : rc, st);
 	else if (!ok)
 		code = status_set(st, STATUS_INTERNAL, "the staged publish ended unfinished");
 	else

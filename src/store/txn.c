@@ -1,7 +1,7 @@
-/* store_txn: the one place write transactions begin and end. */
-#include "store_txn.h"
+/* txn: the one place write transactions begin and end (txn.h). */
+#include "txn.h"
 
-#include "store_internal.h"
+#include "env.h"
 
 int store_txn_write(struct store *s, MDB_txn **txn)
 {

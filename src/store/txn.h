@@ -1,11 +1,11 @@
-/* store_txn: how the store begins and ends its write transactions.
+/* txn: how the store begins and ends its write transactions.
  *
  * LMDB's rules (lmdb.h): a write transaction holds the environment's writer
  * lock until it is committed or aborted, and mdb_txn_commit() frees the
  * handle whether it succeeds or not, so a failed commit is never followed by
  * an abort. Every write path ends through store_txn_end(), so no error path
- * can leave the lock held or free a handle twice. Not for use outside
- * src/store*. */
+ * can leave the lock held or free a handle twice.
+ */
 #ifndef K3_STORE_TXN_H
 #define K3_STORE_TXN_H
 

@@ -1,13 +1,49 @@
-/* store_admin: list, inspect, resolve key prefixes, evict, verify. */
+/* admin: list, inspect, resolve key prefixes, evict, verify, stats
+ * (store.h, "administration"). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checksum.h"
+#include "chunks.h"
+#include "entry.h"
 #include "hexutil.h"
-#include "store_internal.h"
-#include "store_txn.h"
+#include "lru.h"
+#include "record.h"
+#include "restore.h"
+#include "txn.h"
+
+/* Fills an info from a record (salt and layers copied). */
+static int info_from_record(const struct store_record *r, struct store_entry_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	memcpy(info->key, r->key, STORE_KEY_LEN);
+	memcpy(info->fingerprint, r->fingerprint, MODEL_FINGERPRINT_LEN);
+	info->salt_len = r->salt_len;
+	info->salt = malloc(r->salt_len + 1u);
+	info->layers = malloc((size_t)r->n_layers * sizeof(*info->layers));
+	if (!info->salt || !info->layers) {
+		free(info->salt);
+		free(info->layers);
+		return -1;
+	}
+	if (r->salt_len)
+		memcpy(info->salt, r->salt, r->salt_len);
+	info->salt[r->salt_len] = 0;
+	info->prefix_len = r->prefix_len;
+	info->n_layers = r->n_layers;
+	info->bytes = r->bytes;
+	info->created = r->created;
+	info->last_used = r->last_used;
+	info->hits = r->hits;
+	info->quarantined = (r->flags & STORE_FLAG_QUARANTINED) != 0;
+	for (uint32_t i = 0; i < r->n_layers; i++)
+		store_record_layer(r, i, &info->layers[i].tag, &info->layers[i].size,
+		                   &info->layers[i].xxh3);
+	return 0;
+}
 
 enum status_code store_list(struct store *s, const uint8_t *model_fp, const uint8_t *after,
                             uint32_t limit,
@@ -43,7 +79,7 @@ enum status_code store_list(struct store *s, const uint8_t *model_fp, const uint
 		if (model_fp && memcmp(r.fingerprint, model_fp, MODEL_FINGERPRINT_LEN) != 0)
 			continue;
 		struct store_entry_info info;
-		if (store_info_from_record(&r, &info) != 0) {
+		if (info_from_record(&r, &info) != 0) {
 			code = status_set(st, STATUS_INTERNAL, "out of memory");
 			break;
 		}
@@ -67,14 +103,14 @@ enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN]
 	if (rc)
 		return store_mdb_error(st, rc, "inspect");
 	struct store_record r;
-	rc = store_read_record(s, txn, key, &r);
+	rc = store_record_read(s, txn, key, &r);
 	enum status_code code = STATUS_OK;
 	struct store_entry_info *info = NULL;
 	if (rc == MDB_NOTFOUND) {
 		code = status_set(st, STATUS_NOT_FOUND, "no such entry");
 	} else if (rc) {
 		code = status_set(st, STATUS_CORRUPT, "the entry's record is damaged");
-	} else if (!(info = malloc(sizeof(*info))) || store_info_from_record(&r, info) != 0) {
+	} else if (!(info = malloc(sizeof(*info))) || info_from_record(&r, info) != 0) {
 		free(info);
 		info = NULL;
 		code = status_set(st, STATUS_INTERNAL, "out of memory");
@@ -148,8 +184,6 @@ enum status_code store_resolve_key(struct store *s, const char *hex, uint8_t key
 		                  list, found > 4 ? ", ..." : "");
 	return STATUS_OK;
 }
-
-/* ---- evict ---------------------------------------------------------------- */
 
 struct keylist {
 	uint8_t (*keys)[STORE_KEY_LEN];
@@ -237,14 +271,14 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 	if (rc)
 		return store_mdb_error(st, rc, "evict");
 	struct store_totals t, before;
-	if ((!s->opt.read_only && !req->dry_run && (rc = store_apply_touches(s, txn)) != 0) ||
+	if ((!s->opt.read_only && !req->dry_run && (rc = store_lru_apply_touches(s, txn)) != 0) ||
 	    (rc = store_totals_get(s, txn, &t)) != 0)
 		return store_mdb_error(st, store_txn_end(txn, rc), "evict");
 	before = t;
 	enum status_code code = STATUS_OK;
 	if (req->to_bytes_set) {
 		struct tally tally = {fn, ctx, 0};
-		rc = store_evict_lru(s, txn, &t, req->to_bytes, req->dry_run, tally_cb, &tally,
+		rc = store_lru_evict(s, txn, &t, req->to_bytes, req->dry_run, tally_cb, &tally,
 		                     &res->entries);
 		res->bytes = tally.bytes; /* what goes (the totals are counted again) */
 	} else {
@@ -257,19 +291,19 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 		}
 		for (size_t i = 0; i < keys.n && !rc; i++) {
 			struct store_record r;
-			int got = store_read_record(s, txn, keys.keys[i], &r);
+			int got = store_record_read(s, txn, keys.keys[i], &r);
 			if (got == MDB_NOTFOUND)
 				continue;
 			if (got == -1) { /* damaged: removed all the same */
 				uint64_t freed;
-				if ((rc = store_chunk_bytes(s, txn, keys.keys[i], &freed)) != 0)
+				if ((rc = store_chunks_bytes(s, txn, keys.keys[i], &freed)) != 0)
 					break;
 				if (fn)
 					fn(keys.keys[i], freed, ctx);
 				res->entries++;
 				res->bytes += freed;
 				if (!req->dry_run) {
-					rc = store_delete_damaged(s, txn, keys.keys[i], &t);
+					rc = store_entry_delete_damaged(s, txn, keys.keys[i], &t);
 					atomic_fetch_add(&s->evictions, 1);
 				}
 				continue;
@@ -283,7 +317,7 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 			res->entries++;
 			res->bytes += r.bytes;
 			if (!req->dry_run) {
-				rc = store_delete_entry(s, txn, &r, &t);
+				rc = store_entry_delete(s, txn, &r, &t);
 				atomic_fetch_add(&s->evictions, 1);
 			}
 		}
@@ -302,8 +336,6 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 		return store_mdb_error(st, rc, "evict");
 	return code;
 }
-
-/* ---- verify --------------------------------------------------------------- */
 
 static const char *check_layers(const struct store_snapshot *snap, char *why, size_t whysz)
 {
@@ -329,29 +361,6 @@ static const char *check_layers(const struct store_snapshot *snap, char *why, si
 #define QUARANTINED_EARLIER                                                                        \
 	"the entry was quarantined earlier (found damaged); evict it, or publish it again"
 
-/* What verify does with a damaged entry, said to the operator. */
-static void quarantine_or_say(struct store *s, const uint8_t *key, char *why, size_t whysz)
-{
-	size_t n = strlen(why);
-	const char *done;
-	if (s->opt.read_only)
-		done = "; not quarantined (the store is open read-only): with the daemon running, "
-		       "k3cachectl verify quarantines it";
-	else
-		switch (store_quarantine(s, key)) {
-		case STORE_QUARANTINE_FLAGGED:
-			done = "; the entry is quarantined";
-			break;
-		case STORE_QUARANTINE_REMOVED:
-			done = "; the entry is removed (its record cannot be read)";
-			break;
-		default:
-			done = "; it could not be quarantined: evict it (k3cachectl evict KEY)";
-			break;
-		}
-	snprintf(why + n, whysz - n, "%s", done);
-}
-
 /* Whether an entry exists now, and is quarantined (a fresh read). */
 static int entry_state(struct store *s, const uint8_t *key, int *quarantined)
 {
@@ -360,7 +369,7 @@ static int entry_state(struct store *s, const uint8_t *key, int *quarantined)
 	if (rc)
 		return rc;
 	struct store_record r;
-	rc = store_read_record(s, txn, key, &r);
+	rc = store_record_read(s, txn, key, &r);
 	*quarantined = rc == 0 && (r.flags & STORE_FLAG_QUARANTINED);
 	mdb_txn_abort(txn);
 	return rc;
@@ -412,7 +421,7 @@ enum status_code store_verify(struct store *s,
 		(*checked)++;
 		(*damaged)++;
 		snprintf(why, sizeof(why), "the entry's record is damaged");
-		quarantine_or_say(s, unreadable.keys[i], why, sizeof(why));
+		store_quarantine_say(s, unreadable.keys[i], why, sizeof(why));
 		if (fn)
 			fn(unreadable.keys[i], why, ctx);
 	}
@@ -426,7 +435,7 @@ enum status_code store_verify(struct store *s,
 		(*checked)++;
 		(*damaged)++;
 		snprintf(why, sizeof(why), "the entry's tokens are missing or damaged");
-		quarantine_or_say(s, bad.keys[i], why, sizeof(why));
+		store_quarantine_say(s, bad.keys[i], why, sizeof(why));
 		if (fn)
 			fn(bad.keys[i], why, ctx);
 	}
@@ -470,7 +479,7 @@ enum status_code store_verify(struct store *s,
 			continue;
 		}
 		(*damaged)++;
-		quarantine_or_say(s, keys.keys[i], why, sizeof(why));
+		store_quarantine_say(s, keys.keys[i], why, sizeof(why));
 		if (fn)
 			fn(keys.keys[i], why, ctx);
 	}
@@ -478,5 +487,77 @@ enum status_code store_verify(struct store *s,
 	free(bad.keys);
 	free(held.keys);
 	free(unreadable.keys);
+	return STATUS_OK;
+}
+
+void store_entry_info_free(struct store_entry_info *info)
+{
+	if (!info)
+		return;
+	free(info->salt);
+	free(info->layers);
+	free(info->tokens);
+	free(info);
+}
+
+enum status_code store_get_stats(struct store *s, struct store_stats *out, struct status *st)
+{
+	memset(out, 0, sizeof(*out));
+	out->max_bytes = s->opt.max_bytes;
+	out->hits = atomic_load(&s->hits);
+	out->misses = atomic_load(&s->misses);
+	out->hit_tokens = atomic_load(&s->hit_tokens);
+	out->publishes = atomic_load(&s->publishes);
+	out->publish_exists = atomic_load(&s->publish_exists);
+	out->evictions = atomic_load(&s->evictions);
+	out->quarantined = atomic_load(&s->quarantined);
+	out->restores = atomic_load(&s->restores);
+	out->corrupt = atomic_load(&s->corrupt);
+	out->map_full_retries = atomic_load(&s->map_full_retries);
+
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "stat");
+	MDB_stat ms;
+	if (mdb_stat(txn, s->entries, &ms) == 0)
+		out->entries = ms.ms_entries;
+	if (mdb_stat(txn, s->models, &ms) == 0)
+		out->models = ms.ms_entries;
+	if (s->has_pending && mdb_stat(txn, s->pending, &ms) == 0)
+		out->staging = ms.ms_entries;
+	if (mdb_stat(txn, s->chunks, &ms) == 0)
+		out->chunks = ms.ms_entries;
+	out->swept = s->swept_at_open;
+	struct store_totals t;
+	if (store_totals_get(s, txn, &t) == 0)
+		out->bytes = t.bytes;
+	/* free pages: the free list (dbi 0) maps txn ids to page lists whose first
+	 * word is their length */
+	MDB_cursor *cur;
+	if (mdb_cursor_open(txn, 0, &cur) == 0) {
+		MDB_val k, v;
+		for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+		     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+			if (v.mv_size >= sizeof(size_t)) {
+				size_t n;
+				memcpy(&n, v.mv_data, sizeof(n));
+				out->free_pages += n;
+			}
+		}
+		mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	MDB_envinfo info;
+	mdb_env_info(s->env, &info);
+	mdb_env_stat(s->env, &ms);
+	out->page_size = ms.ms_psize;
+	out->map_size = info.me_mapsize;
+	out->map_used_pages = info.me_last_pgno + 1;
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/data.mdb", s->dir);
+	struct stat sb;
+	if (stat(path, &sb) == 0)
+		out->file_bytes = (uint64_t)sb.st_size;
 	return STATUS_OK;
 }

@@ -1,12 +1,9 @@
-/* The entry record: its byte layout, and a decoder that trusts nothing.
- *
- *   u32 version | key[32] | fingerprint[32] | u32 prefix_len | u32 n_layers |
- *   u32 flags | u64 created | u64 last_used | u64 lru_seq | u64 hits |
- *   u64 bytes | u32 salt_len | salt | n_layers x (u8 tag | u64 size | u64 xxh3)
- * all little-endian. */
+/* record: the entry record (record.h). */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "store_internal.h"
+#include "record.h"
 
 #define REC_VERSION 1u
 #define OFF_FLAGS   (4 + 32 + 32 + 4 + 4)
@@ -125,4 +122,46 @@ void store_record_layer(const struct store_record *r, uint32_t i, uint8_t *tag, 
 	*tag = l[0];
 	*size = get64(l + 1);
 	*sum = get64(l + 9);
+}
+
+int store_record_read(struct store *s, MDB_txn *txn, const uint8_t key[STORE_KEY_LEN],
+                      struct store_record *r)
+{
+	MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
+	int rc = mdb_get(txn, s->entries, &k, &v);
+	if (rc)
+		return rc;
+	if (store_record_decode(v.mv_data, v.mv_size, r) != 0 ||
+	    memcmp(r->key, key, STORE_KEY_LEN) != 0)
+		return -1;
+	return 0;
+}
+
+int store_record_put(struct store *s, MDB_txn *txn, const struct store_record *r,
+                     const uint8_t *tags, const uint64_t *sizes, const uint64_t *sums)
+{
+	MDB_val k = {STORE_KEY_LEN, (void *)r->key};
+	MDB_val v = {store_record_size(r->salt_len, r->n_layers), NULL};
+	int rc = mdb_put(txn, s->entries, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
+	if (!rc)
+		store_record_encode(r, tags, sizes, sums, v.mv_data);
+	return rc;
+}
+
+int store_record_rewrite(struct store *s, MDB_txn *txn, const struct store_record *r)
+{
+	MDB_val k = {STORE_KEY_LEN, (void *)r->key}, v;
+	int rc = mdb_get(txn, s->entries, &k, &v);
+	if (rc)
+		return rc;
+	size_t len = v.mv_size;
+	unsigned char *copy = malloc(len);
+	if (!copy)
+		return ENOMEM;
+	memcpy(copy, v.mv_data, len);
+	store_record_patch(copy, r);
+	MDB_val nv = {len, copy};
+	rc = mdb_put(txn, s->entries, &k, &nv, 0);
+	free(copy);
+	return rc;
 }

@@ -1,136 +1,17 @@
-/* store_lookup: longest stored prefix of a prompt, and zero-copy restore. */
+/* restore: an entry's bytes as zero-copy views in the map, checked chunk by
+ * chunk, and taking damaged entries out of service (store.h, "restore"). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "store_internal.h"
+#include "chunks.h"
+#include "entry.h"
+#include "lru.h"
+#include "record.h"
+#include "restore.h"
+#include "txn.h"
 #include "xxh_dispatch.h"
-
-static int node_present(struct store *s, MDB_txn *txn, const uint8_t *node)
-{
-	MDB_val k = {PREFIX_NODE_LEN, (void *)node}, v;
-	return mdb_get(txn, s->nodes, &k, &v) == 0;
-}
-
-/* Does the entry named by an attach row hold exactly the prompt's first P
- * tokens under this model and salt? Confirmed from the record and the stored
- * tokens, never from a hash. */
-static int entry_matches(struct store *s, MDB_txn *txn, const struct store_lookup_req *req,
-                         const uint8_t *key, uint32_t p)
-{
-	struct store_record r;
-	if (store_read_record(s, txn, key, &r) != 0)
-		return 0;
-	if (r.flags & STORE_FLAG_QUARANTINED || r.prefix_len != p ||
-	    memcmp(r.fingerprint, req->fingerprint, MODEL_FINGERPRINT_LEN) != 0 ||
-	    r.salt_len != req->salt_len ||
-	    (r.salt_len && memcmp(r.salt, req->salt, r.salt_len) != 0))
-		return 0;
-	MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
-	if (mdb_get(txn, s->tokens, &k, &v) != 0 || v.mv_size != (size_t)p * 4u)
-		return 0;
-	return memcmp(v.mv_data, req->tokens, (size_t)p * 4u) == 0;
-}
-
-/* Searches the entries attached at node `node` (depth d) for the largest
- * P <= limit that matches. Returns P (0: none) and fills key and bytes. */
-static uint32_t search_node(struct store *s, MDB_txn *txn, MDB_cursor *cur,
-                            const struct store_lookup_req *req, const uint8_t *node, uint32_t d,
-                            uint32_t limit, struct store_lookup_res *res)
-{
-	MDB_val k = {PREFIX_NODE_LEN, (void *)node}, v;
-	if (mdb_cursor_get(cur, &k, &v, MDB_SET) != 0)
-		return 0;
-	if (mdb_cursor_get(cur, &k, &v, MDB_LAST_DUP) != 0)
-		return 0;
-	uint32_t base = d * PREFIX_BLOCK;
-	uint32_t tail_p = 0;
-	uint64_t tail = 0;
-	do {
-		if (v.mv_size != STORE_ATTACH_LEN)
-			continue;
-		const unsigned char *a = v.mv_data;
-		uint32_t p = store_get_be32(a);
-		if (p > limit || p < base || p - base >= PREFIX_BLOCK)
-			continue;
-		if (p != tail_p) {
-			tail = store_tail_hash(req->tokens, base, p);
-			tail_p = p;
-		}
-		if (store_get_be64(a + 4) != tail)
-			continue;
-		if (!entry_matches(s, txn, req, a + 12, p))
-			continue;
-		memcpy(res->key, a + 12, STORE_KEY_LEN);
-		struct store_record r;
-		if (store_read_record(s, txn, res->key, &r) == 0)
-			res->bytes = r.bytes;
-		return p;
-	} while (mdb_cursor_get(cur, &k, &v, MDB_PREV_DUP) == 0);
-	return 0;
-}
-
-enum status_code store_lookup(struct store *s, const struct store_lookup_req *req,
-                              struct store_lookup_res *res, struct status *st)
-{
-	memset(res, 0, sizeof(*res));
-	uint32_t n = req->n_tokens;
-	uint32_t limit = req->limit ? req->limit : (n ? n - 1 : 0);
-	if (limit > n)
-		limit = n;
-	uint32_t kn = n / PREFIX_BLOCK;
-	uint8_t(*h)[PREFIX_NODE_LEN] = malloc((size_t)(kn + 1) * PREFIX_NODE_LEN);
-	if (!h)
-		return status_set(st, STATUS_INTERNAL, "out of memory");
-	prefix_block_hashes(req->fingerprint, req->salt, req->salt_len, req->tokens, n, h);
-
-	MDB_txn *txn;
-	MDB_cursor *cur;
-	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-	if (rc) {
-		free(h);
-		return store_mdb_error(st, rc, "lookup");
-	}
-	if ((rc = mdb_cursor_open(txn, s->attach, &cur)) != 0) {
-		mdb_txn_abort(txn);
-		free(h);
-		return store_mdb_error(st, rc, "lookup");
-	}
-	/* deepest node on the prompt's path: every stored entry records all the
-	 * nodes of its path, so presence is monotone along the prompt */
-	uint32_t lo = 0, hi = kn;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo + 1) / 2;
-		if (node_present(s, txn, h[mid]))
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	res->hint = lo * PREFIX_BLOCK;
-	uint32_t top = lo < limit / PREFIX_BLOCK ? lo : limit / PREFIX_BLOCK;
-	for (uint32_t d = top + 1; limit > 0 && d-- > 0;) {
-		uint32_t p = search_node(s, txn, cur, req, h[d], d, limit, res);
-		if (p) {
-			res->prefix_len = p;
-			break;
-		}
-	}
-	mdb_cursor_close(cur);
-	mdb_txn_abort(txn);
-	free(h);
-	if (res->prefix_len) {
-		atomic_fetch_add(&s->hits, 1);
-		atomic_fetch_add(&s->hit_tokens, res->prefix_len);
-		store_touch(s, res->key, 1);
-	} else {
-		atomic_fetch_add(&s->misses, 1);
-		memset(res->key, 0, sizeof(res->key));
-		res->bytes = 0;
-	}
-	return STATUS_OK;
-}
-
-/* ---- restore -------------------------------------------------------------- */
 
 struct store_snapshot_priv {
 	struct store *s;
@@ -167,9 +48,10 @@ static enum status_code corrupt(struct store *s, struct store_snapshot *snap, st
 	if (defer)
 		return status_set(st, STATUS_CORRUPT, "chunk %llu %s", (unsigned long long)chunk,
 		                  why);
-	store_quarantine(s, key);
-	return status_set(st, STATUS_CORRUPT, "chunk %llu %s; the entry is quarantined",
-	                  (unsigned long long)chunk, why);
+	char msg[STATUS_MESSAGE_MAX];
+	snprintf(msg, sizeof(msg), "chunk %llu %s", (unsigned long long)chunk, why);
+	store_quarantine_say(s, key, msg, sizeof(msg));
+	return status_set(st, STATUS_CORRUPT, "%s", msg);
 }
 
 enum status_code store_restore(struct store *s, const uint8_t key[STORE_KEY_LEN],
@@ -186,10 +68,11 @@ enum status_code store_snapshot_verify(struct store_snapshot *snap, struct statu
 		size_t len;
 		if (store_snapshot_chunk(snap, c, &data, &len, st) != STATUS_OK) {
 			atomic_fetch_add(&priv->s->corrupt, 1);
-			store_quarantine(priv->s, snap->key);
-			return status_set(st, STATUS_CORRUPT,
-			                  "chunk %llu fails its checksum; the entry is quarantined",
-			                  (unsigned long long)c);
+			char msg[STATUS_MESSAGE_MAX];
+			snprintf(msg, sizeof(msg), "chunk %llu fails its checksum",
+			         (unsigned long long)c);
+			store_quarantine_say(priv->s, snap->key, msg, sizeof(msg));
+			return status_set(st, STATUS_CORRUPT, "%s", msg);
 		}
 	}
 	return STATUS_OK;
@@ -245,7 +128,7 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	}
 	atomic_fetch_add(&s->open_snapshots, 1);
 	struct store_record r;
-	rc = store_read_record(s, priv->txn, key, &r);
+	rc = store_record_read(s, priv->txn, key, &r);
 	if (rc == MDB_NOTFOUND) {
 		store_snapshot_release(snap);
 		return status_set(st, STATUS_NOT_FOUND, "no such entry");
@@ -282,8 +165,6 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	}
 
 	/* walk the chunks in order, verifying each, and cut them into layers */
-	unsigned char ck[STORE_CHUNK_KEY_LEN];
-	memcpy(ck, key, STORE_KEY_LEN);
 	uint32_t li = 0;
 	uint64_t left_in_layer = snap->layers[0].size;
 	size_t nseg = 0;
@@ -292,9 +173,8 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 		uint64_t want = r.bytes - c * STORE_CHUNK_DATA;
 		if (want > STORE_CHUNK_DATA)
 			want = STORE_CHUNK_DATA;
-		store_be32(ck + STORE_KEY_LEN, (uint32_t)c);
-		MDB_val k = {sizeof(ck), ck}, v;
-		rc = mdb_get(priv->txn, s->chunks, &k, &v);
+		MDB_val v;
+		rc = store_chunks_get(s, priv->txn, key, c, &v);
 		if (rc == MDB_NOTFOUND)
 			return corrupt(s, snap, st, "is missing", c, defer);
 		if (rc) {
@@ -307,11 +187,8 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 		if (defer) {
 			priv->chunks[c].data = v.mv_data;
 			priv->chunks[c].len = v.mv_size;
-		} else {
-			uint64_t sum;
-			memcpy(&sum, v.mv_data, 8);
-			if (XXH3_64bits_withSeed(data, (size_t)want, c) != sum)
-				return corrupt(s, snap, st, "fails its checksum", c, defer);
+		} else if (!store_chunks_intact(&v, c)) {
+			return corrupt(s, snap, st, "fails its checksum", c, defer);
 		}
 		while (want) {
 			while (left_in_layer == 0 && li + 1 < r.n_layers) {
@@ -336,4 +213,55 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	}
 	*out = snap;
 	return STATUS_OK;
+}
+
+enum store_quarantine_result store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN])
+{
+	if (s->opt.read_only)
+		return STORE_QUARANTINE_NONE;
+	MDB_txn *txn;
+	if (store_txn_write(s, &txn))
+		return STORE_QUARANTINE_NONE;
+	enum store_quarantine_result done = STORE_QUARANTINE_FLAGGED;
+	struct store_record r;
+	int rc = store_record_read(s, txn, key, &r);
+	if (rc == -1) {
+		/* the record itself is damaged: there is no flag to set */
+		struct store_totals t;
+		done = STORE_QUARANTINE_REMOVED;
+		if (!(rc = store_totals_get(s, txn, &t)) &&
+		    !(rc = store_entry_delete_damaged(s, txn, key, &t)))
+			rc = store_totals_put(s, txn, &t);
+	} else if (rc == 0 && (r.flags & STORE_FLAG_QUARANTINED)) {
+		rc = STORE_TXN_NOTHING;
+	} else if (rc == 0) {
+		r.flags |= STORE_FLAG_QUARANTINED;
+		rc = store_record_rewrite(s, txn, &r);
+	}
+	if (store_txn_end(txn, rc) != 0)
+		return STORE_QUARANTINE_NONE;
+	atomic_fetch_add(&s->quarantined, 1);
+	return done;
+}
+
+void store_quarantine_say(struct store *s, const uint8_t *key, char *why, size_t whysz)
+{
+	size_t n = strlen(why);
+	const char *done;
+	if (s->opt.read_only)
+		done = "; not quarantined (the store is open read-only): with the daemon running, "
+		       "k3cachectl verify quarantines it";
+	else
+		switch (store_quarantine(s, key)) {
+		case STORE_QUARANTINE_FLAGGED:
+			done = "; the entry is quarantined";
+			break;
+		case STORE_QUARANTINE_REMOVED:
+			done = "; the entry is removed (its record cannot be read)";
+			break;
+		default:
+			done = "; it could not be quarantined: evict it (k3cachectl evict KEY)";
+			break;
+		}
+	snprintf(why + n, whysz - n, "%s", done);
 }

@@ -1,0 +1,22 @@
+/* check: what a publish must be before any of its bytes are written
+ * (check.c): its prefix length, salt, model and layer count, its size
+ * against the capacity, and each layer against the model. */
+#ifndef K3_STORE_CHECK_H
+#define K3_STORE_CHECK_H
+
+#include "env.h"
+
+/* Checks what a publish needs before its bytes: P, the salt, the model and
+ * its layer count, the size against the capacity. Fills *model (the caller
+ * frees it), *total and the key. */
+enum status_code store_check_publish(struct store *s, const struct store_publish_req *r,
+                                     struct model_spec **model, uint64_t *total,
+                                     uint8_t key[STORE_KEY_LEN], struct status *st);
+
+/* Checks layer i of a publish against the model (slot, shape, seq_len, finite;
+ * blob_check_sum) and against its given checksum, if any. 0 with *sum set, or
+ * -1 with the message naming the layer. */
+int store_check_layer(const struct store_publish_req *r, const struct model_spec *m, uint32_t i,
+                      uint64_t *sum, char message[STATUS_MESSAGE_MAX]);
+
+#endif

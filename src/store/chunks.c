@@ -1,0 +1,110 @@
+/* chunks: an entry's bytes in equal chunks (chunks.h). */
+#include <string.h>
+
+#include "chunks.h"
+#include "xxh_dispatch.h"
+
+void store_chunks_copy_stream(const struct store_publish_req *r, uint64_t off, unsigned char *dst,
+                              size_t len)
+{
+	uint32_t i = 0;
+	while (i < r->n_blobs && off >= r->blobs[i].size) {
+		off -= r->blobs[i].size;
+		i++;
+	}
+	while (len && i < r->n_blobs) {
+		size_t take = (size_t)(r->blobs[i].size - off);
+		if (take > len)
+			take = len;
+		memcpy(dst, (const unsigned char *)r->blobs[i].data + off, take);
+		dst += take;
+		len -= take;
+		off = 0;
+		i++;
+	}
+}
+
+int store_chunks_write(struct store *s, MDB_txn *txn, const uint8_t *key,
+                       const struct store_publish_req *r, uint64_t total, uint32_t from,
+                       uint32_t to, const uint64_t *sums)
+{
+	unsigned char ck[STORE_CHUNK_KEY_LEN];
+	memcpy(ck, key, STORE_KEY_LEN);
+	for (uint32_t c = from; c < to; c++) {
+		uint64_t off = (uint64_t)c * STORE_CHUNK_DATA;
+		if (off >= total)
+			break;
+		size_t len =
+		        (size_t)(total - off < STORE_CHUNK_DATA ? total - off : STORE_CHUNK_DATA);
+		store_be32(ck + STORE_KEY_LEN, c);
+		MDB_val k = {sizeof(ck), ck}, v = {len + 8, NULL};
+		int rc = mdb_put(txn, s->chunks, &k, &v, MDB_RESERVE);
+		if (rc)
+			return rc;
+		unsigned char *dst = v.mv_data;
+		store_chunks_copy_stream(r, off, dst + 8, len);
+		uint64_t sum = sums ? sums[c] : XXH3_64bits_withSeed(dst + 8, len, c);
+		memcpy(dst, &sum, 8);
+	}
+	return 0;
+}
+
+int store_chunks_get(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t c, MDB_val *v)
+{
+	unsigned char ck[STORE_CHUNK_KEY_LEN];
+	memcpy(ck, key, STORE_KEY_LEN);
+	store_be32(ck + STORE_KEY_LEN, (uint32_t)c);
+	MDB_val k = {sizeof(ck), ck};
+	return mdb_get(txn, s->chunks, &k, v);
+}
+
+int store_chunks_intact(const MDB_val *v, uint64_t c)
+{
+	if (v->mv_size < 8)
+		return 0;
+	uint64_t sum;
+	memcpy(&sum, v->mv_data, 8);
+	return XXH3_64bits_withSeed((const unsigned char *)v->mv_data + 8, v->mv_size - 8, c) ==
+	       sum;
+}
+
+/* Deletes every chunk stored under key. */
+int store_chunks_delete(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes)
+{
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->chunks, &cur);
+	if (rc)
+		return rc;
+	unsigned char ck[STORE_CHUNK_KEY_LEN] = {0};
+	memcpy(ck, key, STORE_KEY_LEN);
+	for (;;) { /* seek again after each delete */
+		MDB_val k = {sizeof(ck), ck}, v;
+		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		if (rc || k.mv_size < STORE_KEY_LEN || memcmp(k.mv_data, key, STORE_KEY_LEN) != 0)
+			break;
+		if (bytes && v.mv_size > 8)
+			*bytes += v.mv_size - 8;
+		if ((rc = mdb_cursor_del(cur, 0)) != 0)
+			break;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+int store_chunks_bytes(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes)
+{
+	*bytes = 0;
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->chunks, &cur);
+	if (rc)
+		return rc;
+	unsigned char ck[STORE_CHUNK_KEY_LEN] = {0};
+	memcpy(ck, key, STORE_KEY_LEN);
+	MDB_val k = {sizeof(ck), ck}, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	     rc == 0 && k.mv_size >= STORE_KEY_LEN && !memcmp(k.mv_data, key, STORE_KEY_LEN);
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+		*bytes += v.mv_size > 8 ? v.mv_size - 8 : 0;
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}

@@ -1,0 +1,41 @@
+/* chunks: an entry's bytes, its layers' blobs laid end to end and cut into
+ * equal chunks (chunks.c).
+ *
+ *   key | u32 chunk (BE) -> u64 XXH3(data, seed: chunk number) | data
+ *
+ * 1 MiB - 16 bytes of value fill 256 pages exactly (LMDB adds a 16-byte
+ * header to an overflow run), so the runs freed by one entry fit the next. */
+#ifndef K3_STORE_CHUNKS_H
+#define K3_STORE_CHUNKS_H
+
+#include "env.h"
+
+#define STORE_CHUNK_VALUE   (1048576u - 16u)
+#define STORE_CHUNK_DATA    (STORE_CHUNK_VALUE - 8u)
+#define STORE_CHUNK_KEY_LEN (STORE_KEY_LEN + 4)
+
+/* Copies bytes [off, off+len) of the request's layers laid end to end. */
+void store_chunks_copy_stream(const struct store_publish_req *r, uint64_t off, unsigned char *dst,
+                              size_t len);
+
+/* Writes chunks [from, to) of the request's stream of `total` bytes under
+ * key, each with sums[c], or its XXH3 computed here when sums is NULL. */
+int store_chunks_write(struct store *s, MDB_txn *txn, const uint8_t *key,
+                       const struct store_publish_req *r, uint64_t total, uint32_t from,
+                       uint32_t to, const uint64_t *sums);
+
+/* Chunk c of key as stored (its 8-byte sum, then its data). */
+int store_chunks_get(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t c, MDB_val *v);
+
+/* Whether a chunk value read with store_chunks_get holds its sum. */
+int store_chunks_intact(const MDB_val *v, uint64_t c);
+
+/* Deletes every chunk stored under key (an entry's, or an unfinished staged
+ * publish's), whatever their number. Adds their data bytes to *bytes when
+ * bytes is not NULL. */
+int store_chunks_delete(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes);
+
+/* The data bytes of the chunks stored under key (what deleting them frees). */
+int store_chunks_bytes(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes);
+
+#endif

@@ -1,0 +1,90 @@
+/* env: the handle every layer of the store shares, and the small helpers
+ * under all of them. Not for use outside src/store/.
+ *
+ * The store is built in layers, and calls only go down:
+ *   top     open, publish, staged, lookup, restore, admin (the API of
+ *           src/store.h, one section each)
+ *   middle  check (a publish against its model), entry (an entry's rows as
+ *           a whole), pending (staged publishes in progress), lru (last uses
+ *           and the eviction policy, in one file), txn (write transactions)
+ *   bottom  record, chunks, index (the prefix and LRU indexes), models
+ *   under   env
+ * The MAP_FULL retry lives in lru.c, beside the eviction it needs, so that
+ * txn stays below both. Whole-table scans for administration (admin.c) and
+ * the stats walk the tables directly.
+ * Each file has one header stating its contract. */
+#ifndef K3_STORE_ENV_H
+#define K3_STORE_ENV_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "store.h"
+
+#define STORE_FLAG_QUARANTINED 1u
+
+/* The longest salt a publish may carry; a record with a longer one is
+ * damaged. */
+#define STORE_MAX_SALT 1024u
+
+/* Not LMDB codes: the map is full of pages pinned by open restores. */
+#define STORE_MAP_PINNED     (-30000)
+#define STORE_MAP_FULL_TRIES 64
+
+struct store_touch {
+	uint8_t key[STORE_KEY_LEN];
+	uint64_t seq;
+	uint64_t when;
+	uint64_t hits;
+};
+
+struct model_cache_entry {
+	uint8_t fp[MODEL_FINGERPRINT_LEN];
+	struct model_spec *spec;
+};
+
+struct store {
+	MDB_env *env;
+	MDB_dbi meta, models, entries, tokens, chunks, nodes, attach, lru, pending;
+	int has_pending; /* a read-only open of an older store may lack it */
+	struct store_options opt;
+	char *dir;
+
+	pthread_mutex_t mu; /* guards the fields below */
+	struct store_touch *touches;
+	size_t n_touches, cap_touches;
+	struct model_cache_entry *model_cache;
+	size_t n_models_cached;
+	uint8_t (*live)[STORE_KEY_LEN]; /* keys with a staged publish in progress here */
+	size_t n_live, cap_live;
+
+	atomic_uint_fast64_t lru_clock;
+	atomic_int open_snapshots;
+	uint32_t swept_at_open;             /* unfinished staged publishes removed at open */
+	atomic_uint_fast64_t staging_bytes; /* chunks written by staged publishes in progress */
+	atomic_uint_fast64_t hits, misses, hit_tokens, publishes, publish_exists, evictions,
+	        quarantined, restores, corrupt, map_full_retries;
+};
+
+/* Now, in seconds (options.clock when set). */
+uint64_t store_now(const struct store *s);
+
+/* Maps an LMDB error to a status. */
+enum status_code store_mdb_error(struct status *st, int rc, const char *what);
+
+/* meta "totals": entry bytes and the LRU clock. */
+struct store_totals {
+	uint64_t bytes;
+	uint64_t lru_clock;
+};
+int store_totals_get(struct store *s, MDB_txn *txn, struct store_totals *t);
+int store_totals_put(struct store *s, MDB_txn *txn, const struct store_totals *t);
+
+/* Big-endian helpers for keys that must sort. */
+void store_be32(unsigned char *p, uint32_t v);
+uint32_t store_get_be32(const unsigned char *p);
+void store_be64(unsigned char *p, uint64_t v);
+uint64_t store_get_be64(const unsigned char *p);
+
+#endif

@@ -1,0 +1,235 @@
+/* lru: last uses and the eviction policy (lru.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "chunks.h"
+#include "entry.h"
+#include "index.h"
+#include "lru.h"
+#include "txn.h"
+
+#define TOUCH_CAP 65536u
+
+void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN], uint64_t hits)
+{
+	if (s->opt.read_only)
+		return;
+	uint64_t seq = atomic_fetch_add(&s->lru_clock, 1) + 1;
+	uint64_t now = store_now(s);
+	pthread_mutex_lock(&s->mu);
+	if (s->n_touches == s->cap_touches && s->cap_touches < TOUCH_CAP) {
+		size_t ncap = s->cap_touches ? s->cap_touches * 2 : 64;
+		struct store_touch *nt = realloc(s->touches, ncap * sizeof(*nt));
+		if (nt) {
+			s->touches = nt;
+			s->cap_touches = ncap;
+		}
+	}
+	if (s->n_touches < s->cap_touches) {
+		struct store_touch *t = &s->touches[s->n_touches++];
+		memcpy(t->key, key, STORE_KEY_LEN);
+		t->seq = seq;
+		t->when = now;
+		t->hits = hits;
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+int store_lru_apply_touches(struct store *s, MDB_txn *txn)
+{
+	pthread_mutex_lock(&s->mu);
+	struct store_touch *list = s->touches;
+	size_t n = s->n_touches;
+	s->touches = NULL;
+	s->n_touches = s->cap_touches = 0;
+	pthread_mutex_unlock(&s->mu);
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		struct store_record r;
+		int got = store_record_read(s, txn, list[i].key, &r);
+		if (got)
+			continue; /* evicted since, or damaged: nothing to touch */
+		if (list[i].seq > r.lru_seq) {
+			rc = store_index_lru_move(s, txn, &r, list[i].seq);
+			r.lru_seq = list[i].seq;
+			r.last_used = list[i].when;
+		}
+		r.hits += list[i].hits;
+		if (!rc)
+			rc = store_record_rewrite(s, txn, &r);
+	}
+	if (!rc && n) {
+		struct store_totals t;
+		rc = store_totals_get(s, txn, &t);
+		uint64_t clock = atomic_load(&s->lru_clock);
+		if (!rc && clock > t.lru_clock) {
+			t.lru_clock = clock;
+			rc = store_totals_put(s, txn, &t);
+		}
+	}
+	free(list);
+	return rc;
+}
+
+enum status_code store_flush(struct store *s, struct status *st)
+{
+	if (s->opt.read_only)
+		return STATUS_OK;
+	pthread_mutex_lock(&s->mu);
+	size_t n = s->n_touches;
+	pthread_mutex_unlock(&s->mu);
+	if (!n)
+		return STATUS_OK;
+	MDB_txn *txn;
+	int rc = store_txn_write(s, &txn);
+	if (!rc)
+		rc = store_txn_end(txn, store_lru_apply_touches(s, txn));
+	return rc ? store_mdb_error(st, rc, "flush") : STATUS_OK;
+}
+
+int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, uint64_t target,
+                    int dry_run, void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx),
+                    void *ctx, uint32_t *n_evicted)
+{
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->lru, &cur);
+	if (rc)
+		return rc;
+	MDB_val k, v;
+	uint64_t bytes = totals->bytes;
+	/* Deleting takes the front row away, so a real eviction always reads the
+	 * first row again; a dry run walks forward. */
+	MDB_cursor_op op = MDB_FIRST;
+	while (bytes > target && (rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
+		op = dry_run ? MDB_NEXT : MDB_FIRST;
+		uint8_t key[STORE_KEY_LEN];
+		struct store_record r;
+		int got =
+		        k.mv_size == 8 + STORE_KEY_LEN
+		                ? (memcpy(key, (const unsigned char *)k.mv_data + 8, STORE_KEY_LEN),
+		                   store_record_read(s, txn, key, &r))
+		                : MDB_NOTFOUND;
+		if (got == -1) { /* damaged: removed all the same, so eviction goes on */
+			uint64_t freed;
+			if ((rc = store_chunks_bytes(s, txn, key, &freed)) != 0)
+				break;
+			if (fn)
+				fn(key, freed, ctx);
+			if (n_evicted)
+				(*n_evicted)++;
+			if (dry_run) {
+				bytes = bytes >= freed ? bytes - freed : 0;
+				continue;
+			}
+			if ((rc = store_entry_delete_damaged(s, txn, key, totals)) != 0 ||
+			    (rc = mdb_cursor_del(cur, 0)) != 0)
+				break;
+			bytes = totals->bytes; /* counted again from the records */
+			atomic_fetch_add(&s->evictions, 1);
+			continue;
+		}
+		if (got) {
+			if (got != MDB_NOTFOUND) {
+				rc = got;
+				break;
+			}
+			if (!dry_run && (rc = mdb_cursor_del(cur, 0)) != 0)
+				break; /* a stale LRU row: drop it */
+			continue;
+		}
+		bytes = bytes >= r.bytes ? bytes - r.bytes : 0;
+		if (fn)
+			fn(key, r.bytes, ctx);
+		if (n_evicted)
+			(*n_evicted)++;
+		if (dry_run)
+			continue;
+		if ((rc = store_entry_delete(s, txn, &r, totals)) != 0)
+			break;
+		atomic_fetch_add(&s->evictions, 1);
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+/* Makes room for `need` more bytes, evicting least-recently-used entries in
+ * their own transaction and committing one more small transaction after it, so
+ * that the pages they freed are reusable by the next one (LMDB reuses pages
+ * freed by transaction N from N+2). */
+int store_lru_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force)
+{
+	MDB_txn *txn;
+	int rc = store_txn_write(s, &txn);
+	if (rc)
+		return rc;
+	struct store_totals t;
+	if ((rc = store_lru_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)))
+		return store_txn_end(txn, rc);
+	uint64_t target = s->opt.max_bytes >= need ? s->opt.max_bytes - need : 0;
+	if (force) /* after a MAP_FULL: free at least `need` more than now */
+		target = t.bytes >= need ? t.bytes - need : 0;
+	uint32_t n = 0;
+	if (t.bytes > target) {
+		rc = store_lru_evict(s, txn, &t, target, 0, NULL, NULL, &n);
+		if (!rc)
+			rc = store_totals_put(s, txn, &t);
+	}
+	if ((rc = store_txn_end(txn, rc)) != 0)
+		return rc;
+	if (evicted)
+		*evicted += n;
+	if (force && n == 0)
+		return MDB_MAP_FULL; /* nothing left to evict */
+	if (n && (rc = store_txn_write(s, &txn)) == 0) {
+		if (!(rc = store_totals_get(s, txn, &t)))
+			rc = store_totals_put(s, txn, &t);
+		rc = store_txn_end(txn, rc);
+	}
+	return rc;
+}
+
+int store_lru_room_for(struct store *s, uint64_t need, uint32_t *evicted)
+{
+	MDB_txn *rtxn;
+	struct store_totals t = {0};
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &rtxn);
+	if (rc)
+		return rc;
+	rc = store_totals_get(s, rtxn, &t);
+	mdb_txn_abort(rtxn);
+	uint64_t staged = atomic_load(&s->staging_bytes); /* staged publishes' chunks */
+	if (rc || t.bytes + staged + need <= s->opt.max_bytes)
+		return rc;
+	return store_lru_make_room(s, staged + need, evicted, 0);
+}
+
+int store_lru_write(struct store *s, uint64_t need, int (*op)(struct store *s, void *ctx),
+                    void *ctx, uint32_t *evicted)
+{
+	for (int tries = 0;; tries++) {
+		int rc = op(s, ctx);
+		if (rc != MDB_MAP_FULL || tries >= STORE_MAP_FULL_TRIES)
+			return rc;
+		atomic_fetch_add(&s->map_full_retries, 1);
+		/* Pages freed while a restore's read transaction is open stay pinned
+		 * until it ends: evicting more would empty the store and still not
+		 * make room. Say BUSY; the caller retries. */
+		if (tries > 0 && atomic_load(&s->open_snapshots) > 0)
+			return STORE_MAP_PINNED;
+		if ((rc = store_lru_make_room(s, need, evicted, 1)) != 0)
+			return rc;
+	}
+}
+
+enum status_code store_lru_write_status(struct store *s, int rc, struct status *st)
+{
+	if (rc == STORE_MAP_PINNED)
+		return status_set(st, STATUS_BUSY,
+		                  "publish: the store's map is full and %d restore(s) in progress "
+		                  "pin the pages eviction would free; retry shortly",
+		                  (int)atomic_load(&s->open_snapshots));
+	if (rc == MDB_MAP_FULL)
+		return status_set(st, STATUS_FULL,
+		                  "publish: the store is full and nothing is left to evict");
+	return store_mdb_error(st, rc, "publish");
+}

@@ -1,0 +1,44 @@
+/* lru: last uses and the eviction policy, in one file (lru.c).
+ *
+ * Uses are held in memory (store_touch) and written by the next write
+ * transaction or store_flush(). When the store is over its capacity, or the
+ * map is full, the least recently used entries are evicted until the bytes
+ * fit; the LRU is per entry. */
+#ifndef K3_STORE_LRU_H
+#define K3_STORE_LRU_H
+
+#include "env.h"
+
+/* Records a use. Held in memory and written by the next write transaction or
+ * store_flush(); when the buffer is full, uses are dropped until then (the LRU
+ * order is then approximate, never wrong about what exists). */
+void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN], uint64_t hits);
+
+/* Writes pending touches inside txn. */
+int store_lru_apply_touches(struct store *s, MDB_txn *txn);
+
+/* Evicts least-recently-used entries inside txn until totals->bytes <= target
+ * or nothing is left. Reports each to fn. Returns an LMDB code. A record that
+ * does not decode is removed all the same, so eviction goes on. */
+int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, uint64_t target,
+                    int dry_run, void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx),
+                    void *ctx, uint32_t *n_evicted);
+
+/* Evicts in its own transactions until `need` more bytes fit (force: after a
+ * MAP_FULL, free `need` more than now; MDB_MAP_FULL when nothing is left). */
+int store_lru_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force);
+
+/* Makes room, when needed, for `need` more bytes beside the committed
+ * entries and every staged publish's chunks so far. */
+int store_lru_room_for(struct store *s, uint64_t need, uint32_t *evicted);
+
+/* Runs op (a write transaction of its own) until it succeeds; after
+ * MDB_MAP_FULL, evicts `need` bytes and tries again. STORE_MAP_PINNED when
+ * the pages eviction frees stay pinned by restores in progress. */
+int store_lru_write(struct store *s, uint64_t need, int (*op)(struct store *s, void *ctx),
+                    void *ctx, uint32_t *evicted);
+
+/* The status of a failed write: STORE_MAP_PINNED is BUSY, MDB_MAP_FULL FULL. */
+enum status_code store_lru_write_status(struct store *s, int rc, struct status *st);
+
+#endif

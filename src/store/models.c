@@ -1,0 +1,137 @@
+/* models: the model specs a store knows (models.h; store.h, "models"). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "models.h"
+#include "txn.h"
+
+static struct model_spec *copy_spec(const struct model_spec *m)
+{
+	char err[MODEL_ERROR_MAX];
+	return model_new(m->name, m->revision, m->state_layout, m->layers, m->n_layers, err);
+}
+
+enum status_code store_put_model(struct store *s, const struct model_spec *spec, int *created,
+                                 struct status *st)
+{
+	if (s->opt.read_only)
+		return status_set(st, STATUS_UNSUPPORTED, "the store is open read-only");
+	char *js = model_to_json(spec);
+	if (!js)
+		return status_set(st, STATUS_INTERNAL, "out of memory");
+	MDB_txn *txn;
+	int rc = store_txn_write(s, &txn);
+	if (rc) {
+		free(js);
+		return store_mdb_error(st, rc, "put model");
+	}
+	MDB_val k = {MODEL_FINGERPRINT_LEN, (void *)spec->fingerprint}, v = {strlen(js), js};
+	rc = store_txn_end(txn, mdb_put(txn, s->models, &k, &v, MDB_NOOVERWRITE));
+	free(js);
+	if (created)
+		*created = rc == 0;
+	if (rc && rc != MDB_KEYEXIST)
+		return store_mdb_error(st, rc, "put model");
+	return STATUS_OK;
+}
+
+static struct model_spec *decode_model(const MDB_val *k, const MDB_val *v, struct status *st)
+{
+	char err[MODEL_ERROR_MAX];
+	struct model_spec *m = model_from_json(v->mv_data, v->mv_size, err);
+	if (!m) {
+		status_set(st, STATUS_CORRUPT, "a stored model spec is damaged: %s", err);
+		return NULL;
+	}
+	if (k->mv_size != MODEL_FINGERPRINT_LEN ||
+	    memcmp(k->mv_data, m->fingerprint, MODEL_FINGERPRINT_LEN) != 0) {
+		model_free(m);
+		status_set(st, STATUS_CORRUPT,
+		           "a stored model spec does not match its fingerprint");
+		return NULL;
+	}
+	return m;
+}
+
+struct model_spec *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN],
+                                   struct status *st)
+{
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; i < s->n_models_cached; i++) {
+		if (!memcmp(s->model_cache[i].fp, fp, MODEL_FINGERPRINT_LEN)) {
+			struct model_spec *m = copy_spec(s->model_cache[i].spec);
+			pthread_mutex_unlock(&s->mu);
+			if (!m)
+				status_set(st, STATUS_INTERNAL, "out of memory");
+			return m;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc) {
+		store_mdb_error(st, rc, "get model");
+		return NULL;
+	}
+	MDB_val k = {MODEL_FINGERPRINT_LEN, (void *)fp}, v;
+	rc = mdb_get(txn, s->models, &k, &v);
+	struct model_spec *m = NULL;
+	if (rc == MDB_NOTFOUND)
+		status_set(st, STATUS_UNKNOWN_MODEL,
+		           "unknown model fingerprint; put the model spec first (k3cachectl model "
+		           "add)");
+	else if (rc)
+		store_mdb_error(st, rc, "get model");
+	else
+		m = decode_model(&k, &v, st);
+	mdb_txn_abort(txn);
+	if (!m)
+		return NULL;
+
+	struct model_spec *cached = copy_spec(m);
+	pthread_mutex_lock(&s->mu);
+	struct model_cache_entry *nc =
+	        cached ? realloc(s->model_cache, (s->n_models_cached + 1) * sizeof(*nc)) : NULL;
+	if (nc) {
+		s->model_cache = nc;
+		memcpy(nc[s->n_models_cached].fp, fp, MODEL_FINGERPRINT_LEN);
+		nc[s->n_models_cached++].spec = cached;
+	} else {
+		model_free(cached);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return m;
+}
+
+enum status_code store_list_models(struct store *s,
+                                   int (*fn)(const struct model_spec *spec, void *ctx), void *ctx,
+                                   struct status *st)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "list models");
+	if ((rc = mdb_cursor_open(txn, s->models, &cur)) != 0) {
+		mdb_txn_abort(txn);
+		return store_mdb_error(st, rc, "list models");
+	}
+	MDB_val k, v;
+	enum status_code code = STATUS_OK;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct model_spec *m = decode_model(&k, &v, st);
+		if (!m) {
+			code = STATUS_CORRUPT;
+			break;
+		}
+		int stop = fn(m, ctx);
+		model_free(m);
+		if (stop)
+			break;
+	}
+	mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return code;
+}

@@ -1,0 +1,58 @@
+/* record: the entry record, its byte layout (record.c) and a decoder that
+ * trusts nothing: every count read from disk is bounded before it is used.
+ *
+ *   u32 version | key[32] | fingerprint[32] | u32 prefix_len | u32 n_layers |
+ *   u32 flags | u64 created | u64 last_used | u64 lru_seq | u64 hits |
+ *   u64 bytes | u32 salt_len | salt | n_layers x (u8 tag | u64 size | u64 xxh3)
+ * all little-endian. */
+#ifndef K3_STORE_RECORD_H
+#define K3_STORE_RECORD_H
+
+#include "env.h"
+
+/* The decoded entry record. */
+struct store_record {
+	uint8_t key[STORE_KEY_LEN];
+	uint8_t fingerprint[MODEL_FINGERPRINT_LEN];
+	uint32_t prefix_len;
+	uint32_t n_layers;
+	uint32_t flags;
+	uint64_t created;
+	uint64_t last_used;
+	uint64_t lru_seq;
+	uint64_t hits;
+	uint64_t bytes;
+	uint32_t salt_len;
+	const uint8_t *salt;         /* points into the encoded record */
+	const unsigned char *layers; /* n_layers x (u8 tag | u64 size | u64 xxh3) */
+};
+
+#define STORE_RECORD_LAYER_LEN 17u
+
+/* Encoded size of a record with these counts. */
+size_t store_record_size(uint32_t salt_len, uint32_t n_layers);
+/* Encodes r (with layer triples from tags/sizes/sums) into out. */
+void store_record_encode(const struct store_record *r, const uint8_t *tags, const uint64_t *sizes,
+                         const uint64_t *sums, unsigned char *out);
+/* Decodes and checks a record read from disk. -1 when damaged. */
+int store_record_decode(const void *data, size_t len, struct store_record *r);
+/* Layer i of a decoded record. */
+void store_record_layer(const struct store_record *r, uint32_t i, uint8_t *tag, uint64_t *size,
+                        uint64_t *sum);
+/* Rewrites the mutable fields (flags, last_used, lru_seq, hits) of an encoded record in place. */
+void store_record_patch(unsigned char *enc, const struct store_record *r);
+
+/* Reads a record by key inside txn. MDB_NOTFOUND, 0, or -1 (damaged). r
+ * points into the map: valid until the transaction writes or ends. */
+int store_record_read(struct store *s, MDB_txn *txn, const uint8_t key[STORE_KEY_LEN],
+                      struct store_record *r);
+
+/* Writes a new record (encoded from r and the layer triples). MDB_KEYEXIST
+ * when one exists under r->key. */
+int store_record_put(struct store *s, MDB_txn *txn, const struct store_record *r,
+                     const uint8_t *tags, const uint64_t *sizes, const uint64_t *sums);
+
+/* Writes r's mutable fields over the stored record of r->key. */
+int store_record_rewrite(struct store *s, MDB_txn *txn, const struct store_record *r);
+
+#endif
