@@ -30,10 +30,13 @@ int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const c
 	static char defbuf[4096];
 	b->where = g->socket ? g->socket : k3cache_default_socket(defbuf, sizeof(defbuf));
 	if (k3cache_connect(b->where, &b->conn, &err) != 0) {
+		if (!err.unreachable && err.code == STATUS_INVALID) { /* a bad address */
+			fprintf(stderr, "k3cachectl %s: --socket: %s\n", cmd, err.message);
+			return CTL_EXIT_USAGE;
+		}
 		fprintf(stderr,
 		        "k3cachectl %s: %s\n  (start one with `make run`, name it with --socket "
-		        "PATH, "
-		        "or read a store without a daemon with --db DIR)\n",
+		        "PATH, or read a store without a daemon with --db DIR)\n",
 		        cmd, err.message);
 		return CTL_EXIT_NODAEMON;
 	}
