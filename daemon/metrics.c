@@ -64,7 +64,8 @@ static int is_counter(const char *name)
 	        "models",           "map_size",       "map_used_pages",
 	        "free_pages",       "page_size",      "file_bytes",
 	        "connections_open", "inflight_bytes", "restores_streaming",
-	        "chunks",           "staging"};
+	        "chunks",           "staging",        "logical_bytes",
+	        "blocks",           "row_block"};
 	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++)
 		if (!strcmp(gauges[i], name))
 			return 0;

@@ -410,6 +410,10 @@ void service_store_counters(struct store *s, frame_response *resp)
 	}
 	service_add_counter(resp, "entries", st.entries);
 	service_add_counter(resp, "bytes", st.bytes);
+	service_add_counter(resp, "logical_bytes", st.logical_bytes);
+	service_add_counter(resp, "blocks", st.blocks);
+	service_add_counter(resp, "blocks_mismatched", st.blocks_mismatched);
+	service_add_counter(resp, "row_block", st.row_block);
 	service_add_counter(resp, "max_bytes", st.max_bytes);
 	service_add_counter(resp, "models", st.models);
 	service_add_counter(resp, "hits", st.hits);

@@ -17,6 +17,13 @@
  *   lru      u64 use sequence (BE) | key -> ""
  *   pending  key -> u32 pid | u64 process start | u64 created | u64 bytes:
  *            a staged publish in progress; its chunks exist, its record not yet
+ *   blocks, blockrefs
+ *            MLA rows stored once, shared by the entries whose prefix holds
+ *            them, reference-counted (store/blocks.h); an entry's chunks hold
+ *            the rest of its bytes, its record says which blocks it uses
+ *
+ * Format 2. A format-1 store (no blocks) is upgraded when opened to write,
+ * in the open's transaction; its entries read as sharing nothing.
  *
  * Longest-prefix lookup hashes the prompt in blocks (prefix.h), binary-searches
  * the deepest node present, then checks the entries attached at and above it,
@@ -38,7 +45,7 @@
 #include "status.h"
 
 #define STORE_KEY_LEN        32
-#define STORE_FORMAT_VERSION 1u
+#define STORE_FORMAT_VERSION 2u
 
 enum store_durability {
 	STORE_SAFE = 0, /* MDB_NOMETASYNC: a power loss may drop the last commit */
@@ -53,6 +60,8 @@ struct store_options {
 	uint64_t stage_bytes;    /* a publish larger than this is written in stages of about
 	                            this size (store/staged.c); 0: 32 MiB */
 	int read_only;           /* open an existing store without writing */
+	uint32_t row_block;      /* rows per shared MLA block of a new store (a multiple of
+	                            16, at most 65536); 0: 64. A store keeps its own. */
 	uint64_t (*clock)(void); /* unix seconds; NULL: the real clock (tests set it) */
 };
 
@@ -321,7 +330,8 @@ struct store_evict_req {
 
 struct store_evict_res {
 	uint32_t entries;
-	uint64_t bytes;
+	uint64_t bytes; /* stored bytes freed; a dry run counts each entry's own bytes,
+	                   not the shared blocks that would go with the last of their users */
 };
 
 /* Evicts by exactly one selector. fn (may be NULL) is told each key. */
@@ -342,7 +352,11 @@ enum status_code store_verify(struct store *s,
 
 struct store_stats {
 	uint64_t entries;
-	uint64_t bytes;
+	uint64_t bytes;             /* stored: the entries' own chunks and the shared blocks */
+	uint64_t logical_bytes;     /* what the entries would take whole (restore payloads) */
+	uint64_t blocks;            /* shared MLA row blocks */
+	uint64_t blocks_mismatched; /* since open: blocks kept private, their bytes differing */
+	uint32_t row_block;         /* rows per shared block */
 	uint64_t models;
 	uint64_t max_bytes;
 	/* since open */

@@ -312,14 +312,20 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 				rc = got;
 				break;
 			}
-			if (fn)
-				fn(r.key, r.bytes, ctx);
-			res->entries++;
-			res->bytes += r.bytes;
+			/* what goes: a dry run counts the entry's own bytes (its
+			 * shared blocks may stay), a real one what was freed */
+			uint8_t key[STORE_KEY_LEN];
+			memcpy(key, r.key, STORE_KEY_LEN);
+			uint64_t before = t.bytes, freed = r.stored;
 			if (!req->dry_run) {
 				rc = store_entry_delete(s, txn, &r, &t);
 				atomic_fetch_add(&s->evictions, 1);
+				freed = before - t.bytes;
 			}
+			if (fn && !rc)
+				fn(key, freed, ctx);
+			res->entries++;
+			res->bytes += freed;
 		}
 		free(keys.keys);
 		if (!rc && req->n_keys && res->entries == 0) {
@@ -530,8 +536,14 @@ enum status_code store_get_stats(struct store *s, struct store_stats *out, struc
 		out->chunks = ms.ms_entries;
 	out->swept = s->swept_at_open;
 	struct store_totals t;
-	if (store_totals_get(s, txn, &t) == 0)
+	if (store_totals_get(s, txn, &t) == 0) {
 		out->bytes = t.bytes;
+		out->logical_bytes = t.logical;
+	}
+	if (s->has_blocks && mdb_stat(txn, s->blockrefs, &ms) == 0)
+		out->blocks = ms.ms_entries;
+	out->row_block = s->row_block;
+	out->blocks_mismatched = atomic_load(&s->blocks_mismatched);
 	/* free pages: the free list (dbi 0) maps txn ids to page lists whose first
 	 * word is their length */
 	MDB_cursor *cur;

@@ -4,19 +4,19 @@
 #include "chunks.h"
 #include "xxh_dispatch.h"
 
-void store_chunks_copy_stream(const struct store_publish_req *r, uint64_t off, unsigned char *dst,
+void store_chunks_copy_stream(const struct store_stream *st, uint64_t off, unsigned char *dst,
                               size_t len)
 {
-	uint32_t i = 0;
-	while (i < r->n_blobs && off >= r->blobs[i].size) {
-		off -= r->blobs[i].size;
+	size_t i = 0;
+	while (i < st->n && off >= st->segs[i].len) {
+		off -= st->segs[i].len;
 		i++;
 	}
-	while (len && i < r->n_blobs) {
-		size_t take = (size_t)(r->blobs[i].size - off);
+	while (len && i < st->n) {
+		size_t take = (size_t)(st->segs[i].len - off);
 		if (take > len)
 			take = len;
-		memcpy(dst, (const unsigned char *)r->blobs[i].data + off, take);
+		memcpy(dst, st->segs[i].data + off, take);
 		dst += take;
 		len -= take;
 		off = 0;
@@ -24,10 +24,16 @@ void store_chunks_copy_stream(const struct store_publish_req *r, uint64_t off, u
 	}
 }
 
-int store_chunks_write(struct store *s, MDB_txn *txn, const uint8_t *key,
-                       const struct store_publish_req *r, uint64_t total, uint32_t from,
-                       uint32_t to, const uint64_t *sums)
+uint32_t store_chunks_count(uint64_t total)
 {
+	return (uint32_t)((total + STORE_CHUNK_DATA - 1) / STORE_CHUNK_DATA);
+}
+
+int store_chunks_write(struct store *s, MDB_txn *txn, const uint8_t *key,
+                       const struct store_stream *st, uint32_t from, uint32_t to,
+                       const uint64_t *sums)
+{
+	uint64_t total = st->total;
 	unsigned char ck[STORE_CHUNK_KEY_LEN];
 	memcpy(ck, key, STORE_KEY_LEN);
 	for (uint32_t c = from; c < to; c++) {
@@ -42,7 +48,7 @@ int store_chunks_write(struct store *s, MDB_txn *txn, const uint8_t *key,
 		if (rc)
 			return rc;
 		unsigned char *dst = v.mv_data;
-		store_chunks_copy_stream(r, off, dst + 8, len);
+		store_chunks_copy_stream(st, off, dst + 8, len);
 		uint64_t sum = sums ? sums[c] : XXH3_64bits_withSeed(dst + 8, len, c);
 		memcpy(dst, &sum, 8);
 	}
@@ -60,12 +66,7 @@ int store_chunks_get(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t
 
 int store_chunks_intact(const MDB_val *v, uint64_t c)
 {
-	if (v->mv_size < 8)
-		return 0;
-	uint64_t sum;
-	memcpy(&sum, v->mv_data, 8);
-	return XXH3_64bits_withSeed((const unsigned char *)v->mv_data + 8, v->mv_size - 8, c) ==
-	       sum;
+	return store_value_intact(v, c);
 }
 
 /* Deletes every chunk stored under key. */

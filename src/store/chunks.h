@@ -14,15 +14,26 @@
 #define STORE_CHUNK_DATA    (STORE_CHUNK_VALUE - 8u)
 #define STORE_CHUNK_KEY_LEN (STORE_KEY_LEN + 4)
 
-/* Copies bytes [off, off+len) of the request's layers laid end to end. */
-void store_chunks_copy_stream(const struct store_publish_req *r, uint64_t off, unsigned char *dst,
+/* An entry's own bytes before they are cut into chunks: pieces of the
+ * publish's blobs, in order. */
+struct store_stream {
+	const struct store_segment *segs;
+	size_t n;
+	uint64_t total;
+};
+
+/* Copies bytes [off, off+len) of the stream. */
+void store_chunks_copy_stream(const struct store_stream *st, uint64_t off, unsigned char *dst,
                               size_t len);
 
-/* Writes chunks [from, to) of the request's stream of `total` bytes under
- * key, each with sums[c], or its XXH3 computed here when sums is NULL. */
+/* Writes chunks [from, to) of the stream under key, each with sums[c], or
+ * its XXH3 computed here when sums is NULL. */
 int store_chunks_write(struct store *s, MDB_txn *txn, const uint8_t *key,
-                       const struct store_publish_req *r, uint64_t total, uint32_t from,
-                       uint32_t to, const uint64_t *sums);
+                       const struct store_stream *st, uint32_t from, uint32_t to,
+                       const uint64_t *sums);
+
+/* The number of chunks of `total` bytes. */
+uint32_t store_chunks_count(uint64_t total);
 
 /* Chunk c of key as stored (its 8-byte sum, then its data). */
 int store_chunks_get(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t c, MDB_val *v);

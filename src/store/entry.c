@@ -1,13 +1,135 @@
 /* entry: an entry's rows as a whole (entry.h). */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "blob.h"
+#include "blocks.h"
 #include "chunks.h"
 #include "entry.h"
 #include "index.h"
+#include "prefix.h"
+
+/* Appends a piece of a blob to the plan's stream, joined to the last piece
+ * when they touch. */
+static int add_seg(struct store_entry_plan *p, size_t *cap, const unsigned char *data, size_t len)
+{
+	if (!len)
+		return 0;
+	p->stored += len;
+	if (p->n_segs && p->segs[p->n_segs - 1].data + p->segs[p->n_segs - 1].len == data) {
+		p->segs[p->n_segs - 1].len += len;
+		return 0;
+	}
+	if (p->n_segs == *cap) {
+		size_t nc = *cap ? *cap * 2 : 16;
+		struct store_segment *ns = realloc(p->segs, nc * sizeof(*ns));
+		if (!ns)
+			return ENOMEM;
+		p->segs = ns;
+		*cap = nc;
+	}
+	p->segs[p->n_segs++] = (struct store_segment){data, len};
+	return 0;
+}
+
+/* Plans one MLA layer: its header words and unshared rows to the stream. */
+static int plan_mla(struct store *s, MDB_txn *txn, const struct store_publish_req *r, uint32_t i,
+                    uint8_t (*h)[PREFIX_NODE_LEN], unsigned char *map, struct store_entry_plan *p,
+                    size_t *cap)
+{
+	const unsigned char *blob = r->blobs[i].data;
+	struct blob_view view;
+	if (blob_parse(blob, (size_t)r->blobs[i].size, &view, NULL) != BLOB_OK ||
+	    view.tag != BLOB_TAG_MLA || view.seq_len != r->n_tokens)
+		return MDB_INVALID; /* validated before: cannot happen */
+	uint32_t n = r->n_tokens, rb = p->row_block, nb = n / rb;
+	size_t krow = (size_t)view.v0.count / n * 4, vrow = (size_t)view.v1.count / n * 4;
+	for (uint32_t b = 0; b < nb; b++) {
+		int shared = 0;
+		int rc = store_blocks_use(s, txn, h[(uint64_t)(b + 1) * rb / PREFIX_BLOCK], i,
+		                          view.v0.data + (size_t)b * rb * krow, rb * krow,
+		                          view.v1.data + (size_t)b * rb * vrow, rb * vrow, &shared,
+		                          &p->added);
+		if (rc)
+			return rc;
+		if (shared)
+			map[b / 8] |= (unsigned char)(1u << (b % 8));
+		else
+			p->mismatched++;
+	}
+	/* k: the words before its rows, unshared blocks, the tail; then v */
+	const struct blob_f32vec *vec[2] = {&view.v0, &view.v1};
+	size_t row[2] = {krow, vrow};
+	for (int part = 0; part < 2; part++) {
+		const unsigned char *words = part ? vec[1]->data - 4 : blob;
+		int rc = add_seg(p, cap, words, part ? 4 : (size_t)(vec[0]->data - blob));
+		for (uint32_t b = 0; b < nb && !rc; b++)
+			if (!((map[b / 8] >> (b % 8)) & 1))
+				rc = add_seg(p, cap, vec[part]->data + (size_t)b * rb * row[part],
+				             rb * row[part]);
+		if (!rc)
+			rc = add_seg(p, cap, vec[part]->data + (size_t)nb * rb * row[part],
+			             (size_t)(n - nb * rb) * row[part]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_entry_plan(struct store *s, MDB_txn *txn, const struct store_publish_req *r, int share,
+                     struct store_entry_plan *plan)
+{
+	memset(plan, 0, sizeof(*plan));
+	size_t cap = 0;
+	uint32_t n_mla = 0;
+	for (uint32_t i = 0; i < r->n_blobs; i++)
+		n_mla += r->blobs[i].size &&
+		         ((const unsigned char *)r->blobs[i].data)[0] == BLOB_TAG_MLA;
+	if (share && s->has_blocks && s->row_block && r->n_tokens >= s->row_block && n_mla) {
+		plan->row_block = s->row_block;
+		plan->map_len = n_mla * store_record_map_bytes(r->n_tokens, s->row_block);
+		plan->map = calloc(plan->map_len, 1);
+		if (!plan->map)
+			return ENOMEM;
+	}
+	uint8_t(*h)[PREFIX_NODE_LEN] = NULL;
+	if (plan->row_block) {
+		h = malloc(((size_t)r->n_tokens / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
+		if (!h) {
+			store_entry_plan_free(plan);
+			return ENOMEM;
+		}
+		prefix_block_hashes(r->fingerprint, r->salt, r->salt_len, r->tokens, r->n_tokens,
+		                    h);
+	}
+	int rc = 0;
+	uint32_t mla = 0;
+	uint32_t per = store_record_map_bytes(r->n_tokens, plan->row_block);
+	for (uint32_t i = 0; i < r->n_blobs && !rc; i++) {
+		const unsigned char *blob = r->blobs[i].data;
+		if (plan->row_block && r->blobs[i].size && blob[0] == BLOB_TAG_MLA)
+			rc = plan_mla(s, txn, r, i, h, plan->map + (size_t)mla++ * per, plan, &cap);
+		else
+			rc = add_seg(plan, &cap, blob, (size_t)r->blobs[i].size);
+	}
+	free(h);
+	if (rc)
+		store_entry_plan_free(plan);
+	return rc;
+}
+
+void store_entry_plan_free(struct store_entry_plan *plan)
+{
+	free(plan->map);
+	free(plan->segs);
+	memset(plan, 0, sizeof(*plan));
+}
 
 int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_req *r,
                     const uint8_t *key, uint64_t bytes, const uint8_t *tags, const uint64_t *sizes,
-                    const uint64_t *sums, struct store_totals *totals)
+                    const uint64_t *sums, const struct store_entry_plan *plan,
+                    struct store_totals *totals)
 {
 	uint64_t now = store_now(s);
 	uint64_t seq = atomic_fetch_add(&s->lru_clock, 1) + 1;
@@ -20,6 +142,10 @@ int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_re
 	        .bytes = bytes,
 	        .salt_len = (uint32_t)r->salt_len,
 	        .salt = r->salt,
+	        .stored = plan->stored,
+	        .row_block = plan->row_block,
+	        .map_len = plan->map_len,
+	        .map = plan->map,
 	};
 	memcpy(rec.key, key, STORE_KEY_LEN);
 	memcpy(rec.fingerprint, r->fingerprint, MODEL_FINGERPRINT_LEN);
@@ -29,16 +155,81 @@ int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_re
 		                     r->n_tokens, key);
 	if (!rc)
 		rc = store_index_lru_add(s, txn, seq, key);
-	if (!rc)
-		totals->bytes += bytes;
+	if (!rc) {
+		totals->bytes += plan->stored + plan->added;
+		totals->logical += bytes;
+		if (plan->mismatched)
+			atomic_fetch_add(&s->blocks_mismatched, plan->mismatched);
+	}
 	return rc;
+}
+
+/* The shared blocks an entry uses, gathered before the entry is touched:
+ * the record and its tokens point into pages its deletion may move. */
+struct uses {
+	uint8_t (*nodes)[PREFIX_NODE_LEN]; /* one per block b: tokens [0, (b+1)B) */
+	uint32_t nb;                       /* full blocks per MLA layer */
+	uint32_t *layers;                  /* the MLA layers' indexes */
+	uint32_t n_mla;
+	unsigned char *map;
+	uint32_t per; /* map bytes per MLA layer */
+};
+
+static void uses_free(struct uses *u)
+{
+	free(u->nodes);
+	free(u->layers);
+	free(u->map);
+}
+
+static int gather_uses(struct store *s, MDB_txn *txn, const struct store_record *r, struct uses *u)
+{
+	memset(u, 0, sizeof(*u));
+	if (!r->row_block || !r->map_len)
+		return 0;
+	MDB_val k = {STORE_KEY_LEN, (void *)r->key}, v;
+	int rc = mdb_get(txn, s->tokens, &k, &v);
+	if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != (size_t)r->prefix_len * 4u))
+		return 0; /* cannot be found again: verify reports the counts */
+	if (rc)
+		return rc;
+	u->nb = r->prefix_len / r->row_block;
+	u->per = store_record_map_bytes(r->prefix_len, r->row_block);
+	uint32_t *toks = malloc(v.mv_size);
+	uint8_t(*h)[PREFIX_NODE_LEN] =
+	        malloc(((size_t)r->prefix_len / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
+	u->nodes = malloc(((size_t)u->nb + 1) * PREFIX_NODE_LEN);
+	u->layers = malloc(((size_t)r->n_layers + 1) * sizeof(*u->layers));
+	u->map = malloc(r->map_len);
+	if (!toks || !h || !u->nodes || !u->layers || !u->map) {
+		free(toks);
+		free(h);
+		uses_free(u);
+		return ENOMEM;
+	}
+	memcpy(toks, v.mv_data, v.mv_size);
+	memcpy(u->map, r->map, r->map_len);
+	prefix_block_hashes(r->fingerprint, r->salt, r->salt_len, toks, r->prefix_len, h);
+	for (uint32_t b = 0; b < u->nb; b++)
+		memcpy(u->nodes[b], h[(uint64_t)(b + 1) * r->row_block / PREFIX_BLOCK],
+		       PREFIX_NODE_LEN);
+	for (uint32_t i = 0; i < r->n_layers; i++) {
+		uint8_t tag;
+		uint64_t size, sum;
+		store_record_layer(r, i, &tag, &size, &sum);
+		if (tag == BLOB_TAG_MLA)
+			u->layers[u->n_mla++] = i;
+	}
+	free(toks);
+	free(h);
+	return 0;
 }
 
 int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record *rec,
                        struct store_totals *totals)
 {
-	/* rec's salt points into a page of this transaction: copy it before any
-	 * update can move that page */
+	/* rec's salt, layers and map point into a page of this transaction:
+	 * copy what is needed before any update can move that page */
 	struct store_record copy = *rec;
 	uint8_t salt[STORE_MAX_SALT];
 	if (copy.salt_len > sizeof(salt))
@@ -46,27 +237,41 @@ int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record 
 	if (copy.salt_len)
 		memcpy(salt, copy.salt, copy.salt_len);
 	copy.salt = salt;
+	struct uses u;
+	int rc = gather_uses(s, txn, &copy, &u);
+	if (rc)
+		return rc;
 	copy.layers = NULL;
+	copy.map = NULL;
 	const struct store_record *r = &copy;
-	uint64_t bytes = r->bytes;
+	uint64_t freed = r->stored;
+	for (uint32_t m = 0; m < u.n_mla && !rc; m++)
+		for (uint32_t b = 0; b < u.nb && !rc; b++)
+			if ((u.map[(size_t)m * u.per + b / 8] >> (b % 8)) & 1)
+				rc = store_blocks_unuse(s, txn, u.nodes[b], u.layers[m], &freed);
+	uses_free(&u);
 	MDB_val k = {STORE_KEY_LEN, (void *)r->key};
-	int rc = store_index_lru_del(s, txn, r->lru_seq, r->key);
+	if (!rc)
+		rc = store_index_lru_del(s, txn, r->lru_seq, r->key);
 	if (!rc)
 		rc = store_index_remove(s, txn, r);
 	if (!rc)
 		rc = store_chunks_delete(s, txn, r->key, NULL);
 	if (!rc && (rc = mdb_del(txn, s->entries, &k, NULL)) == MDB_NOTFOUND)
 		rc = 0;
-	if (!rc && totals)
-		totals->bytes = totals->bytes >= bytes ? totals->bytes - bytes : 0;
+	if (!rc && totals) {
+		totals->bytes = totals->bytes >= freed ? totals->bytes - freed : 0;
+		totals->logical = totals->logical >= r->bytes ? totals->logical - r->bytes : 0;
+	}
 	return rc;
 }
 
-/* The bytes of every entry: its record's count, or for a record that does
- * not decode, the bytes of the chunks stored under its key. */
-static int recount_bytes(struct store *s, MDB_txn *txn, uint64_t *bytes)
+/* The totals counted again: each entry's own stream (for a record that does
+ * not decode, the bytes of the chunks under its key) and every shared
+ * block, stored; each entry whole, logical. */
+static int recount(struct store *s, MDB_txn *txn, struct store_totals *t)
 {
-	*bytes = 0;
+	t->bytes = t->logical = 0;
 	MDB_cursor *cur;
 	int rc = mdb_cursor_open(txn, s->entries, &cur);
 	if (rc)
@@ -76,15 +281,30 @@ static int recount_bytes(struct store *s, MDB_txn *txn, uint64_t *bytes)
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
 		struct store_record r;
 		uint64_t b = 0;
-		if (store_record_decode(v.mv_data, v.mv_size, &r) == 0)
-			b = r.bytes;
-		else if (k.mv_size == STORE_KEY_LEN &&
-		         (rc = store_chunks_bytes(s, txn, k.mv_data, &b)) != 0)
+		if (store_record_decode(v.mv_data, v.mv_size, &r) == 0) {
+			t->bytes += r.stored;
+			t->logical += r.bytes;
+			continue;
+		}
+		if (k.mv_size == STORE_KEY_LEN &&
+		    (rc = store_chunks_bytes(s, txn, k.mv_data, &b)) != 0)
 			break;
-		*bytes += b;
+		t->bytes += b;
+		t->logical += b;
 	}
 	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : rc;
+	if (rc != MDB_NOTFOUND)
+		return rc;
+	rc = 0;
+	if (s->has_blocks && (rc = mdb_cursor_open(txn, s->blocks, &cur)) == 0) {
+		for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+		     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+			t->bytes += v.mv_size > 8 ? v.mv_size - 8 : 0;
+		mdb_cursor_close(cur);
+		if (rc == MDB_NOTFOUND)
+			rc = 0;
+	}
+	return rc;
 }
 
 int store_entry_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key,
@@ -97,6 +317,6 @@ int store_entry_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key
 	if (!rc && (rc = mdb_del(txn, s->entries, &k, NULL)) == MDB_NOTFOUND)
 		rc = 0;
 	if (!rc && totals)
-		rc = recount_bytes(s, txn, &totals->bytes);
+		rc = recount(s, txn, totals);
 	return rc;
 }

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include "env.h"
+#include "xxh_dispatch.h"
 
 static uint64_t real_clock(void)
 {
@@ -59,18 +60,31 @@ int store_totals_get(struct store *s, MDB_txn *txn, struct store_totals *t)
 		return 0;
 	if (rc)
 		return rc;
-	if (v.mv_size != 16)
+	if (v.mv_size != 16 && v.mv_size != 24)
 		return MDB_CORRUPTED;
 	t->bytes = store_get_be64(v.mv_data);
 	t->lru_clock = store_get_be64((const unsigned char *)v.mv_data + 8);
+	t->logical =
+	        v.mv_size == 24 ? store_get_be64((const unsigned char *)v.mv_data + 16) : t->bytes;
 	return 0;
 }
 
 int store_totals_put(struct store *s, MDB_txn *txn, const struct store_totals *t)
 {
-	unsigned char b[16];
+	unsigned char b[24];
 	store_be64(b, t->bytes);
 	store_be64(b + 8, t->lru_clock);
-	MDB_val k = {6, "totals"}, v = {16, b};
+	store_be64(b + 16, t->logical);
+	MDB_val k = {6, "totals"}, v = {24, b};
 	return mdb_put(txn, s->meta, &k, &v, 0);
+}
+
+int store_value_intact(const MDB_val *v, uint64_t seed)
+{
+	if (v->mv_size < 8)
+		return 0;
+	uint64_t sum;
+	memcpy(&sum, v->mv_data, 8);
+	return XXH3_64bits_withSeed((const unsigned char *)v->mv_data + 8, v->mv_size - 8, seed) ==
+	       sum;
 }

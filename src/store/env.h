@@ -32,6 +32,9 @@
 #define STORE_MAP_PINNED     (-30000)
 #define STORE_MAP_FULL_TRIES 64
 
+/* Rows per shared MLA block in a new store (store_options.row_block). */
+#define STORE_DEFAULT_ROW_BLOCK 64u
+
 struct store_touch {
 	uint8_t key[STORE_KEY_LEN];
 	uint64_t seq;
@@ -46,8 +49,12 @@ struct model_cache_entry {
 
 struct store {
 	MDB_env *env;
-	MDB_dbi meta, models, entries, tokens, chunks, nodes, attach, lru, pending;
-	int has_pending; /* a read-only open of an older store may lack it */
+	MDB_dbi meta, models, entries, tokens, chunks, nodes, attach, lru, pending, blocks,
+	        blockrefs;
+	int has_pending;    /* a read-only open of an older store may lack it */
+	int has_blocks;     /* the same (a format-1 store) */
+	uint32_t row_block; /* B: rows per shared MLA block (meta "rowblock") */
+	int upgraded;       /* this open upgraded a format-1 store */
 	struct store_options opt;
 	char *dir;
 
@@ -64,7 +71,7 @@ struct store {
 	uint32_t swept_at_open;             /* unfinished staged publishes removed at open */
 	atomic_uint_fast64_t staging_bytes; /* chunks written by staged publishes in progress */
 	atomic_uint_fast64_t hits, misses, hit_tokens, publishes, publish_exists, evictions,
-	        quarantined, restores, corrupt, map_full_retries;
+	        quarantined, restores, corrupt, map_full_retries, blocks_mismatched;
 };
 
 /* Now, in seconds (options.clock when set). */
@@ -73,13 +80,21 @@ uint64_t store_now(const struct store *s);
 /* Maps an LMDB error to a status. */
 enum status_code store_mdb_error(struct status *st, int rc, const char *what);
 
-/* meta "totals": entry bytes and the LRU clock. */
+/* meta "totals": the bytes stored (the entries' own chunks and the shared
+ * blocks: what capacity and eviction count), the LRU clock, and the bytes the
+ * entries would take whole (logical). A format-1 store's 16-byte totals read
+ * with logical = bytes. */
 struct store_totals {
 	uint64_t bytes;
 	uint64_t lru_clock;
+	uint64_t logical;
 };
 int store_totals_get(struct store *s, MDB_txn *txn, struct store_totals *t);
 int store_totals_put(struct store *s, MDB_txn *txn, const struct store_totals *t);
+
+/* Whether a value laid out as u64 XXH3(rest, seed) | rest holds its sum
+ * (chunks and block parts). */
+int store_value_intact(const MDB_val *v, uint64_t seed);
 
 /* Big-endian helpers for keys that must sort. */
 void store_be32(unsigned char *p, uint32_t v);

@@ -236,3 +236,9 @@ int store_index_lru_move(struct store *s, MDB_txn *txn, const struct store_recor
 	int rc = store_index_lru_del(s, txn, old->lru_seq, old->key);
 	return rc ? rc : store_index_lru_add(s, txn, seq, old->key);
 }
+
+int store_index_tokens(struct store *s, MDB_txn *txn, const uint8_t *key, MDB_val *v)
+{
+	MDB_val k = {STORE_KEY_LEN, (void *)key};
+	return mdb_get(txn, s->tokens, &k, v);
+}

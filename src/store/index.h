@@ -36,6 +36,9 @@ int store_index_remove(struct store *s, MDB_txn *txn, const struct store_record 
 uint32_t store_index_find(struct store *s, MDB_txn *txn, const struct store_lookup_req *req,
                           uint8_t (*h)[PREFIX_NODE_LEN], struct store_lookup_res *res);
 
+/* The stored tokens of key (P x u32; the caller checks the length). */
+int store_index_tokens(struct store *s, MDB_txn *txn, const uint8_t *key, MDB_val *v);
+
 /* LRU rows. */
 int store_index_lru_add(struct store *s, MDB_txn *txn, uint64_t seq, const uint8_t *key);
 int store_index_lru_del(struct store *s, MDB_txn *txn, uint64_t seq, const uint8_t *key);

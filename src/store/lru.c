@@ -137,15 +137,20 @@ int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, 
 				break; /* a stale LRU row: drop it */
 			continue;
 		}
-		bytes = bytes >= r.bytes ? bytes - r.bytes : 0;
-		if (fn)
-			fn(key, r.bytes, ctx);
 		if (n_evicted)
 			(*n_evicted)++;
-		if (dry_run)
+		if (dry_run) { /* at least its own bytes go; shared blocks may stay */
+			bytes = bytes >= r.stored ? bytes - r.stored : 0;
+			if (fn)
+				fn(key, r.stored, ctx);
 			continue;
+		}
+		uint64_t before = totals->bytes;
 		if ((rc = store_entry_delete(s, txn, &r, totals)) != 0)
 			break;
+		bytes = totals->bytes; /* what was freed, blocks it was last to use included */
+		if (fn)
+			fn(key, before - bytes, ctx);
 		atomic_fetch_add(&s->evictions, 1);
 	}
 	mdb_cursor_close(cur);

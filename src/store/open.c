@@ -7,6 +7,7 @@
 
 #include "lru.h"
 #include "pending.h"
+#include "record.h"
 #include "txn.h"
 
 #define DEFAULT_MAX_BYTES   (UINT64_C(1) << 30)
@@ -81,10 +82,48 @@ static enum status_code check_format(struct store *s, MDB_txn *txn, struct statu
 	if (v.mv_size != 4)
 		return status_set(st, STATUS_CORRUPT, "%s: damaged format record", s->dir);
 	uint32_t ver = store_get_be32(v.mv_data);
-	if (ver != STORE_FORMAT_VERSION)
+	if (ver != 1 && ver != STORE_FORMAT_VERSION)
 		return status_set(st, STATUS_UNSUPPORTED,
-		                  "%s: store format version %u; this build reads version %u",
+		                  "%s: store format version %u; this build reads version %u "
+		                  "(and upgrades version 1)",
 		                  s->dir, ver, STORE_FORMAT_VERSION);
+	if (ver == 1 && !s->opt.read_only) {
+		/* Format 2 adds the shared blocks and a record tail; a format-1
+		 * record reads as an entry that shares nothing, so the upgrade is
+		 * this one write, inside the open's transaction: after a crash the
+		 * store is version 1 or 2, whole. */
+		unsigned char b[4];
+		store_be32(b, STORE_FORMAT_VERSION);
+		MDB_val nv = {4, b};
+		if ((rc = mdb_put(txn, s->meta, &k, &nv, 0)) != 0)
+			return store_mdb_error(st, rc, "upgrading the format record");
+		s->upgraded = 1;
+	}
+	return STATUS_OK;
+}
+
+/* The store's row block (meta "rowblock"), fixed when the store is made. */
+static enum status_code check_row_block(struct store *s, MDB_txn *txn, struct status *st)
+{
+	MDB_val k = {8, "rowblock"}, v;
+	int rc = mdb_get(txn, s->meta, &k, &v);
+	uint32_t want = s->opt.row_block ? s->opt.row_block : STORE_DEFAULT_ROW_BLOCK;
+	if (rc == MDB_NOTFOUND) {
+		s->row_block = want;
+		if (s->opt.read_only)
+			return STATUS_OK;
+		unsigned char b[4];
+		store_be32(b, want);
+		MDB_val nv = {4, b};
+		rc = mdb_put(txn, s->meta, &k, &nv, 0);
+		return rc ? store_mdb_error(st, rc, "writing the row block") : STATUS_OK;
+	}
+	if (rc)
+		return store_mdb_error(st, rc, "reading the row block");
+	uint32_t b = v.mv_size == 4 ? store_get_be32(v.mv_data) : 0;
+	if (!b || b % PREFIX_BLOCK || b > STORE_MAX_ROW_BLOCK)
+		return status_set(st, STATUS_CORRUPT, "%s: damaged row block record", s->dir);
+	s->row_block = b;
 	return STATUS_OK;
 }
 
@@ -97,12 +136,27 @@ static enum status_code open_tables(struct store *s, MDB_txn *txn, struct status
 		               ? status_set(st, STATUS_INVALID, "%s: not a k3cache store", s->dir)
 		               : store_mdb_error(st, rc, "opening the databases");
 	enum status_code code = check_format(s, txn, st);
+	if (code == STATUS_OK)
+		code = check_row_block(s, txn, st);
 	if (code != STATUS_OK)
 		return code;
-	rc = mdb_dbi_open(txn, "pending", s->opt.read_only ? 0 : MDB_CREATE, &s->pending);
-	s->has_pending = rc == 0;
-	if (rc && rc != MDB_NOTFOUND)
-		return store_mdb_error(st, rc, "opening the databases");
+	/* tables a read-only open of an older store may lack */
+	struct {
+		const char *name;
+		MDB_dbi *dbi;
+		int *has;
+	} optional[] = {
+	        {"pending", &s->pending, &s->has_pending},
+	        {"blocks", &s->blocks, &s->has_blocks},
+	        {"blockrefs", &s->blockrefs, &s->has_blocks},
+	};
+	for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
+		rc = mdb_dbi_open(txn, optional[i].name, s->opt.read_only ? 0 : MDB_CREATE,
+		                  optional[i].dbi);
+		if (rc && rc != MDB_NOTFOUND)
+			return store_mdb_error(st, rc, "opening the databases");
+		*optional[i].has = rc == 0 && (i == 0 || i == 1 || *optional[i].has);
+	}
 	struct store_totals t;
 	if ((rc = store_totals_get(s, txn, &t)) != 0)
 		return store_mdb_error(st, rc, "reading the totals");

@@ -85,13 +85,27 @@ static int write_entry(struct store *s, MDB_txn *txn, struct pending *p,
 {
 	const struct store_publish_req *r = p->req;
 	const uint8_t *key = p->res->key;
-	int rc = store_entry_add(s, txn, r, key, p->res->bytes, p->tags, p->sizes, p->sums, totals);
-	if (rc)
+	struct store_record old;
+	int rc = store_record_read(s, txn, key, &old);
+	if (rc == -1) /* a damaged record under the key: the new entry replaces it */
+		rc = store_entry_delete_damaged(s, txn, key, totals);
+	else if (rc != MDB_NOTFOUND) /* stored: take no block reference */
+		return rc == 0 ? MDB_KEYEXIST : rc;
+	if (rc && rc != MDB_NOTFOUND)
 		return rc;
-	/* chunks: the layers end to end, cut into equal chunks */
-	uint64_t total = p->res->bytes;
-	uint32_t n = (uint32_t)((total + STORE_CHUNK_DATA - 1) / STORE_CHUNK_DATA);
-	return store_chunks_write(s, txn, key, r, total, 0, n, NULL);
+	/* which rows are shared blocks, and what the entry's own chunks hold */
+	struct store_entry_plan plan;
+	if ((rc = store_entry_plan(s, txn, r, 1, &plan)) != 0)
+		return rc;
+	rc = store_entry_add(s, txn, r, key, p->res->bytes, p->tags, p->sizes, p->sums, &plan,
+	                     totals);
+	if (!rc) {
+		struct store_stream stream = {plan.segs, plan.n_segs, plan.stored};
+		rc = store_chunks_write(s, txn, key, &stream, 0, store_chunks_count(plan.stored),
+		                        NULL);
+	}
+	store_entry_plan_free(&plan);
+	return rc;
 }
 
 /* Records the outcome of a write for one request. */

@@ -5,7 +5,7 @@
 
 #include "record.h"
 
-#define REC_VERSION 1u
+#define REC_VERSION 2u /* 1: no tail (read as: every row in the stream) */
 #define OFF_FLAGS   (4 + 32 + 32 + 4 + 4)
 #define REC_FIXED   (OFF_FLAGS + 4 + 8 * 5 + 4)
 
@@ -37,9 +37,26 @@ static uint64_t get64(const unsigned char *p)
 	return v;
 }
 
-size_t store_record_size(uint32_t salt_len, uint32_t n_layers)
+#define REC_TAIL 16u /* u64 stored | u32 row_block | u32 map_len */
+
+size_t store_record_size(uint32_t salt_len, uint32_t n_layers, uint32_t map_len)
 {
-	return REC_FIXED + (size_t)salt_len + (size_t)n_layers * STORE_RECORD_LAYER_LEN;
+	return REC_FIXED + (size_t)salt_len + (size_t)n_layers * STORE_RECORD_LAYER_LEN + REC_TAIL +
+	       map_len;
+}
+
+uint32_t store_record_map_bytes(uint32_t prefix_len, uint32_t row_block)
+{
+	return row_block ? (prefix_len / row_block + 7) / 8 : 0;
+}
+
+int store_record_shared(const struct store_record *r, uint32_t mla, uint32_t b)
+{
+	if (!r->map || !r->row_block)
+		return 0;
+	const unsigned char *m =
+	        r->map + (size_t)mla * store_record_map_bytes(r->prefix_len, r->row_block);
+	return (m[b / 8] >> (b % 8)) & 1;
 }
 
 void store_record_patch(unsigned char *enc, const struct store_record *r)
@@ -75,12 +92,18 @@ void store_record_encode(const struct store_record *r, const uint8_t *tags, cons
 		le64(p + 9, sums[i]);
 		p += STORE_RECORD_LAYER_LEN;
 	}
+	le64(p, r->stored);
+	le32(p + 8, r->row_block);
+	le32(p + 12, r->map_len);
+	if (r->map_len)
+		memcpy(p + 16, r->map, r->map_len);
 }
 
 int store_record_decode(const void *data, size_t len, struct store_record *r)
 {
 	const unsigned char *p = data;
-	if (len < REC_FIXED || get32(p) != REC_VERSION)
+	uint32_t version = len >= 4 ? get32(p) : 0;
+	if (len < REC_FIXED || (version != 1 && version != REC_VERSION))
 		return -1;
 	memcpy(r->key, p + 4, 32);
 	memcpy(r->fingerprint, p + 36, 32);
@@ -97,22 +120,46 @@ int store_record_decode(const void *data, size_t len, struct store_record *r)
 	    r->salt_len > STORE_MAX_SALT)
 		return -1;
 	/* 64-bit sums: no count read from disk can wrap the check */
-	if ((uint64_t)REC_FIXED + r->salt_len + (uint64_t)r->n_layers * STORE_RECORD_LAYER_LEN !=
-	    len)
+	uint64_t head =
+	        (uint64_t)REC_FIXED + r->salt_len + (uint64_t)r->n_layers * STORE_RECORD_LAYER_LEN;
+	if (version == 1 ? head != len : head + REC_TAIL > len)
 		return -1;
 	r->salt = p + REC_FIXED;
 	r->layers = p + REC_FIXED + r->salt_len;
 	uint64_t total = 0;
+	uint32_t n_mla = 0;
 	for (uint32_t i = 0; i < r->n_layers; i++) {
 		const unsigned char *l = r->layers + (size_t)i * STORE_RECORD_LAYER_LEN;
 		if (l[0] != 1 && l[0] != 2)
 			return -1;
+		n_mla += l[0] == 2;
 		uint64_t sz = get64(l + 1);
 		if (sz > (UINT64_C(1) << 40))
 			return -1;
 		total += sz;
 	}
-	return total == r->bytes ? 0 : -1;
+	if (total != r->bytes)
+		return -1;
+	if (version == 1) { /* every row in the entry's own stream */
+		r->stored = r->bytes;
+		r->row_block = 0;
+		r->map_len = 0;
+		r->map = NULL;
+		return 0;
+	}
+	const unsigned char *t = p + head;
+	r->stored = get64(t);
+	r->row_block = get32(t + 8);
+	r->map_len = get32(t + 12);
+	r->map = r->map_len ? t + REC_TAIL : NULL;
+	if (r->stored > r->bytes || head + REC_TAIL + r->map_len != len)
+		return -1;
+	if (r->row_block && (r->row_block % PREFIX_BLOCK || r->row_block > STORE_MAX_ROW_BLOCK))
+		return -1;
+	if ((uint64_t)r->map_len !=
+	    (uint64_t)n_mla * store_record_map_bytes(r->prefix_len, r->row_block))
+		return -1;
+	return 0;
 }
 
 void store_record_layer(const struct store_record *r, uint32_t i, uint8_t *tag, uint64_t *size,
@@ -141,7 +188,7 @@ int store_record_put(struct store *s, MDB_txn *txn, const struct store_record *r
                      const uint8_t *tags, const uint64_t *sizes, const uint64_t *sums)
 {
 	MDB_val k = {STORE_KEY_LEN, (void *)r->key};
-	MDB_val v = {store_record_size(r->salt_len, r->n_layers), NULL};
+	MDB_val v = {store_record_size(r->salt_len, r->n_layers, r->map_len), NULL};
 	int rc = mdb_put(txn, s->entries, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
 	if (!rc)
 		store_record_encode(r, tags, sizes, sums, v.mv_data);

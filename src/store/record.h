@@ -3,12 +3,22 @@
  *
  *   u32 version | key[32] | fingerprint[32] | u32 prefix_len | u32 n_layers |
  *   u32 flags | u64 created | u64 last_used | u64 lru_seq | u64 hits |
- *   u64 bytes | u32 salt_len | salt | n_layers x (u8 tag | u64 size | u64 xxh3)
- * all little-endian. */
+ *   u64 bytes | u32 salt_len | salt | n_layers x (u8 tag | u64 size | u64 xxh3) |
+ *   u64 stored | u32 row_block | u32 map_len | map
+ * all little-endian. version 2; a version-1 record (a store made before
+ * blocks) ends after the layers and reads as every row in the stream.
+ *
+ * bytes is what the entry's blobs take whole (the restore payload); stored
+ * is what its own chunks hold: its KDA layers and, of each MLA layer, the
+ * header words, the rows of blocks it does not share, and the tail rows
+ * past the last full block. map holds, per MLA layer in layer order,
+ * ceil((P / row_block) / 8) bytes: bit b set when block b is a shared block
+ * (blocks.h), clear when its rows are in the entry's own stream. */
 #ifndef K3_STORE_RECORD_H
 #define K3_STORE_RECORD_H
 
 #include "env.h"
+#include "prefix.h"
 
 /* The decoded entry record. */
 struct store_record {
@@ -25,12 +35,25 @@ struct store_record {
 	uint32_t salt_len;
 	const uint8_t *salt;         /* points into the encoded record */
 	const unsigned char *layers; /* n_layers x (u8 tag | u64 size | u64 xxh3) */
+	uint64_t stored;             /* bytes in the entry's own chunks */
+	uint32_t row_block;          /* B; 0: no shared blocks */
+	uint32_t map_len;
+	const unsigned char *map; /* points into the encoded record */
 };
+
+/* The largest row block a record may name. */
+#define STORE_MAX_ROW_BLOCK 65536u
+
+/* Bytes of the map per MLA layer for P tokens in blocks of row_block. */
+uint32_t store_record_map_bytes(uint32_t prefix_len, uint32_t row_block);
+
+/* Whether block b of the record's mla-th MLA layer is a shared block. */
+int store_record_shared(const struct store_record *r, uint32_t mla, uint32_t b);
 
 #define STORE_RECORD_LAYER_LEN 17u
 
 /* Encoded size of a record with these counts. */
-size_t store_record_size(uint32_t salt_len, uint32_t n_layers);
+size_t store_record_size(uint32_t salt_len, uint32_t n_layers, uint32_t map_len);
 /* Encodes r (with layer triples from tags/sizes/sums) into out. */
 void store_record_encode(const struct store_record *r, const uint8_t *tags, const uint64_t *sizes,
                          const uint64_t *sums, unsigned char *out);

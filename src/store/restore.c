@@ -5,20 +5,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blob.h"
+#include "blocks.h"
 #include "chunks.h"
 #include "entry.h"
+#include "index.h"
 #include "lru.h"
 #include "record.h"
 #include "restore.h"
 #include "txn.h"
 #include "xxh_dispatch.h"
 
+/* A piece of the restore payload, in payload order: a range of one value in
+ * the map, a chunk of the entry's stream or a part of a shared block. The
+ * first piece of each value carries the value, to check before it is sent. */
+struct piece_check {
+	const unsigned char *val; /* NULL: nothing to check at this piece */
+	size_t len;
+	uint64_t seed; /* chunk number, or layer */
+	uint32_t what; /* chunk number, or block number */
+	uint8_t block; /* 0: a chunk; 1, 2: the k or v part of a block */
+	uint32_t layer;
+};
+
 struct store_snapshot_priv {
 	struct store *s;
 	MDB_txn *txn;
-	struct store_segment *segs;
-	struct store_segment *chunks; /* whole chunk values, for a deferred check */
-	uint64_t n_chunks;
+	struct store_segment *segs; /* the pieces */
+	struct piece_check *checks;
+	size_t n, cap;
 };
 
 void store_snapshot_release(struct store_snapshot *snap)
@@ -29,28 +44,43 @@ void store_snapshot_release(struct store_snapshot *snap)
 		mdb_txn_abort(snap->priv->txn);
 		atomic_fetch_sub(&snap->priv->s->open_snapshots, 1);
 		free(snap->priv->segs);
-		free(snap->priv->chunks);
+		free(snap->priv->checks);
 		free(snap->priv);
 	}
 	free(snap->layers);
 	free(snap);
 }
 
-/* A damaged chunk found by a restore. A deferred restore (the daemon's loop
+/* Why a value is damaged, for messages. */
+static void piece_name(const struct piece_check *c, char *out, size_t outsz)
+{
+	if (c->block)
+		snprintf(out, outsz, "block %u of layer %u (%s rows)", c->what, c->layer,
+		         c->block == 1 ? "k" : "v");
+	else
+		snprintf(out, outsz, "chunk %u", c->what);
+}
+
+static int piece_intact(const struct piece_check *c)
+{
+	MDB_val v = {c->len, (void *)c->val};
+	return c->block ? store_blocks_intact(&v, (uint32_t)c->seed)
+	                : store_chunks_intact(&v, c->seed);
+}
+
+/* A damaged value found by a restore. A deferred restore (the daemon's loop
  * thread) takes no write transaction: its caller quarantines. */
 static enum status_code corrupt(struct store *s, struct store_snapshot *snap, struct status *st,
-                                const char *why, uint64_t chunk, int defer)
+                                const char *what, const char *why, int defer)
 {
 	uint8_t key[STORE_KEY_LEN];
 	memcpy(key, snap->key, STORE_KEY_LEN);
 	store_snapshot_release(snap);
 	atomic_fetch_add(&s->corrupt, 1);
-	if (defer)
-		return status_set(st, STATUS_CORRUPT, "chunk %llu %s", (unsigned long long)chunk,
-		                  why);
 	char msg[STATUS_MESSAGE_MAX];
-	snprintf(msg, sizeof(msg), "chunk %llu %s", (unsigned long long)chunk, why);
-	store_quarantine_say(s, key, msg, sizeof(msg));
+	snprintf(msg, sizeof(msg), "%s %s", what, why);
+	if (!defer)
+		store_quarantine_say(s, key, msg, sizeof(msg));
 	return status_set(st, STATUS_CORRUPT, "%s", msg);
 }
 
@@ -63,45 +93,213 @@ enum status_code store_restore(struct store *s, const uint8_t key[STORE_KEY_LEN]
 enum status_code store_snapshot_verify(struct store_snapshot *snap, struct status *st)
 {
 	struct store_snapshot_priv *priv = snap->priv;
-	for (uint64_t c = 0; c < priv->n_chunks; c++) {
-		const void *data;
-		size_t len;
-		if (store_snapshot_chunk(snap, c, &data, &len, st) != STATUS_OK) {
-			atomic_fetch_add(&priv->s->corrupt, 1);
-			char msg[STATUS_MESSAGE_MAX];
-			snprintf(msg, sizeof(msg), "chunk %llu fails its checksum",
-			         (unsigned long long)c);
-			store_quarantine_say(priv->s, snap->key, msg, sizeof(msg));
-			return status_set(st, STATUS_CORRUPT, "%s", msg);
-		}
+	for (size_t i = 0; i < priv->n; i++) {
+		const struct piece_check *c = &priv->checks[i];
+		if (!c->val || piece_intact(c))
+			continue;
+		atomic_fetch_add(&priv->s->corrupt, 1);
+		char msg[STATUS_MESSAGE_MAX];
+		piece_name(c, msg, sizeof(msg));
+		size_t n = strlen(msg);
+		snprintf(msg + n, sizeof(msg) - n, " fails its checksum");
+		store_quarantine_say(priv->s, snap->key, msg, sizeof(msg));
+		return status_set(st, STATUS_CORRUPT, "%s", msg);
 	}
 	return STATUS_OK;
 }
 
 uint64_t store_snapshot_chunks(const struct store_snapshot *snap)
 {
-	return snap->priv->n_chunks;
+	return snap->priv->n;
 }
 
 enum status_code store_snapshot_chunk(const struct store_snapshot *snap, uint64_t i,
                                       const void **data, size_t *len, struct status *st)
 {
 	const struct store_snapshot_priv *priv = snap->priv;
-	if (i >= priv->n_chunks) {
+	if (i >= priv->n) {
 		*data = NULL;
 		*len = 0;
-		return status_set(st, STATUS_NOT_FOUND, "chunk %llu of %llu", (unsigned long long)i,
-		                  (unsigned long long)priv->n_chunks);
+		return status_set(st, STATUS_NOT_FOUND, "piece %llu of %llu", (unsigned long long)i,
+		                  (unsigned long long)priv->n);
 	}
-	const unsigned char *v = priv->chunks[i].data;
-	*data = v + 8;
-	*len = priv->chunks[i].len - 8;
-	uint64_t sum;
-	memcpy(&sum, v, 8);
-	if (XXH3_64bits_withSeed(v + 8, *len, i) != sum)
-		return status_set(st, STATUS_CORRUPT, "chunk %llu fails its checksum",
-		                  (unsigned long long)i);
+	*data = priv->segs[i].data;
+	*len = priv->segs[i].len;
+	const struct piece_check *c = &priv->checks[i];
+	if (c->val && !piece_intact(c)) {
+		char name[96];
+		piece_name(c, name, sizeof(name));
+		return status_set(st, STATUS_CORRUPT, "%s fails its checksum", name);
+	}
 	return STATUS_OK;
+}
+
+/* Builds a restore's pieces: walks the entry's own stream chunk by chunk and
+ * takes each shared block where the record's map says so. */
+struct builder {
+	struct store *s;
+	MDB_txn *txn;
+	struct store_snapshot_priv *priv;
+	const uint8_t *key;
+	int defer;
+	uint64_t stored, taken; /* the stream's bytes, and those taken so far */
+	uint64_t chunk;         /* the chunk being cut; cur NULL: none yet */
+	const unsigned char *cur;
+	size_t cur_len, cur_off;
+	char what[96], why[64]; /* a failure */
+};
+
+static int add_piece(struct builder *b, const unsigned char *data, size_t len,
+                     const struct piece_check *check)
+{
+	struct store_snapshot_priv *p = b->priv;
+	if (p->n == p->cap) {
+		size_t nc = p->cap ? p->cap * 2 : 64;
+		struct store_segment *ns = realloc(p->segs, nc * sizeof(*ns));
+		if (!ns)
+			return ENOMEM;
+		p->segs = ns;
+		struct piece_check *nk = realloc(p->checks, nc * sizeof(*nk));
+		if (!nk)
+			return ENOMEM;
+		p->checks = nk;
+		p->cap = nc;
+	}
+	p->segs[p->n] = (struct store_segment){data, len};
+	p->checks[p->n] = check ? *check : (struct piece_check){0};
+	p->n++;
+	return 0;
+}
+
+#define BUILD_DAMAGED (-30002) /* b->what, b->why say how */
+
+static int damaged(struct builder *b, const char *why)
+{
+	snprintf(b->why, sizeof(b->why), "%s", why);
+	return BUILD_DAMAGED;
+}
+
+/* Takes the next len bytes of the entry's stream. peek (when not NULL)
+ * receives up to 16 of them. */
+static int take(struct builder *b, uint64_t len, unsigned char *peek, size_t peek_len)
+{
+	size_t peeked = 0;
+	while (len) {
+		if (!b->cur || b->cur_off == b->cur_len) {
+			uint64_t c = b->cur ? b->chunk + 1 : 0;
+			uint64_t want = b->stored - c * STORE_CHUNK_DATA;
+			if (c * STORE_CHUNK_DATA >= b->stored) {
+				snprintf(b->what, sizeof(b->what), "the entry's stream");
+				return damaged(b, "is shorter than its layers");
+			}
+			if (want > STORE_CHUNK_DATA)
+				want = STORE_CHUNK_DATA;
+			MDB_val v;
+			int rc = store_chunks_get(b->s, b->txn, b->key, c, &v);
+			snprintf(b->what, sizeof(b->what), "chunk %llu", (unsigned long long)c);
+			if (rc == MDB_NOTFOUND)
+				return damaged(b, "is missing");
+			if (rc)
+				return rc;
+			if (v.mv_size != want + 8)
+				return damaged(b, "has the wrong size");
+			struct piece_check check = {
+			        .val = v.mv_data, .len = v.mv_size, .seed = c, .what = (uint32_t)c};
+			if (!b->defer && !piece_intact(&check))
+				return damaged(b, "fails its checksum");
+			b->chunk = c;
+			b->cur = (const unsigned char *)v.mv_data;
+			b->cur_len = v.mv_size;
+			b->cur_off = 8;
+			/* the value's first piece checks it (deferred restores) */
+			size_t n = (size_t)(len < v.mv_size - 8 ? len : v.mv_size - 8);
+			int arc = add_piece(b, b->cur + 8, n, b->defer ? &check : NULL);
+			if (arc)
+				return arc;
+			if (peek && peeked < peek_len) {
+				size_t pn = n < peek_len - peeked ? n : peek_len - peeked;
+				memcpy(peek + peeked, b->cur + 8, pn);
+				peeked += pn;
+			}
+			b->cur_off += n;
+			b->taken += n;
+			len -= n;
+			continue;
+		}
+		size_t n = (size_t)(len < b->cur_len - b->cur_off ? len : b->cur_len - b->cur_off);
+		int rc = add_piece(b, b->cur + b->cur_off, n, NULL);
+		if (rc)
+			return rc;
+		if (peek && peeked < peek_len) {
+			size_t pn = n < peek_len - peeked ? n : peek_len - peeked;
+			memcpy(peek + peeked, b->cur + b->cur_off, pn);
+			peeked += pn;
+		}
+		b->cur_off += n;
+		b->taken += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* Takes part (0 k, 1 v) of shared block bl of layer i, of len row bytes. */
+static int take_block(struct builder *b, const uint8_t *node, uint32_t i, uint32_t bl,
+                      unsigned part, size_t len)
+{
+	MDB_val v;
+	snprintf(b->what, sizeof(b->what), "block %u of layer %u (%s rows)", bl, i,
+	         part ? "v" : "k");
+	int rc = store_blocks_get(b->s, b->txn, node, i, part, &v);
+	if (rc == MDB_NOTFOUND)
+		return damaged(b, "is missing");
+	if (rc)
+		return rc;
+	if (v.mv_size != len + 8)
+		return damaged(b, "has the wrong size");
+	struct piece_check check = {.val = v.mv_data,
+	                            .len = v.mv_size,
+	                            .seed = i,
+	                            .what = bl,
+	                            .block = (uint8_t)(part + 1),
+	                            .layer = i};
+	if (!b->defer && !piece_intact(&check))
+		return damaged(b, "fails its checksum");
+	return add_piece(b, (const unsigned char *)v.mv_data + 8, len, b->defer ? &check : NULL);
+}
+
+static uint32_t le32_at(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* An MLA layer whose map names shared blocks: its k rows then its v rows,
+ * each a block from the blocks table or rows from the stream. */
+static int take_mla(struct builder *b, const struct store_record *r, uint32_t i, uint32_t mla,
+                    uint64_t size, uint8_t (*h)[PREFIX_NODE_LEN])
+{
+	unsigned char head[9];
+	int rc = take(b, 9, head, sizeof(head));
+	if (rc)
+		return rc;
+	uint64_t p = r->prefix_len, kcount = le32_at(head + 5);
+	snprintf(b->what, sizeof(b->what), "layer %u", i);
+	if (head[0] != BLOB_TAG_MLA || le32_at(head + 1) != p || kcount % p ||
+	    13 + kcount * 4 > size || (size - 13 - kcount * 4) % (4 * p))
+		return damaged(b, "has damaged header words");
+	size_t row[2] = {(size_t)(kcount / p * 4), (size_t)((size - 13 - kcount * 4) / p)};
+	uint32_t rb = r->row_block, nb = r->prefix_len / rb;
+	for (unsigned part = 0; part < 2 && !rc; part++) {
+		if (part)
+			rc = take(b, 4, NULL, 0); /* v's count */
+		for (uint32_t bl = 0; bl < nb && !rc; bl++)
+			rc = store_record_shared(r, mla, bl)
+			             ? take_block(b, h[(uint64_t)(bl + 1) * rb / PREFIX_BLOCK], i,
+			                          bl, part, rb * row[part])
+			             : take(b, (uint64_t)rb * row[part], NULL, 0);
+		if (!rc)
+			rc = take(b, (uint64_t)(r->prefix_len - nb * rb) * row[part], NULL, 0);
+	}
+	return rc;
 }
 
 enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN],
@@ -147,66 +345,68 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	snap->prefix_len = r.prefix_len;
 	snap->n_layers = r.n_layers;
 	snap->bytes = r.bytes;
-	uint64_t nchunks = (r.bytes + STORE_CHUNK_DATA - 1) / STORE_CHUNK_DATA;
 	snap->layers = calloc(r.n_layers, sizeof(*snap->layers));
-	priv->segs = calloc((size_t)(nchunks + r.n_layers), sizeof(*priv->segs));
-	if (defer) {
-		priv->chunks = calloc((size_t)nchunks + 1, sizeof(*priv->chunks));
-		priv->n_chunks = nchunks;
+	uint8_t(*h)[PREFIX_NODE_LEN] = NULL;
+	if (r.row_block && r.map_len) {
+		/* the blocks are named by the entry's own tokens */
+		MDB_val tv;
+		rc = store_index_tokens(s, priv->txn, key, &tv);
+		if (rc || tv.mv_size != (size_t)r.prefix_len * 4u) {
+			store_snapshot_release(snap);
+			atomic_fetch_add(&s->corrupt, 1);
+			return status_set(st, STATUS_CORRUPT,
+			                  "the entry's tokens are missing or damaged");
+		}
+		h = malloc(((size_t)r.prefix_len / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
+		if (h)
+			prefix_block_hashes(r.fingerprint, r.salt, r.salt_len, tv.mv_data,
+			                    r.prefix_len, h);
 	}
-	if (!snap->layers || !priv->segs || (defer && !priv->chunks)) {
+	if (!snap->layers || (r.row_block && r.map_len && !h)) {
+		free(h);
 		store_snapshot_release(snap);
 		return status_set(st, STATUS_INTERNAL, "out of memory");
 	}
-	for (uint32_t i = 0; i < r.n_layers; i++) {
+	struct builder b = {.s = s,
+	                    .txn = priv->txn,
+	                    .priv = priv,
+	                    .key = key,
+	                    .defer = defer,
+	                    .stored = r.stored};
+	size_t *first = calloc(r.n_layers, sizeof(*first));
+	rc = first ? 0 : ENOMEM;
+	for (uint32_t i = 0, mla = 0; i < r.n_layers && !rc; i++) {
 		struct store_layer *l = &snap->layers[i];
 		l->index = i;
 		store_record_layer(&r, i, &l->tag, &l->size, &l->xxh3);
+		first[i] = priv->n;
+		if (h && l->tag == BLOB_TAG_MLA)
+			rc = take_mla(&b, &r, i, mla++, l->size, h);
+		else
+			rc = take(&b, l->size, NULL, 0);
 	}
-
-	/* walk the chunks in order, verifying each, and cut them into layers */
-	uint32_t li = 0;
-	uint64_t left_in_layer = snap->layers[0].size;
-	size_t nseg = 0;
-	snap->layers[0].segments = priv->segs;
-	for (uint64_t c = 0; c < nchunks; c++) {
-		uint64_t want = r.bytes - c * STORE_CHUNK_DATA;
-		if (want > STORE_CHUNK_DATA)
-			want = STORE_CHUNK_DATA;
-		MDB_val v;
-		rc = store_chunks_get(s, priv->txn, key, c, &v);
-		if (rc == MDB_NOTFOUND)
-			return corrupt(s, snap, st, "is missing", c, defer);
-		if (rc) {
-			store_snapshot_release(snap);
-			return store_mdb_error(st, rc, "restore");
-		}
-		if (v.mv_size != want + 8)
-			return corrupt(s, snap, st, "has the wrong size", c, defer);
-		const unsigned char *data = (const unsigned char *)v.mv_data + 8;
-		if (defer) {
-			priv->chunks[c].data = v.mv_data;
-			priv->chunks[c].len = v.mv_size;
-		} else if (!store_chunks_intact(&v, c)) {
-			return corrupt(s, snap, st, "fails its checksum", c, defer);
-		}
-		while (want) {
-			while (left_in_layer == 0 && li + 1 < r.n_layers) {
-				li++;
-				left_in_layer = snap->layers[li].size;
-				snap->layers[li].segments = priv->segs + nseg;
-			}
-			size_t take = (size_t)(want < left_in_layer ? want : left_in_layer);
-			struct store_layer *l = &snap->layers[li];
-			priv->segs[nseg].data = data;
-			priv->segs[nseg].len = take;
-			nseg++;
-			l->n_segments++;
-			data += take;
-			want -= take;
-			left_in_layer -= take;
-		}
+	if (!rc && b.taken != r.stored) {
+		snprintf(b.what, sizeof(b.what), "the entry's stream");
+		rc = damaged(&b, "is longer than its layers");
 	}
+	free(h);
+	if (rc == BUILD_DAMAGED) {
+		free(first);
+		return corrupt(s, snap, st, b.what, b.why, defer);
+	}
+	if (rc) {
+		free(first);
+		store_snapshot_release(snap);
+		return rc == ENOMEM ? status_set(st, STATUS_INTERNAL, "out of memory")
+		                    : store_mdb_error(st, rc, "restore");
+	}
+	/* each layer's views: its pieces, now that the array will not move */
+	for (uint32_t i = 0; i < r.n_layers; i++) {
+		size_t end = i + 1 < r.n_layers ? first[i + 1] : priv->n;
+		snap->layers[i].segments = priv->segs + first[i];
+		snap->layers[i].n_segments = (uint32_t)(end - first[i]);
+	}
+	free(first);
 	if (use) {
 		atomic_fetch_add(&s->restores, 1);
 		store_touch(s, key, 0); /* the lookup that found it counted the hit */

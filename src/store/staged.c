@@ -41,6 +41,8 @@ struct store_stage {
 	uint32_t n_chunks, per; /* chunks in all, per stage transaction */
 	uint8_t *tags;
 	uint64_t *sizes, *layer_sums, *chunk_sums;
+	struct store_entry_plan plan; /* no shared blocks: the blobs whole */
+	struct store_stream stream;
 	void (*notify)(void *ctx);
 	void *notify_ctx;
 
@@ -198,7 +200,7 @@ static int op_stage(struct store *s, void *ctx)
 	int rc = store_txn_write(s, &txn);
 	if (rc)
 		return rc;
-	rc = store_chunks_write(s, txn, g->key, &g->r, g->total, g->from, g->to, g->chunk_sums);
+	rc = store_chunks_write(s, txn, g->key, &g->stream, g->from, g->to, g->chunk_sums);
 	return store_txn_end(txn, rc);
 }
 
@@ -255,7 +257,7 @@ static int op_finish(struct store *s, void *ctx)
 	struct store_totals t;
 	if ((rc = store_lru_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)) ||
 	    (rc = store_entry_add(s, txn, &g->r, g->key, g->total, g->tags, g->sizes, g->layer_sums,
-	                          &t)) != 0 ||
+	                          &g->plan, &t)) != 0 ||
 	    (rc = store_pending_drop(s, txn, g->key)) != 0)
 		return store_txn_end(txn, rc);
 	uint64_t clock = atomic_load(&s->lru_clock);
@@ -290,6 +292,7 @@ static void stage_free(struct store_stage *g)
 	free(g->sizes);
 	free(g->layer_sums);
 	free(g->chunk_sums);
+	store_entry_plan_free(&g->plan);
 	free(g);
 }
 
@@ -316,7 +319,8 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		g->layer_sums = calloc(n ? n : 1, sizeof(uint64_t));
 		g->chunk_sums = calloc(n_chunks ? n_chunks : 1, sizeof(uint64_t));
 	}
-	if (!g || !g->tags || !g->sizes || !g->layer_sums || !g->chunk_sums) {
+	if (!g || !g->tags || !g->sizes || !g->layer_sums || !g->chunk_sums ||
+	    store_entry_plan(s, NULL, req, 0, &g->plan) != 0) {
 		if (g) {
 			free(g->tags);
 			free(g->sizes);
@@ -338,6 +342,8 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		g->per = 1;
 	for (uint32_t i = 0; i < n; i++)
 		g->sizes[i] = req->blobs[i].size;
+	/* a staged entry keeps every row in its own stream: no shared blocks */
+	g->stream = (struct store_stream){g->plan.segs, g->plan.n_segs, total};
 	g->notify = notify;
 	g->notify_ctx = ctx;
 	g->fd = -1;

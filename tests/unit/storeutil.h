@@ -71,6 +71,39 @@ static inline struct storeutil_snap storeutil_snap(const struct model_spec *m, u
 	return s;
 }
 
+/* A turn of a conversation: MLA rows depend only on (rows_seed, layer, row,
+ * column), so turns of one prompt hold the same rows and share blocks; the
+ * KDA state depends on the seed. */
+static inline struct storeutil_snap storeutil_conv_snap(const struct model_spec *m, uint32_t p,
+                                                        uint32_t rows_seed, uint32_t seed)
+{
+	struct storeutil_snap s = storeutil_snap(m, p, seed);
+	for (uint32_t i = 0; i < m->n_layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		if (l->mixer != MODEL_MIXER_MLA)
+			continue;
+		struct blob_view v;
+		if (blob_parse(s.bufs[i], s.blobs[i].size, &v, NULL) != BLOB_OK)
+			abort();
+		unsigned char *rows[2] = {s.bufs[i] + (v.v0.data - s.bufs[i]),
+		                          s.bufs[i] + (v.v1.data - s.bufs[i])};
+		for (uint32_t r = 0; r < p; r++)
+			for (uint32_t part = 0; part < 2; part++) {
+				uint32_t w = part ? l->v_row : l->k_row;
+				for (uint32_t c = 0; c < w; c++) {
+					uint32_t x = rows_seed * 0x9E3779B1u + i * 0x85EBCA77u +
+					             r * 131u + c * 7u + part * 0x27d4eb2du;
+					x ^= x >> 15;
+					x *= 0x2C1B3C6Du;
+					float f = (float)(x % 100003u) * 1e-3f;
+					memcpy(rows[part] + ((size_t)r * w + c) * 4, &f, 4);
+				}
+			}
+		s.blobs[i].xxh3 = checksum_blob(s.bufs[i], s.blobs[i].size, i);
+	}
+	return s;
+}
+
 static inline void storeutil_snap_free(struct storeutil_snap *s)
 {
 	for (uint32_t i = 0; i < s->n; i++)

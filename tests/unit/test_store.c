@@ -14,6 +14,7 @@
 
 #include "hashwrap.h"
 #include "prefix.h"
+#include "store/blocks.h"
 #include "store/chunks.h" /* STORE_CHUNK_DATA */
 #include "store/record.h"
 #include "storeutil.h"
@@ -1076,6 +1077,316 @@ static void test_deferred_restore_takes_no_write(void **state)
 	model_free(big);
 }
 
+/* ---- shared MLA row blocks ---------------------------------------------- */
+
+static enum status_code conv_publish(struct fixture *f, const uint32_t *t, uint32_t p,
+                                     uint32_t rows_seed, uint32_t seed,
+                                     struct store_publish_res *res)
+{
+	struct storeutil_snap s = storeutil_conv_snap(f->m, p, rows_seed, seed);
+	struct store_publish_req req = {f->m->fingerprint, "", 0, t, p, s.blobs, s.n};
+	struct status st;
+	enum status_code code = store_publish(f->st, &req, res, &st);
+	if (code != STATUS_OK)
+		fprintf(stderr, "publish: %s\n", st.message);
+	storeutil_snap_free(&s);
+	return code;
+}
+
+/* Restores key whole and deferred (piece by piece, as the daemon sends) and
+ * compares both with the published bytes. */
+static void expect_conv(struct fixture *f, const uint8_t *key, uint32_t p, uint32_t rows_seed,
+                        uint32_t seed)
+{
+	struct storeutil_snap want = storeutil_conv_snap(f->m, p, rows_seed, seed);
+	struct store_snapshot *snap;
+	struct status st;
+	assert_int_equal(store_restore(f->st, key, &snap, &st), STATUS_OK);
+	expect_same_layers(snap, &want);
+	store_snapshot_release(snap);
+	assert_int_equal(store_restore_opt(f->st, key, STORE_RESTORE_DEFER, &snap, &st), STATUS_OK);
+	uint32_t layer = 0;
+	uint64_t in_layer = 0;
+	for (uint64_t c = 0; c < store_snapshot_chunks(snap); c++) {
+		const void *data;
+		size_t len;
+		assert_int_equal(store_snapshot_chunk(snap, c, &data, &len, &st), STATUS_OK);
+		const unsigned char *b = data;
+		while (len) {
+			size_t take = (size_t)(want.blobs[layer].size - in_layer);
+			take = take < len ? take : len;
+			assert_memory_equal(b, want.bufs[layer] + in_layer, take);
+			b += take;
+			len -= take;
+			in_layer += take;
+			if (in_layer == want.blobs[layer].size) {
+				layer++;
+				in_layer = 0;
+			}
+		}
+	}
+	assert_int_equal(layer, want.n);
+	store_snapshot_release(snap);
+	storeutil_snap_free(&want);
+}
+
+/* What an entry keeps in its own chunks with every full block shared. */
+static uint64_t own_bytes(const struct model_spec *m, uint32_t p, uint32_t rb)
+{
+	uint64_t b = 0;
+	for (uint32_t i = 0; i < m->n_layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		b += model_layer_blob_size(l, p);
+		if (l->mixer == MODEL_MIXER_MLA)
+			b -= (uint64_t)(p / rb) * rb * (l->k_row + l->v_row) * 4;
+	}
+	return b;
+}
+
+static uint64_t block_bytes(const struct model_spec *m, uint32_t rb)
+{
+	uint64_t b = 0;
+	for (uint32_t i = 0; i < m->n_layers; i++)
+		if (m->layers[i].mixer == MODEL_MIXER_MLA)
+			b += (uint64_t)rb * (m->layers[i].k_row + m->layers[i].v_row) * 4;
+	return b;
+}
+
+/* Three turns of one conversation share their rows: the store holds every
+ * row once, every restore is byte-identical (whole and piece by piece),
+ * after a restart too, and eviction frees exactly the blocks no entry uses
+ * any more. */
+static void test_blocks_shared_across_turns(void **state)
+{
+	struct fixture *f = *state;
+	const uint32_t rb = STORE_DEFAULT_ROW_BLOCK;
+	uint32_t t[400];
+	seq(t, 400, 11);
+	const uint32_t ps[3] = {70, 200, 330};
+	struct store_publish_res res[3];
+	uint64_t logical = 0, own = 0;
+	for (int e = 0; e < 3; e++) {
+		assert_int_equal(conv_publish(f, t, ps[e], 1, 10 + (uint32_t)e, &res[e]),
+		                 STATUS_OK);
+		assert_true(res[e].created);
+		logical += res[e].bytes;
+		own += own_bytes(f->m, ps[e], rb);
+	}
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.row_block, rb);
+	assert_int_equal(stats.blocks, 330 / rb);
+	assert_int_equal(stats.blocks_mismatched, 0);
+	assert_int_equal(stats.logical_bytes, logical);
+	assert_int_equal(stats.bytes, own + (330 / rb) * block_bytes(f->m, rb));
+	assert_true(stats.bytes < logical);
+	for (int e = 0; e < 3; e++)
+		expect_conv(f, res[e].key, ps[e], 1, 10 + (uint32_t)e);
+
+	/* a restart */
+	store_close(f->st);
+	assert_int_equal(open_store(f, 0, 0), 0);
+	for (int e = 0; e < 3; e++)
+		expect_conv(f, res[e].key, ps[e], 1, 10 + (uint32_t)e);
+
+	/* evict the turn that stored block 0 first: the others keep it */
+	struct store_evict_req req = {.keys = (const uint8_t(*)[STORE_KEY_LEN])res[0].key,
+	                              .n_keys = 1};
+	struct store_evict_res er;
+	uint64_t before = stats.bytes;
+	assert_int_equal(store_evict(f->st, &req, NULL, NULL, &er, NULL), STATUS_OK);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 330 / rb);
+	assert_int_equal(stats.bytes, before - own_bytes(f->m, 70, rb));
+	for (int e = 1; e < 3; e++)
+		expect_conv(f, res[e].key, ps[e], 1, 10 + (uint32_t)e);
+	/* the longest: its last two blocks go with it, and only they */
+	before = stats.bytes;
+	req.keys = (const uint8_t(*)[STORE_KEY_LEN])res[2].key;
+	assert_int_equal(store_evict(f->st, &req, NULL, NULL, &er, NULL), STATUS_OK);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 200 / rb);
+	assert_int_equal(stats.bytes, before - own_bytes(f->m, 330, rb) -
+	                                      (330 / rb - 200 / rb) * block_bytes(f->m, rb));
+	expect_conv(f, res[1].key, 200, 1, 11);
+	struct store_evict_req all = {.all = 1};
+	assert_int_equal(store_evict(f->st, &all, NULL, NULL, &er, NULL), STATUS_OK);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 0);
+	assert_int_equal(stats.bytes, 0);
+	assert_int_equal(stats.logical_bytes, 0);
+}
+
+/* A turn whose rows differ from the stored blocks under the same tokens
+ * keeps its own copy (counted), and each entry restores its own bytes. */
+static void test_blocks_mismatch_kept_private(void **state)
+{
+	struct fixture *f = *state;
+	const uint32_t rb = STORE_DEFAULT_ROW_BLOCK;
+	uint32_t t[300];
+	seq(t, 300, 77);
+	struct store_publish_res a, b;
+	assert_int_equal(conv_publish(f, t, 200, 1, 1, &a), STATUS_OK);
+	assert_int_equal(conv_publish(f, t, 260, 2, 2, &b), STATUS_OK);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks_mismatched, 200 / rb);
+	assert_int_equal(stats.blocks, 260 / rb); /* 0-2 from a, 3 from b */
+	expect_conv(f, a.key, 200, 1, 1);
+	expect_conv(f, b.key, 260, 2, 2);
+	/* and once a is gone, b still holds its own rows */
+	struct store_evict_req req = {.keys = (const uint8_t(*)[STORE_KEY_LEN])a.key, .n_keys = 1};
+	struct store_evict_res er;
+	assert_int_equal(store_evict(f->st, &req, NULL, NULL, &er, NULL), STATUS_OK);
+	expect_conv(f, b.key, 260, 2, 2);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 1);
+	/* its own copies of blocks 0-2 in its chunks, and the shared block 3 */
+	assert_int_equal(stats.bytes, own_bytes(f->m, 260, rb) + 4 * block_bytes(f->m, rb));
+}
+
+/* A shared block damaged on disk: every entry that uses it fails its
+ * restore (CORRUPT, naming the block) and is taken out of service. */
+static void test_damaged_block_refused(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[200];
+	seq(t, 200, 5);
+	struct store_publish_res a, b;
+	assert_int_equal(conv_publish(f, t, 100, 1, 1, &a), STATUS_OK);
+	assert_int_equal(conv_publish(f, t, 180, 1, 2, &b), STATUS_OK);
+	/* flip a byte of block 0's k rows (layer 2), keeping its stored sum */
+	uint8_t h[5][PREFIX_NODE_LEN];
+	prefix_block_hashes(f->m->fingerprint, "", 0, t, 64, h);
+	unsigned char bk[STORE_BLOCK_KEY_LEN];
+	memcpy(bk, h[64 / PREFIX_BLOCK], PREFIX_NODE_LEN);
+	store_be32(bk + PREFIX_NODE_LEN, 2);
+	bk[PREFIX_NODE_LEN + 4] = 0;
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	MDB_val k = {sizeof(bk), bk}, v;
+	assert_int_equal(mdb_get(txn, f->st->blocks, &k, &v), 0);
+	unsigned char *copy = malloc(v.mv_size);
+	memcpy(copy, v.mv_data, v.mv_size);
+	copy[v.mv_size - 1] ^= 0x10;
+	MDB_val nv = {v.mv_size, copy};
+	assert_int_equal(mdb_put(txn, f->st->blocks, &k, &nv, 0), 0);
+	free(copy);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	struct store_snapshot *snap;
+	struct status st;
+	int refused = 0;
+	for (int e = 0; e < 2; e++) {
+		const uint8_t *key = e ? b.key : a.key;
+		/* deferred, as the daemon sends: exactly that piece fails */
+		assert_int_equal(store_restore_opt(f->st, key, STORE_RESTORE_DEFER, &snap, &st),
+		                 STATUS_OK);
+		int bad = 0;
+		for (uint64_t c = 0; c < store_snapshot_chunks(snap); c++) {
+			const void *data;
+			size_t len;
+			if (store_snapshot_chunk(snap, c, &data, &len, &st) != STATUS_OK) {
+				assert_non_null(strstr(st.message, "block 0 of layer 2 (k rows)"));
+				bad++;
+			}
+		}
+		store_snapshot_release(snap);
+		assert_int_equal(bad, 1);
+		enum status_code c = store_restore(f->st, key, &snap, &st);
+		assert_int_equal(c, STATUS_CORRUPT);
+		assert_non_null(strstr(st.message, "block 0 of layer 2"));
+		assert_non_null(strstr(st.message, "quarantined"));
+		refused++;
+	}
+	assert_int_equal(refused, 2); /* both use block 0 */
+	/* and neither is served any more */
+	uint32_t q[200];
+	memcpy(q, t, sizeof(q));
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", q, 200, 0, NULL), 0);
+}
+
+/* A format-1 store made by the code before blocks (tests/fixtures/store-v1,
+ * see make.c there): read as it is when opened read-only, upgraded in place
+ * when opened to write, never wiped, and every entry restores byte for byte
+ * either way. */
+static void check_v1_entries(struct store *st, const struct model_spec *m)
+{
+	uint32_t t[200];
+	for (uint32_t i = 0; i < 200; i++)
+		t[i] = 1000 + i * 7;
+	const uint32_t ps[] = {40, 100, 170, 150};
+	for (int e = 0; e < 4; e++) {
+		const char *salt = e == 3 ? "tenant" : "";
+		if (e == 3)
+			t[120] = 5;
+		uint8_t key[STORE_KEY_LEN];
+		prefix_key(m->fingerprint, salt, strlen(salt), t, ps[e], key);
+		struct storeutil_snap want = storeutil_snap(m, ps[e], 1);
+		struct store_snapshot *snap;
+		struct status status;
+		if (store_restore_opt(st, key, 0, &snap, &status) != STATUS_OK)
+			fail_msg("entry %d: %s", e, status.message);
+		expect_same_layers(snap, &want);
+		store_snapshot_release(snap);
+		storeutil_snap_free(&want);
+	}
+}
+
+static void test_v1_store_upgraded(void **state)
+{
+	struct fixture *f = *state;
+	store_close(f->st);
+	f->st = NULL;
+	char from[1024], to[1024];
+	snprintf(from, sizeof(from), "%s/store-v1/data.mdb", K3_FIXTURES);
+	snprintf(to, sizeof(to), "%s/data.mdb", f->dir);
+	FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+	assert_non_null(in);
+	assert_non_null(out);
+	unsigned char buf[65536];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		assert_int_equal(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	assert_int_equal(fclose(out), 0);
+	struct model_spec *m = storeutil_model("v1-fixture", 16);
+	struct store_options ro = {.read_only = 1};
+	struct status st;
+	assert_int_equal(store_open(f->dir, &ro, &f->st, &st), STATUS_OK);
+	check_v1_entries(f->st, m);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 4);
+	assert_int_equal(stats.logical_bytes, stats.bytes);
+	store_close(f->st);
+	/* read-write: upgraded */
+	assert_int_equal(open_store(f, 0, 0), 0);
+	check_v1_entries(f->st, m);
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, MDB_RDONLY, &txn), 0);
+	MDB_val k = {6, "format"}, v;
+	assert_int_equal(mdb_get(txn, f->st->meta, &k, &v), 0);
+	assert_int_equal(store_get_be32(v.mv_data), STORE_FORMAT_VERSION);
+	mdb_txn_abort(txn);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 4);
+	uint64_t v1_bytes = stats.bytes;
+	/* the conversation goes on: a new turn stores its blocks */
+	uint32_t t[300];
+	for (uint32_t i = 0; i < 300; i++)
+		t[i] = 1000 + i * 7;
+	assert_int_equal(storeutil_publish(f->st, m, "", t, 260, 1, NULL), STATUS_OK);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 5);
+	assert_true(stats.blocks > 0);
+	assert_true(stats.bytes > v1_bytes);
+	/* and an upgraded store opens again as version 2 */
+	store_close(f->st);
+	assert_int_equal(open_store(f, 0, 0), 0);
+	check_v1_entries(f->st, m);
+	model_free(m);
+}
+
 /* ---- eviction and capacity ------------------------------------------------ */
 
 static uint64_t entry_bytes(const struct model_spec *m, uint32_t p)
@@ -1139,7 +1450,7 @@ static void damage_record(struct fixture *f, const uint8_t *key, uint32_t salt_l
 	unsigned char *salt = calloc(1, salt_len + 1u);
 	r.salt_len = salt_len;
 	r.salt = salt;
-	size_t len = store_record_size(salt_len, r.n_layers);
+	size_t len = store_record_size(salt_len, r.n_layers, r.map_len);
 	unsigned char *enc = malloc(len);
 	store_record_encode(&r, tags, sizes, sums, enc);
 	MDB_val nv = {cut ? cut : len, enc};
@@ -1532,6 +1843,10 @@ int main(void)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_deferred_restore_takes_no_write, setup,
 	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_blocks_shared_across_turns, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_v1_store_upgraded, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_blocks_mismatch_kept_private, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_damaged_block_refused, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_records_do_not_jam_eviction, setup,
 	                                        teardown),

@@ -1,0 +1,143 @@
+/* blocks: MLA rows stored once (blocks.h). */
+#include <string.h>
+
+#include "blocks.h"
+#include "xxh_dispatch.h"
+
+static void ref_key(unsigned char out[STORE_BLOCK_REF_LEN], const uint8_t *node, uint32_t layer)
+{
+	memcpy(out, node, PREFIX_NODE_LEN);
+	store_be32(out + PREFIX_NODE_LEN, layer);
+}
+
+static void block_key(unsigned char out[STORE_BLOCK_KEY_LEN], const uint8_t *node, uint32_t layer,
+                      unsigned part)
+{
+	ref_key(out, node, layer);
+	out[STORE_BLOCK_REF_LEN] = (unsigned char)part;
+}
+
+int store_blocks_get(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                     unsigned part, MDB_val *v)
+{
+	unsigned char bk[STORE_BLOCK_KEY_LEN];
+	block_key(bk, node, layer, part);
+	MDB_val k = {sizeof(bk), bk};
+	return mdb_get(txn, s->blocks, &k, v);
+}
+
+int store_blocks_intact(const MDB_val *v, uint32_t layer)
+{
+	return store_value_intact(v, layer);
+}
+
+static int put_part(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                    unsigned part, const void *rows, size_t len)
+{
+	unsigned char bk[STORE_BLOCK_KEY_LEN];
+	block_key(bk, node, layer, part);
+	MDB_val k = {sizeof(bk), bk}, v = {len + 8, NULL};
+	int rc = mdb_put(txn, s->blocks, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
+	if (rc)
+		return rc;
+	uint64_t sum = XXH3_64bits_withSeed(rows, len, layer);
+	memcpy(v.mv_data, &sum, 8);
+	memcpy((unsigned char *)v.mv_data + 8, rows, len);
+	return 0;
+}
+
+/* Whether the stored part holds exactly these rows. */
+static int same_part(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                     unsigned part, const void *rows, size_t len, int *same)
+{
+	MDB_val v;
+	int rc = store_blocks_get(s, txn, node, layer, part, &v);
+	if (rc == MDB_NOTFOUND) {
+		*same = 0;
+		return 0;
+	}
+	if (rc)
+		return rc;
+	*same = v.mv_size == len + 8 &&
+	        memcmp((const unsigned char *)v.mv_data + 8, rows, len) == 0;
+	return 0;
+}
+
+static int put_count(struct store *s, MDB_txn *txn, const unsigned char *rk, uint32_t count)
+{
+	unsigned char b[4];
+	store_be32(b, count);
+	MDB_val k = {STORE_BLOCK_REF_LEN, (void *)rk}, v = {4, b};
+	return count ? mdb_put(txn, s->blockrefs, &k, &v, 0) : mdb_del(txn, s->blockrefs, &k, NULL);
+}
+
+int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                     const void *k, size_t klen, const void *v, size_t vlen, int *shared,
+                     uint64_t *added)
+{
+	unsigned char rk[STORE_BLOCK_REF_LEN];
+	ref_key(rk, node, layer);
+	MDB_val key = {sizeof(rk), rk}, cv;
+	int rc = mdb_get(txn, s->blockrefs, &key, &cv);
+	*shared = 0;
+	if (rc == 0) {
+		if (cv.mv_size != 4)
+			return 0; /* a damaged count: never write over rows others may use */
+		uint32_t count = store_get_be32(cv.mv_data);
+		int same_k = 0, same_v = 0;
+		if ((rc = same_part(s, txn, node, layer, 0, k, klen, &same_k)) != 0 ||
+		    (same_k && (rc = same_part(s, txn, node, layer, 1, v, vlen, &same_v)) != 0))
+			return rc;
+		*shared = same_k && same_v && count < UINT32_MAX;
+		return *shared ? put_count(s, txn, rk, count + 1) : 0;
+	}
+	if (rc != MDB_NOTFOUND)
+		return rc;
+	/* parts left without a count (damage): not ours to write over */
+	for (unsigned part = 0; part < 2; part++) {
+		MDB_val pv;
+		rc = store_blocks_get(s, txn, node, layer, part, &pv);
+		if (rc == 0)
+			return 0;
+		if (rc != MDB_NOTFOUND)
+			return rc;
+	}
+	if ((rc = put_part(s, txn, node, layer, 0, k, klen)) != 0 ||
+	    (rc = put_part(s, txn, node, layer, 1, v, vlen)) != 0 ||
+	    (rc = put_count(s, txn, rk, 1)) != 0)
+		return rc;
+	*shared = 1;
+	*added += klen + vlen;
+	return 0;
+}
+
+int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                       uint64_t *freed)
+{
+	unsigned char rk[STORE_BLOCK_REF_LEN];
+	ref_key(rk, node, layer);
+	MDB_val key = {sizeof(rk), rk}, cv;
+	int rc = mdb_get(txn, s->blockrefs, &key, &cv);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc)
+		return rc;
+	uint32_t count = cv.mv_size == 4 ? store_get_be32(cv.mv_data) : 1;
+	if (count > 1)
+		return put_count(s, txn, rk, count - 1);
+	for (unsigned part = 0; part < 2; part++) {
+		MDB_val v;
+		rc = store_blocks_get(s, txn, node, layer, part, &v);
+		if (rc == MDB_NOTFOUND)
+			continue;
+		if (rc)
+			return rc;
+		*freed += v.mv_size >= 8 ? v.mv_size - 8 : 0;
+		unsigned char bk[STORE_BLOCK_KEY_LEN];
+		block_key(bk, node, layer, part);
+		MDB_val pk = {sizeof(bk), bk};
+		if ((rc = mdb_del(txn, s->blocks, &pk, NULL)) != 0)
+			return rc;
+	}
+	return put_count(s, txn, rk, 0);
+}

@@ -1,0 +1,48 @@
+/* blocks: MLA rows stored once, shared by every entry whose prefix holds
+ * them (blocks.c).
+ *
+ * An MLA layer's rows are cut into blocks of B rows (the store's row_block,
+ * a multiple of PREFIX_BLOCK). Block b of layer i covers rows [bB, (b+1)B);
+ * since row r depends on tokens [0, r], the block is named by the prefix
+ * index's chained node hash of tokens [0, (b+1)B) under the model and salt
+ * (so a salt still isolates tenants), plus the layer:
+ *
+ *   blocks     node[16] | u32 layer (BE) | u8 part (0 k, 1 v)
+ *                -> u64 XXH3(rows, seed: layer) | the part's rows
+ *   blockrefs  node[16] | u32 layer (BE) -> u32 entries that use the block
+ *
+ * A block is shared only when its bytes equal the stored ones, compared
+ * byte for byte; otherwise the publishing entry keeps a private copy. Each
+ * part keeps its own checksum, checked when it is sent. Reference counts
+ * change in the same write transaction as the records that use them. */
+#ifndef K3_STORE_BLOCKS_H
+#define K3_STORE_BLOCKS_H
+
+#include "env.h"
+#include "prefix.h"
+
+#define STORE_BLOCK_KEY_LEN (PREFIX_NODE_LEN + 4 + 1)
+#define STORE_BLOCK_REF_LEN (PREFIX_NODE_LEN + 4)
+
+/* Uses the block (node, layer) with these k and v rows: when it is stored
+ * with the same bytes, counts one more reference and sets *shared; when it
+ * is stored with other bytes, sets *shared to 0 (the caller keeps its own
+ * copy); when it is not stored, stores it (adding its bytes to *added) and
+ * sets *shared. */
+int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                     const void *k, size_t klen, const void *v, size_t vlen, int *shared,
+                     uint64_t *added);
+
+/* Counts one reference fewer; at none, deletes the block and adds its bytes
+ * to *freed. A block that is missing counts nothing. */
+int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                       uint64_t *freed);
+
+/* A part of a block as stored (u64 sum, then the rows). */
+int store_blocks_get(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                     unsigned part, MDB_val *v);
+
+/* Whether a part read with store_blocks_get holds its sum. */
+int store_blocks_intact(const MDB_val *v, uint32_t layer);
+
+#endif
