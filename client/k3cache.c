@@ -766,6 +766,38 @@ static void short_hex(const uint8_t *bytes, size_t len, char out[17])
 	out[16] = '\0';
 }
 
+/* Whether the daemon holds the entry of key, not quarantined: 1 (res filled
+ * as for a publish that found it), 0 (publish it), or minus an error code. */
+static int stored_already(struct k3cache *c, const uint8_t key[K3CACHE_KEY_LEN],
+                          struct k3cache_publish_result *res, struct k3cache_error *err)
+{
+	K3cache__V1__Inspect in = K3CACHE__V1__INSPECT__INIT;
+	in.key.data = (uint8_t *)key;
+	in.key.len = K3CACHE_KEY_LEN;
+	in.brief = 1;
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_INSPECT;
+	req.inspect = &in;
+	frame_response *r = NULL;
+	int rc = exchange(c, &req, NULL, 0, 0, &r, err); /* absent: OK, no entry */
+	if (rc == STATUS_NOT_FOUND) {                    /* a daemon from before Inspect.brief */
+		err_clear(err);
+		return 0;
+	}
+	if (rc)
+		return -rc;
+	int found = r->code == K3CACHE__V1__CODE__OK && r->n_entries == 1 &&
+	            !r->entries[0]->quarantined && r->entries[0]->key.len == K3CACHE_KEY_LEN &&
+	            memcmp(r->entries[0]->key.data, key, K3CACHE_KEY_LEN) == 0;
+	if (found && res) {
+		memcpy(res->key, key, K3CACHE_KEY_LEN);
+		res->created = 0;
+		res->bytes = r->entries[0]->bytes;
+	}
+	rc = finish(c, r, err);
+	return rc ? -rc : found;
+}
+
 int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
                     size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
                     const struct k3cache_buf *blobs, uint32_t n_blobs,
@@ -832,6 +864,11 @@ int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], 
 	uint8_t key[K3CACHE_KEY_LEN];
 	if (prefix_key(fp, salt, salt_len, tokens, n_tokens, key) != 0) {
 		rc = FAIL(err, STATUS_INTERNAL, 0, "publish: out of memory computing the key");
+		goto out;
+	}
+	/* stored already (and served): nothing to send */
+	if ((rc = stored_already(c, key, res, err)) != 0) {
+		rc = rc > 0 ? 0 : -rc;
 		goto out;
 	}
 	rc = exchange(c, &req, iov, (size_t)n_blobs + 1, 0, &r, err);

@@ -72,7 +72,11 @@ struct k3cache_publish_result {
 /* Publishes one snapshot: blobs[i] is layer i's LayerCache blob, for every
  * layer of the model, covering tokens[0..n_tokens). The library computes each
  * layer's XXH3 (seeded with the index) and sends it, so the daemon checks the
- * bytes arrived whole. */
+ * bytes arrived whole. It first asks whether the daemon holds the entry
+ * already (served, not quarantined): then it sends no payload and answers
+ * created 0, so re-publishing earlier turns costs a round trip, not an
+ * upload. The blobs are still checked here for their shape, but not by the
+ * daemon, in that case. */
 int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
                     size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
                     const struct k3cache_buf *blobs, uint32_t n_blobs,

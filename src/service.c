@@ -258,11 +258,14 @@ void service_inspect(struct store *s, const K3cache__V1__Inspect *op, frame_resp
 {
 	struct store_entry_info *info;
 	struct status st;
-	if (store_inspect(s, op->key.data, &info, &st) != STATUS_OK) {
+	enum status_code code = store_inspect(s, op->key.data, &info, &st);
+	if (code == STATUS_NOT_FOUND && op->brief)
+		return; /* an existence check: no entry, and no error */
+	if (code != STATUS_OK) {
 		service_fail(resp, &st);
 		return;
 	}
-	if (add_entry(resp, entry_to_wire(s, info, 1)) != 0)
+	if (add_entry(resp, entry_to_wire(s, info, !op->brief)) != 0)
 		fail_oom(resp);
 	store_entry_info_free(info);
 }

@@ -428,6 +428,26 @@ static void test_upload_yields_to_lookups(void **state)
 	k3cache_close(c);
 }
 
+/* A publish of a snapshot the daemon holds already sends no payload: the
+ * library asks first, and answers "exists". */
+static void test_publish_of_stored_entry_sends_nothing(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 600, 8800000, 41, &res), 0); /* ~1.8 MiB */
+	assert_true(res.created);
+	uint64_t in0 = stat_counter(c, "bytes_in");
+	struct k3cache_publish_result again;
+	assert_int_equal(publish(c, 600, 8800000, 41, &again), 0);
+	uint64_t in1 = stat_counter(c, "bytes_in");
+	assert_false(again.created);
+	assert_memory_equal(again.key, res.key, K3CACHE_KEY_LEN);
+	assert_int_equal(again.bytes, res.bytes);
+	assert_true(in1 - in0 < 16384); /* the question and a stat, not 1.8 MiB */
+	k3cache_close(c);
+}
+
 static void test_restart_keeps_entries(void **state)
 {
 	(void)state;
@@ -918,6 +938,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_pipelined_request_after_large_restore),
 	        cmocka_unit_test(test_lookup_over_header_limit),
 	        cmocka_unit_test(test_upload_yields_to_lookups),
+	        cmocka_unit_test(test_publish_of_stored_entry_sends_nothing),
 	        cmocka_unit_test(test_restart_keeps_entries),
 	        cmocka_unit_test(test_concurrent_clients),
 	        cmocka_unit_test(test_stalled_clients_do_not_block_others),
