@@ -75,8 +75,8 @@ struct k3cache_publish_result {
  * bytes arrived whole. It first asks whether the daemon holds the entry
  * already (served, not quarantined): then it sends no payload and answers
  * created 0, so re-publishing earlier turns costs a round trip, not an
- * upload. The blobs are still checked here for their shape, but not by the
- * daemon, in that case. */
+ * upload; the blobs are then not checked by the daemon (it holds the entry
+ * of these tokens under this model and salt already). */
 int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
                     size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
                     const struct k3cache_buf *blobs, uint32_t n_blobs,
