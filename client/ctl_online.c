@@ -1007,19 +1007,33 @@ int ctl_cmd_verify(const struct ctl_globals *g, int argc, char **argv)
 	} else if (json) {
 		json_t *arr = json_array();
 		for (size_t i = 0; i < resp->n_damaged; i++)
-			json_array_append_new(arr, json_pack("{s:o,s:s}", "key",
-			                                     hexj(resp->damaged[i]->key.data, 32),
-			                                     "why", resp->damaged[i]->why));
+			json_array_append_new(
+			        arr, resp->damaged[i]->key.len == 32
+			                     ? json_pack("{s:o,s:s}", "key",
+			                                 hexj(resp->damaged[i]->key.data, 32),
+			                                 "why", resp->damaged[i]->why)
+			                     : json_pack("{s:n,s:s}", "key", "why",
+			                                 resp->damaged[i]->why));
 		print_json(json_pack("{s:I,s:I,s:o}", "checked", (json_int_t)resp->checked,
 		                     "damaged", (json_int_t)resp->n_damaged, "entries", arr));
 	} else {
+		size_t blocks = 0;
 		for (size_t i = 0; i < resp->n_damaged; i++) {
+			if (resp->damaged[i]->key.len != 32) { /* the shared blocks */
+				printf("BLOCKS   %s\n", resp->damaged[i]->why);
+				blocks++;
+				continue;
+			}
 			char k[65];
 			hexutil_encode(resp->damaged[i]->key.data, 32, k);
 			printf("DAMAGED %.16s  %s\n", k, resp->damaged[i]->why);
 		}
-		printf("verified %" PRIu64 " entr%s: %zu damaged\n", resp->checked,
-		       resp->checked == 1 ? "y" : "ies", resp->n_damaged);
+		printf("verified %" PRIu64 " entr%s: %zu damaged", resp->checked,
+		       resp->checked == 1 ? "y" : "ies", resp->n_damaged - blocks);
+		if (blocks)
+			printf(", %zu problem%s with the shared blocks", blocks,
+			       blocks == 1 ? "" : "s");
+		printf("\n");
 	}
 	if (!rc && resp->n_damaged)
 		rc = CTL_EXIT_ERROR;

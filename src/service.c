@@ -365,7 +365,7 @@ static void damaged_cb(const uint8_t key[32], const char *why, void *arg)
 		return;
 	k3cache__v1__damaged__init(d);
 	d->why = strdup(why);
-	if (!d->why || dup_bytes(&d->key, key, 32) != 0) {
+	if (!d->why || (key && dup_bytes(&d->key, key, 32) != 0)) {
 		free(d->why);
 		free(d);
 		return;

@@ -340,11 +340,16 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
                                         void *ctx),
                              void *ctx, struct store_evict_res *res, struct status *st);
 
-/* Re-checks every entry's record, tokens, chunk sums and layer sums. fn (may
- * be NULL) is told each damaged key with the reason, which ends with what
- * happened to it: damaged entries are quarantined, unless the store is
+/* Re-checks every entry's record, tokens, chunk sums, shared blocks and layer
+ * sums, then the shared blocks themselves: each reference count against the
+ * entries that use the block, both parts whole, no part without a count. fn
+ * (may be NULL) is told each damaged key with the reason, which ends with
+ * what happened to it: damaged entries are quarantined (so a damaged shared
+ * block takes every entry that uses it out of service), unless the store is
  * read-only (then the reason says so and what to run). Entries quarantined
- * earlier count as damaged. Takes write transactions (the quarantines). */
+ * earlier count as damaged. A problem of the blocks themselves goes to fn
+ * with a NULL key and counts in *damaged too; it is reported, not repaired.
+ * Takes write transactions (the quarantines). */
 enum status_code store_verify(struct store *s,
                               void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
                                          void *ctx),

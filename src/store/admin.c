@@ -6,10 +6,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "blob.h"
+#include "blocks.h"
 #include "checksum.h"
 #include "chunks.h"
 #include "entry.h"
 #include "hexutil.h"
+#include "index.h"
 #include "lru.h"
 #include "record.h"
 #include "restore.h"
@@ -381,6 +384,160 @@ static int entry_state(struct store *s, const uint8_t *key, int *quarantined)
 	return rc;
 }
 
+/* A reference to a shared block: node | layer. */
+struct block_ref {
+	unsigned char k[STORE_BLOCK_REF_LEN];
+};
+
+static int block_ref_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, STORE_BLOCK_REF_LEN);
+}
+
+/* The references the records make to shared blocks, sorted. */
+static int collect_block_refs(struct store *s, MDB_txn *txn, struct block_ref **out, size_t *n_out)
+{
+	struct block_ref *refs = NULL;
+	size_t n = 0, cap = 0;
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->entries, &cur);
+	if (rc)
+		return rc;
+	MDB_val k, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct store_record r;
+		MDB_val tv;
+		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0 || !r.row_block ||
+		    !r.map_len || store_index_tokens(s, txn, r.key, &tv) != 0 ||
+		    tv.mv_size != (size_t)r.prefix_len * 4u)
+			continue; /* the entries' own check reports these */
+		uint8_t(*h)[PREFIX_NODE_LEN] =
+		        malloc(((size_t)r.prefix_len / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
+		if (!h) {
+			rc = ENOMEM;
+			break;
+		}
+		prefix_block_hashes(r.fingerprint, r.salt, r.salt_len, tv.mv_data, r.prefix_len, h);
+		for (uint32_t i = 0, mla = 0; i < r.n_layers && !rc; i++) {
+			uint8_t tag;
+			uint64_t size, sum;
+			store_record_layer(&r, i, &tag, &size, &sum);
+			if (tag != BLOB_TAG_MLA)
+				continue;
+			for (uint32_t b = 0; b < r.prefix_len / r.row_block; b++) {
+				if (!store_record_shared(&r, mla, b))
+					continue;
+				if (n == cap) {
+					size_t nc = cap ? cap * 2 : 256;
+					struct block_ref *nr = realloc(refs, nc * sizeof(*nr));
+					if (!nr) {
+						rc = ENOMEM;
+						break;
+					}
+					refs = nr;
+					cap = nc;
+				}
+				memcpy(refs[n].k, h[(uint64_t)(b + 1) * r.row_block / PREFIX_BLOCK],
+				       PREFIX_NODE_LEN);
+				store_be32(refs[n].k + PREFIX_NODE_LEN, i);
+				n++;
+			}
+			mla++;
+		}
+		free(h);
+		if (rc)
+			break;
+	}
+	mdb_cursor_close(cur);
+	if (rc && rc != MDB_NOTFOUND) {
+		free(refs);
+		return rc;
+	}
+	if (n)
+		qsort(refs, n, sizeof(*refs), block_ref_cmp);
+	*out = refs;
+	*n_out = n;
+	return 0;
+}
+
+/* Checks the shared blocks: every count against the records that use the
+ * block, both parts whole, and no part without a count. Each problem goes
+ * to fn with a NULL key. */
+static int verify_blocks(struct store *s,
+                         void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why, void *ctx),
+                         void *ctx, uint64_t *problems)
+{
+	if (!s->has_blocks)
+		return 0;
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return rc;
+	struct block_ref *refs = NULL;
+	size_t n = 0, at = 0;
+	uint64_t counted = 0;
+	char why[STATUS_MESSAGE_MAX];
+	MDB_cursor *cur = NULL;
+	if ((rc = collect_block_refs(s, txn, &refs, &n)) != 0 ||
+	    (rc = mdb_cursor_open(txn, s->blockrefs, &cur)) != 0)
+		goto out;
+	MDB_val k, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		if (k.mv_size != STORE_BLOCK_REF_LEN)
+			continue;
+		uint32_t layer = store_get_be32((const unsigned char *)k.mv_data + PREFIX_NODE_LEN);
+		uint32_t count = v.mv_size == 4 ? store_get_be32(v.mv_data) : 0, used = 0;
+		while (at < n && memcmp(refs[at].k, k.mv_data, STORE_BLOCK_REF_LEN) < 0)
+			at++; /* a record naming a missing block: its own check reports it */
+		for (; at < n && !memcmp(refs[at].k, k.mv_data, STORE_BLOCK_REF_LEN); at++)
+			used++;
+		counted++;
+		if (count != used) {
+			(*problems)++;
+			snprintf(why, sizeof(why),
+			         "a shared block of layer %u counts %u references; %u entries use "
+			         "it",
+			         layer, count, used);
+			if (fn)
+				fn(NULL, why, ctx);
+		}
+		for (unsigned part = 0; part < 2; part++) {
+			MDB_val pv;
+			int g = store_blocks_get(s, txn, k.mv_data, layer, part, &pv);
+			if (g == 0 && store_blocks_intact(&pv, layer))
+				continue;
+			if (g && g != MDB_NOTFOUND) {
+				rc = g;
+				goto out;
+			}
+			(*problems)++;
+			snprintf(why, sizeof(why), "a shared block of layer %u: its %s rows %s",
+			         layer, part ? "v" : "k",
+			         g ? "are missing" : "fail their checksum");
+			if (fn)
+				fn(NULL, why, ctx);
+		}
+	}
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	MDB_stat ms;
+	if (!rc && mdb_stat(txn, s->blocks, &ms) == 0 && ms.ms_entries > counted * 2) {
+		(*problems)++;
+		snprintf(why, sizeof(why), "%llu shared block parts belong to no counted block",
+		         (unsigned long long)(ms.ms_entries - counted * 2));
+		if (fn)
+			fn(NULL, why, ctx);
+	}
+out:
+	if (cur)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	free(refs);
+	return rc;
+}
+
 enum status_code store_verify(struct store *s,
                               void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
                                          void *ctx),
@@ -493,6 +650,11 @@ enum status_code store_verify(struct store *s,
 	free(bad.keys);
 	free(held.keys);
 	free(unreadable.keys);
+	/* the shared blocks: counts, parts, orphans */
+	uint64_t problems = 0;
+	if ((rc = verify_blocks(s, fn, ctx, &problems)) != 0)
+		return store_mdb_error(st, rc, "verify: the shared blocks");
+	*damaged += problems;
 	return STATUS_OK;
 }
 

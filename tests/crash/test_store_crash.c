@@ -167,8 +167,11 @@ static uint64_t check_block_refs(struct store *st, uint32_t iter)
 static void damaged_cb(const uint8_t *key, const char *why, void *ctx)
 {
 	(void)ctx;
-	fprintf(stderr, "damaged entry %02x%02x%02x%02x: %s\n", key[0], key[1], key[2], key[3],
-	        why);
+	if (!key)
+		fprintf(stderr, "shared blocks: %s\n", why);
+	else
+		fprintf(stderr, "damaged entry %02x%02x%02x%02x: %s\n", key[0], key[1], key[2],
+		        key[3], why);
 }
 
 static int chunks_cb(const struct store_entry_info *info, void *ctx)

@@ -1305,6 +1305,88 @@ static void test_damaged_block_refused(void **state)
 	assert_int_equal(storeutil_lookup(f->st, f->m, "", q, 200, 0, NULL), 0);
 }
 
+struct verify_log {
+	int entries, blocks;
+	char last_block[STATUS_MESSAGE_MAX];
+};
+
+static void verify_log_cb(const uint8_t *key, const char *why, void *ctx)
+{
+	struct verify_log *l = ctx;
+	if (key) {
+		l->entries++;
+		return;
+	}
+	l->blocks++;
+	snprintf(l->last_block, sizeof(l->last_block), "%s", why);
+}
+
+/* verify checks the shared blocks: a wrong reference count and an orphan
+ * part are reported (with no entry key); a damaged block takes every entry
+ * that uses it out of service. */
+static void test_verify_checks_blocks(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[200];
+	seq(t, 200, 900);
+	struct store_publish_res a, b;
+	assert_int_equal(conv_publish(f, t, 100, 1, 1, &a), STATUS_OK);
+	assert_int_equal(conv_publish(f, t, 180, 1, 2, &b), STATUS_OK);
+	struct verify_log log = {0};
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, verify_log_cb, &log, &checked, &damaged, NULL),
+	                 STATUS_OK);
+	assert_int_equal(damaged, 0);
+	/* block 0 of layer 2 says 5 references (2 entries use it), and a part
+	 * of a block nobody counts */
+	uint8_t h[5][PREFIX_NODE_LEN];
+	prefix_block_hashes(f->m->fingerprint, "", 0, t, 64, h);
+	unsigned char rk[STORE_BLOCK_KEY_LEN];
+	memcpy(rk, h[64 / PREFIX_BLOCK], PREFIX_NODE_LEN);
+	store_be32(rk + PREFIX_NODE_LEN, 2);
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	unsigned char five[4] = {0, 0, 0, 5};
+	MDB_val k = {STORE_BLOCK_REF_LEN, rk}, v = {4, five};
+	assert_int_equal(mdb_put(txn, f->st->blockrefs, &k, &v, 0), 0);
+	unsigned char ok[STORE_BLOCK_KEY_LEN] = {0xee};
+	unsigned char junk[16] = {0};
+	MDB_val ok_k = {sizeof(ok), ok}, ok_v = {sizeof(junk), junk};
+	assert_int_equal(mdb_put(txn, f->st->blocks, &ok_k, &ok_v, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	memset(&log, 0, sizeof(log));
+	assert_int_equal(store_verify(f->st, verify_log_cb, &log, &checked, &damaged, NULL),
+	                 STATUS_OK);
+	assert_int_equal(log.entries, 0);
+	assert_int_equal(log.blocks, 2);
+	assert_int_equal(damaged, 2);
+	assert_non_null(strstr(log.last_block, "belong to no counted block"));
+	/* block 0's k rows damaged: both entries use it, both are taken out */
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	unsigned char bk[STORE_BLOCK_KEY_LEN];
+	memcpy(bk, rk, STORE_BLOCK_REF_LEN);
+	bk[STORE_BLOCK_REF_LEN] = 0;
+	MDB_val bkv = {sizeof(bk), bk}, bv;
+	assert_int_equal(mdb_get(txn, f->st->blocks, &bkv, &bv), 0);
+	unsigned char *copy = malloc(bv.mv_size);
+	memcpy(copy, bv.mv_data, bv.mv_size);
+	copy[bv.mv_size - 2] ^= 1;
+	MDB_val nv = {bv.mv_size, copy};
+	assert_int_equal(mdb_put(txn, f->st->blocks, &bkv, &nv, 0), 0);
+	free(copy);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	memset(&log, 0, sizeof(log));
+	assert_int_equal(store_verify(f->st, verify_log_cb, &log, &checked, &damaged, NULL),
+	                 STATUS_OK);
+	assert_int_equal(log.entries, 2);
+	struct store_entry_info *info;
+	for (int e = 0; e < 2; e++) {
+		assert_int_equal(store_inspect(f->st, e ? b.key : a.key, &info, NULL), STATUS_OK);
+		assert_true(info->quarantined);
+		store_entry_info_free(info);
+	}
+}
+
 /* A format-1 store made by the code before blocks (tests/fixtures/store-v1,
  * see make.c there): read as it is when opened read-only, upgraded in place
  * when opened to write, never wiped, and every entry restores byte for byte
@@ -1847,6 +1929,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_v1_store_upgraded, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_blocks_mismatch_kept_private, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_block_refused, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_verify_checks_blocks, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_records_do_not_jam_eviction, setup,
 	                                        teardown),
