@@ -48,6 +48,7 @@ bench: build
 	@build/bench/bench_store build/bench-store.tmp
 	@if [ -x build/bench/bench_wire ]; then build/bench/bench_wire build/bench-wire.tmp; fi
 	@bash bench/worker.sh build
+	@bash bench/conversation.sh build
 
 PREFIX ?= /usr/local
 install: build
