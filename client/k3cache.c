@@ -798,10 +798,13 @@ static int stored_already(struct k3cache *c, const uint8_t key[K3CACHE_KEY_LEN],
 	return rc ? -rc : found;
 }
 
-int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
-                    size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
-                    const struct k3cache_buf *blobs, uint32_t n_blobs,
-                    struct k3cache_publish_result *res, struct k3cache_error *err)
+/* One publish; base_key (NULL: none) names the entry whose MLA rows
+ * [0, base_rows) the daemon takes instead of receiving them. */
+static int publish_one(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
+                       size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
+                       const struct k3cache_buf *blobs, uint32_t n_blobs, const uint8_t *base_key,
+                       uint32_t base_rows, int *refused, struct k3cache_publish_result *res,
+                       struct k3cache_error *err)
 {
 	err_clear(err);
 	if (res)
@@ -831,6 +834,7 @@ int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], 
 		total += blobs[i].len;
 	}
 
+	struct iovec *dv = NULL;
 	K3cache__V1__LayerRef *refs = calloc(n_blobs, sizeof(*refs));
 	K3cache__V1__LayerRef **rp = calloc(n_blobs, sizeof(K3cache__V1__LayerRef *));
 	struct iovec *iov = calloc((size_t)n_blobs + 1, sizeof(*iov));
@@ -838,14 +842,38 @@ int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], 
 		rc = FAIL(err, STATUS_INTERNAL, 0, "out of memory for a %u-layer publish", n_blobs);
 		goto out;
 	}
+	/* a delta sends two pieces of an MLA layer (k rows, v rows from row
+	 * base_rows); the others whole */
+	dv = base_key ? calloc((size_t)n_blobs * 2 + 1, sizeof(*dv)) : NULL;
+	size_t n_iov = 1;
+	if (base_key && !dv) {
+		rc = FAIL(err, STATUS_INTERNAL, 0, "out of memory for a %u-layer publish", n_blobs);
+		goto out;
+	}
+	total = 0;
 	for (uint32_t i = 0; i < n_blobs; i++) {
 		k3cache__v1__layer_ref__init(&refs[i]);
 		refs[i].index = i;
 		refs[i].size = blobs[i].len;
 		refs[i].xxh3 = checksum_blob(blobs[i].data, blobs[i].len, i);
 		rp[i] = &refs[i];
+		struct blob_view v;
+		if (base_key && blob_parse(blobs[i].data, blobs[i].len, &v, NULL) == BLOB_OK &&
+		    v.tag == BLOB_TAG_MLA && v.seq_len == n_tokens) {
+			size_t krow = (size_t)v.v0.count / n_tokens * 4;
+			size_t vrow = (size_t)v.v1.count / n_tokens * 4;
+			dv[n_iov].iov_base = (void *)(v.v0.data + (size_t)base_rows * krow);
+			dv[n_iov++].iov_len = (size_t)(n_tokens - base_rows) * krow;
+			dv[n_iov].iov_base = (void *)(v.v1.data + (size_t)base_rows * vrow);
+			dv[n_iov++].iov_len = (size_t)(n_tokens - base_rows) * vrow;
+			refs[i].size = (uint64_t)(n_tokens - base_rows) * (krow + vrow);
+		} else if (base_key) {
+			dv[n_iov].iov_base = (void *)blobs[i].data;
+			dv[n_iov++].iov_len = blobs[i].len;
+		}
 		iov[i + 1].iov_base = (void *)blobs[i].data;
 		iov[i + 1].iov_len = blobs[i].len;
+		total += refs[i].size;
 	}
 	K3cache__V1__Publish pub = K3CACHE__V1__PUBLISH__INIT;
 	pub.model.data = (uint8_t *)fp;
@@ -856,6 +884,11 @@ int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], 
 	pub.n_tokens = n_tokens;
 	pub.layers = rp;
 	pub.n_layers = n_blobs;
+	if (base_key) {
+		pub.base_key.data = (uint8_t *)base_key;
+		pub.base_key.len = K3CACHE_KEY_LEN;
+		pub.base_rows = base_rows;
+	}
 	frame_request req = K3CACHE__V1__REQUEST__INIT;
 	req.op_case = K3CACHE__V1__REQUEST__OP_PUBLISH;
 	req.publish = &pub;
@@ -871,9 +904,16 @@ int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], 
 		rc = rc > 0 ? 0 : -rc;
 		goto out;
 	}
-	rc = exchange(c, &req, iov, (size_t)n_blobs + 1, 0, &r, err);
+	rc = base_key ? exchange(c, &req, dv, n_iov, 1, &r, err)
+	              : exchange(c, &req, iov, (size_t)n_blobs + 1, 0, &r, err);
 	if (rc)
 		goto out;
+	if (base_key && r->code != K3CACHE__V1__CODE__OK) {
+		/* refused (or a daemon that does not know deltas): publish whole */
+		*refused = 1;
+		rc = finish(c, r, err);
+		goto out;
+	}
 	if (r->key.len != K3CACHE_KEY_LEN || memcmp(r->key.data, key, K3CACHE_KEY_LEN) != 0) {
 		char mine[17], theirs[17] = "none";
 		short_hex(key, sizeof(key), mine);
@@ -891,12 +931,42 @@ int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], 
 		res->created = r->created ? 1 : 0;
 		res->bytes = r->bytes;
 		res->evicted = r->evicted;
+		res->delta_rows = base_key ? base_rows : 0;
 	}
 	rc = finish(c, r, err);
 out:
 	free(refs);
 	free(rp);
 	free(iov);
+	free(dv);
+	return rc;
+}
+
+int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
+                    size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
+                    const struct k3cache_buf *blobs, uint32_t n_blobs,
+                    struct k3cache_publish_result *res, struct k3cache_error *err)
+{
+	int refused = 0;
+	return publish_one(c, fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, NULL, 0,
+	                   &refused, res, err);
+}
+
+int k3cache_publish_delta(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN],
+                          const void *salt, size_t salt_len, const uint32_t *tokens,
+                          uint32_t n_tokens, const struct k3cache_buf *blobs, uint32_t n_blobs,
+                          const uint8_t base_key[K3CACHE_KEY_LEN], uint32_t base_rows,
+                          struct k3cache_publish_result *res, struct k3cache_error *err)
+{
+	int refused = 0;
+	if (!base_key || base_rows == 0 || base_rows > n_tokens)
+		return k3cache_publish(c, fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, res,
+		                       err);
+	int rc = publish_one(c, fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, base_key,
+	                     base_rows, &refused, res, err);
+	if (rc == 0 && refused) /* the base cannot serve: the whole snapshot */
+		rc = publish_one(c, fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, NULL, 0,
+		                 &refused, res, err);
 	return rc;
 }
 

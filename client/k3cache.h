@@ -67,6 +67,7 @@ struct k3cache_publish_result {
 	int created; /* 0: the entry was stored already */
 	uint64_t bytes;
 	uint32_t evicted;
+	uint32_t delta_rows; /* MLA rows [0, delta_rows) were not sent: the base had them */
 };
 
 /* Publishes one snapshot: blobs[i] is layer i's LayerCache blob, for every
@@ -93,6 +94,21 @@ struct k3cache_lookup_result {
 int k3cache_lookup(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
                    size_t salt_len, const uint32_t *tokens, uint32_t n_tokens, uint32_t limit,
                    struct k3cache_lookup_result *res, struct k3cache_error *err);
+
+/* Publishes a snapshot of a live state that was restored from, or last
+ * published as, the entry base_key of base_rows tokens (a prefix of these
+ * tokens, same model and salt): the MLA layers' rows [0, base_rows) are not
+ * sent; the daemon takes them from the base and checks each whole blob
+ * against its XXH3, computed here from blobs, which are the whole state as
+ * for k3cache_publish. When the daemon refuses the base (gone, another
+ * model or salt, not a prefix, other rows), the library publishes the whole
+ * snapshot by itself; res->delta_rows says which happened. A NULL base_key
+ * or base_rows of 0 is a plain k3cache_publish. */
+int k3cache_publish_delta(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN],
+                          const void *salt, size_t salt_len, const uint32_t *tokens,
+                          uint32_t n_tokens, const struct k3cache_buf *blobs, uint32_t n_blobs,
+                          const uint8_t base_key[K3CACHE_KEY_LEN], uint32_t base_rows,
+                          struct k3cache_publish_result *res, struct k3cache_error *err);
 
 /* ---- restore: validated before the caller sees anything ---- */
 

@@ -86,8 +86,9 @@ struct k3d_server {
 	double last_lookup;     /* k3d_now() of the last lookup answered */
 	uint64_t ingest_yields; /* pauses of uploads that let lookups run */
 	uint64_t timeouts, closed_mid_frame, busy_pauses;
-	int chore_pending; /* a housekeeping job is with the writer */
-	int done_fd;       /* eventfd: the writer has finished jobs */
+	uint64_t delta_publishes, delta_refused; /* publishes with a base; of them refused */
+	int chore_pending;                       /* a housekeeping job is with the writer */
+	int done_fd;                             /* eventfd: the writer has finished jobs */
 
 	/* payload buffers kept for reuse: touching fresh memory is slow on a VM
 	 * that hands freed pages back to its host */
@@ -235,6 +236,7 @@ struct k3d_job {
 	int kicked;            /* under the writer's mutex */
 	/* results */
 	struct status st;             /* publish */
+	int delta_refused;            /* publish: the delta's base cannot serve */
 	struct store_publish_res pub; /* publish */
 	frame_response resp;          /* other ops: filled by the service module */
 };

@@ -37,8 +37,8 @@ int k3d_ingest_start(struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
 	if (srv->stopping || c->req->op_case != K3CACHE__V1__REQUEST__OP_PUBLISH ||
-	    c->plen <= store_stage_bytes(srv->store))
-		return 0;
+	    c->plen <= store_stage_bytes(srv->store) || c->req->publish->base_key.len)
+		return 0; /* a delta is assembled whole from its base first */
 	struct k3d_job *job = calloc(1, sizeof(*job));
 	struct k3d_ingest *in = calloc(1, sizeof(*in));
 	if (!job || !in) {

@@ -93,8 +93,13 @@ static void answer_job(struct k3d_job *job)
 	frame_response *r = &job->resp;
 	r->id = job->req->id;
 	if (job->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH) {
+		if (job->req->publish->base_key.len) {
+			c->srv->delta_publishes++;
+			c->srv->delta_refused += job->delta_refused != 0;
+		}
 		if (job->st.code != STATUS_OK) {
 			service_fail(r, &job->st);
+			r->delta_refused = job->delta_refused != 0;
 			k3d_log(K3D_LOG_INFO, "conn %llu (%s): publish: %s: %s",
 			        (unsigned long long)c->id, c->peer, status_code_name(job->st.code),
 			        job->st.message);

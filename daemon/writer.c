@@ -65,13 +65,33 @@ static void run_publishes(struct k3d_server *srv, struct k3d_job **jobs, uint32_
 	struct store_publish_res res[BATCH_MAX] = {0};
 	struct status sts[BATCH_MAX];
 	struct store_blob *blobs[BATCH_MAX];
-	for (uint32_t i = 0; i < n; i++)
-		blobs[i] = k3d_publish_request(jobs[i], &reqs[i]);
-	store_publish_batch(srv->store, reqs, res, sts, n);
+	struct store_delta deltas[BATCH_MAX] = {0};
+	uint32_t go[BATCH_MAX], m = 0; /* the jobs that reach the store */
 	for (uint32_t i = 0; i < n; i++) {
-		jobs[i]->st = sts[i];
-		jobs[i]->pub = res[i];
+		blobs[i] = k3d_publish_request(jobs[i], &reqs[i]);
+		const K3cache__V1__Publish *p = jobs[i]->req->publish;
+		if (p->base_key.len && blobs[i]) {
+			/* a delta: the whole blobs from its base and its rows */
+			int refused = 0;
+			if (store_delta_assemble(srv->store, &reqs[i], p->base_key.data,
+			                         p->base_rows, &deltas[i], &refused,
+			                         &jobs[i]->st) != STATUS_OK) {
+				jobs[i]->delta_refused = refused;
+				continue;
+			}
+			reqs[i].blobs = deltas[i].blobs;
+		}
+		reqs[m] = reqs[i];
+		go[m++] = i;
+	}
+	store_publish_batch(srv->store, reqs, res, sts, m);
+	for (uint32_t j = 0; j < m; j++) {
+		jobs[go[j]]->st = sts[j];
+		jobs[go[j]]->pub = res[j];
+	}
+	for (uint32_t i = 0; i < n; i++) {
 		free(blobs[i]);
+		store_delta_free(&deltas[i]);
 	}
 }
 

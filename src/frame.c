@@ -143,6 +143,16 @@ enum status_code frame_check_request(const frame_request *req, uint64_t max_payl
 			                  "publish: model must be a 32-byte fingerprint");
 		if (p->n_tokens == 0)
 			return status_set(st, STATUS_INVALID, "publish: no tokens (P >= 1)");
+		if (bad_len(&p->base_key, 1))
+			return status_set(st, STATUS_INVALID,
+			                  "publish: base_key must be a 32-byte entry key");
+		if (p->base_rows && !p->base_key.len)
+			return status_set(st, STATUS_INVALID,
+			                  "publish: base_rows without a base_key");
+		if (p->base_rows > p->n_tokens)
+			return status_set(st, STATUS_INVALID,
+			                  "publish: base_rows %u is past the snapshot's %zu tokens",
+			                  p->base_rows, p->n_tokens);
 		uint64_t sum = 0;
 		for (size_t i = 0; i < p->n_layers; i++) {
 			if (p->layers[i]->index != i)

@@ -172,6 +172,31 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 /* The store's stage size: a publish larger than this is staged. */
 uint64_t store_stage_bytes(const struct store *s);
 
+/* ---- delta publish (store/delta.c) ----
+ *
+ * A worker that resumed from a stored entry sends only what is new: its
+ * request's MLA layers carry rows [base_rows, P) (k rows, then v rows, raw
+ * floats, no header words), every other layer whole. store_delta_assemble()
+ * makes the whole blobs from the base entry and the request, to publish
+ * with store_publish(): the base must be stored (and served) under the same
+ * model and salt, hold a prefix of the same tokens, and at least base_rows
+ * rows; each assembled MLA blob must hash to the request's xxh3 (the whole
+ * blob's, given for every MLA layer). The whole MLA blobs are assembled in
+ * memory, so their bytes may not pass the stage size (a larger snapshot is
+ * published whole, and staged). Otherwise the delta is refused (*refused
+ * set, the status saying why): the worker publishes whole. The blobs stay
+ * valid until store_delta_free(). */
+struct store_delta {
+	struct store_blob *blobs; /* every layer whole (the request's own, or assembled) */
+	uint32_t n_blobs;
+	unsigned char **owned; /* the assembled ones */
+	uint32_t n_owned;
+};
+enum status_code store_delta_assemble(struct store *s, const struct store_publish_req *req,
+                                      const uint8_t base[STORE_KEY_LEN], uint32_t base_rows,
+                                      struct store_delta *out, int *refused, struct status *st);
+void store_delta_free(struct store_delta *d);
+
 /* ---- lookup and restore ---- */
 
 struct store_lookup_req {

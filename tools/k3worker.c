@@ -36,6 +36,10 @@ struct worker {
 	int quiet;
 	int mutant;  /* test builds only: 1 wrong KDA slot, 2 swapped MLA rows */
 	int no_live; /* --no-cache: recompute every turn from the first token */
+	/* the entry the live state was restored from or last published as: a
+	 * publish sends only the MLA rows past it (0: none) */
+	uint8_t base_key[32];
+	uint32_t base_p;
 	double prefill_seconds;
 };
 
@@ -87,8 +91,12 @@ static void publish(struct worker *w, const uint32_t *tokens, uint32_t p, const 
 	struct k3cache_publish_result res;
 	struct k3cache_error err;
 	if (ok) {
-		if (k3cache_publish(w->cache, w->spec->fingerprint, w->salt, strlen(w->salt),
-		                    tokens, p, bufs, WORKER_LAYERS, &res, &err) != 0) {
+		int has_base = w->base_p > 0 && w->base_p <= p;
+		int rc = k3cache_publish_delta(w->cache, w->spec->fingerprint, w->salt,
+		                               strlen(w->salt), tokens, p, bufs, WORKER_LAYERS,
+		                               has_base ? w->base_key : NULL,
+		                               has_base ? w->base_p : 0, &res, &err);
+		if (rc != 0) {
 			if (err.unreachable)
 				drop_cache(w, err.message);
 			else
@@ -99,6 +107,10 @@ static void publish(struct worker *w, const uint32_t *tokens, uint32_t p, const 
 				sprintf(key + (size_t)i * 2, "%02x", res.key[i]);
 			printf("[CACHE] published %s snapshot at %u tokens (%s, key %s)\n", why, p,
 			       res.created ? "new" : "already stored", key);
+		}
+		if (rc == 0) { /* the next publish of this state starts from here */
+			memcpy(w->base_key, res.key, sizeof(w->base_key));
+			w->base_p = p;
 		}
 	}
 	for (uint32_t l = 0; l < WORKER_LAYERS; l++)
@@ -146,6 +158,7 @@ static uint32_t restore(struct worker *w, const uint32_t *prompt, uint32_t n, ui
 		return 0;
 	struct load_ctx lc = {w, lr.prefix_len};
 	uint32_t p = 0;
+	w->base_p = 0;
 	if (k3cache_restore_each(w->cache, w->spec, lr.key, load_layer, &lc, &p, &err) != 0) {
 		worker_state_reset(w->state);
 		if (err.unreachable)
@@ -155,6 +168,8 @@ static uint32_t restore(struct worker *w, const uint32_t *prompt, uint32_t n, ui
 			     status_code_name(err.code), err.message);
 		return 0;
 	}
+	memcpy(w->base_key, lr.key, sizeof(w->base_key));
+	w->base_p = p;
 #ifdef K3WORKER_MUTANTS
 	if (w->mutant == 2) {
 		/* a swapped MLA row: the first two cached rows of layer 3 trade places */
@@ -212,6 +227,7 @@ static int run_prompt(struct worker *w, const uint32_t *prompt, uint32_t n, uint
 		/* a new prompt for this state: reset, then the longest stored prefix */
 		worker_state_reset(w->state);
 		k3cache_record_reset(&w->record);
+		w->base_p = 0;
 		from = restore(w, prompt, n, &hint);
 	}
 	printf("[PREFIX] reusing %u of %u prompt tokens (%u%%)\n", from, n,

@@ -448,6 +448,141 @@ static void test_publish_of_stored_entry_sends_nothing(void **state)
 	k3cache_close(c);
 }
 
+/* A conversation turn: the MLA rows depend only on (layer, row, column,
+ * rows), so turns share them; the KDA state depends on seed. */
+static struct snap make_turn(uint32_t p, uint32_t rows, uint32_t seed)
+{
+	struct snap s = make_snap(twin, p, seed);
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		const struct model_layer *l = &twin->layers[i];
+		if (l->mixer != MODEL_MIXER_MLA)
+			continue;
+		struct blob_view v;
+		assert_int_equal(blob_parse(s.bufs[i].data, s.bufs[i].len, &v, NULL), BLOB_OK);
+		unsigned char *b = (unsigned char *)s.bufs[i].data;
+		unsigned char *part[2] = {b + (v.v0.data - b), b + (v.v1.data - b)};
+		for (uint32_t r = 0; r < p; r++)
+			for (uint32_t k = 0; k < 2; k++) {
+				uint32_t w = k ? l->v_row : l->k_row;
+				for (uint32_t c = 0; c < w; c++) {
+					uint32_t x = rows * 2654435761u + i * 40503u + r * 131u +
+					             c * 7u + k;
+					x ^= x >> 13;
+					x *= 0x5bd1e995u;
+					float f = (float)(x % 20001u) * 1e-4f - 1.0f;
+					memcpy(part[k] + ((size_t)r * w + c) * 4, &f, 4);
+				}
+			}
+	}
+	return s;
+}
+
+static int publish_turn(struct k3cache *c, const uint32_t *t, uint32_t p, uint32_t rows,
+                        uint32_t seed, const char *salt, const uint8_t *base, uint32_t base_rows,
+                        struct k3cache_publish_result *res)
+{
+	struct snap s = make_turn(p, rows, seed);
+	struct k3cache_error e;
+	int rc = k3cache_publish_delta(c, twin->fingerprint, salt, strlen(salt), t, p, s.bufs, s.n,
+	                               base, base_rows, res, &e);
+	if (rc)
+		fprintf(stderr, "publish: %s\n", e.message);
+	free_snap(&s);
+	return rc;
+}
+
+/* The restore of key is byte-identical to make_turn(p, rows, seed). */
+static void expect_turn(struct k3cache *c, const uint8_t *key, uint32_t p, uint32_t rows,
+                        uint32_t seed)
+{
+	struct snap want = make_turn(p, rows, seed);
+	void *bufs[16];
+	size_t caps[16], lens[16];
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		caps[i] = want.bufs[i].len;
+		bufs[i] = malloc(caps[i]);
+	}
+	uint32_t got = 0;
+	struct k3cache_error e;
+	if (k3cache_restore_into(c, twin, key, bufs, caps, lens, &got, &e) != 0)
+		fail_msg("restore: %s", e.message);
+	assert_int_equal(got, p);
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		assert_int_equal(lens[i], want.bufs[i].len);
+		assert_memory_equal(bufs[i], want.bufs[i].data, lens[i]);
+		free(bufs[i]);
+	}
+	free_snap(&want);
+}
+
+/* Delta publish: a turn that resumed from a stored entry sends only its new
+ * MLA rows, and restores byte for byte; every refusal (a base that is gone,
+ * under another salt, not a prefix, shorter than the rows named, or with
+ * other rows) ends in a whole publish that the library makes by itself. */
+static void test_delta_publish(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	uint32_t t[1100];
+	tokens_for(t, 1100, 7700000);
+	struct k3cache_publish_result a, b, r;
+	assert_int_equal(publish_turn(c, t, 600, 1, 1, "", NULL, 0, &a), 0);
+	assert_true(a.created);
+	uint64_t in0 = stat_counter(c, "bytes_in"), d0 = stat_counter(c, "delta_publishes");
+	uint64_t r0 = stat_counter(c, "delta_refused");
+	assert_int_equal(publish_turn(c, t, 900, 1, 2, "", a.key, 600, &b), 0);
+	uint64_t in1 = stat_counter(c, "bytes_in");
+	assert_true(b.created);
+	if (stage_size) {
+		/* its MLA layers are over the stage size: refused, published whole */
+		assert_int_equal(b.delta_rows, 0);
+		assert_int_equal(stat_counter(c, "delta_refused"), r0 + 1);
+		expect_turn(c, b.key, 900, 1, 2);
+		k3cache_close(c);
+		return;
+	}
+	assert_int_equal(b.delta_rows, 600);
+	assert_int_equal(stat_counter(c, "delta_publishes"), d0 + 1);
+	/* what went over the socket: the KDA layers and 300 rows, not 900 */
+	uint64_t whole = 0, mla_row = 0;
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		whole += model_layer_blob_size(&twin->layers[i], 900);
+		if (twin->layers[i].mixer == MODEL_MIXER_MLA)
+			mla_row += (uint64_t)(twin->layers[i].k_row + twin->layers[i].v_row) * 4;
+	}
+	assert_true(in1 - in0 < whole - 600 * mla_row + 65536);
+	expect_turn(c, b.key, 900, 1, 2);
+
+	uint64_t refused0 = stat_counter(c, "delta_refused");
+	uint8_t gone[K3CACHE_KEY_LEN];
+	memset(gone, 0x42, sizeof(gone));
+	/* a base that is not stored */
+	assert_int_equal(publish_turn(c, t, 950, 1, 3, "", gone, 600, &r), 0);
+	assert_true(r.created);
+	assert_int_equal(r.delta_rows, 0);
+	expect_turn(c, r.key, 950, 1, 3);
+	/* under another salt */
+	assert_int_equal(publish_turn(c, t, 960, 1, 4, "x", b.key, 900, &r), 0);
+	assert_int_equal(r.delta_rows, 0);
+	expect_turn(c, r.key, 960, 1, 4);
+	/* more rows named than the base holds */
+	assert_int_equal(publish_turn(c, t, 1000, 1, 5, "", b.key, 950, &r), 0);
+	assert_int_equal(r.delta_rows, 0);
+	/* other rows than the base's */
+	assert_int_equal(publish_turn(c, t, 1010, 2, 6, "", b.key, 900, &r), 0);
+	assert_int_equal(r.delta_rows, 0);
+	expect_turn(c, r.key, 1010, 2, 6);
+	/* tokens that are not the base's */
+	uint32_t u[1100];
+	memcpy(u, t, sizeof(u));
+	u[10] = 1;
+	assert_int_equal(publish_turn(c, u, 1020, 1, 7, "", b.key, 900, &r), 0);
+	assert_int_equal(r.delta_rows, 0);
+	expect_turn(c, r.key, 1020, 1, 7);
+	assert_int_equal(stat_counter(c, "delta_refused"), refused0 + 5);
+	k3cache_close(c);
+}
+
 static void test_restart_keeps_entries(void **state)
 {
 	(void)state;
@@ -939,6 +1074,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lookup_over_header_limit),
 	        cmocka_unit_test(test_upload_yields_to_lookups),
 	        cmocka_unit_test(test_publish_of_stored_entry_sends_nothing),
+	        cmocka_unit_test(test_delta_publish),
 	        cmocka_unit_test(test_restart_keeps_entries),
 	        cmocka_unit_test(test_concurrent_clients),
 	        cmocka_unit_test(test_stalled_clients_do_not_block_others),
