@@ -305,7 +305,7 @@ struct row {
 	uint8_t key[32];
 	char model[64];
 	uint32_t prefix_len, layers;
-	uint64_t bytes, hits, created, last_used;
+	uint64_t bytes, stored, hits, created, last_used;
 	int quarantined;
 	uint8_t fp[32];
 	uint32_t salt_len;
@@ -374,6 +374,7 @@ static int collect_rows(struct ctl_backend *b, const uint8_t *fp, struct row **r
 			r->prefix_len = e->prefix_len;
 			r->layers = e->layer_count;
 			r->bytes = e->bytes;
+			r->stored = e->stored;
 			r->hits = e->hits;
 			r->created = e->created;
 			r->last_used = e->last_used;
@@ -496,32 +497,33 @@ int ctl_cmd_ls(const struct ctl_globals *g, int argc, char **argv)
 		for (size_t i = 0; i < shown; i++) {
 			const struct row *r = &rows[i];
 			json_array_append_new(
-			        arr,
-			        json_pack("{s:o,s:s,s:o,s:i,s:i,s:I,s:I,s:I,s:I,s:b,s:i}", "key",
-			                  hexj(r->key, 32), "model", r->model, "fingerprint",
-			                  hexj(r->fp, 32), "prefix_len", (int)r->prefix_len,
-			                  "layers", (int)r->layers, "bytes", (json_int_t)r->bytes,
-			                  "hits", (json_int_t)r->hits, "last_used",
-			                  (json_int_t)r->last_used, "created",
-			                  (json_int_t)r->created, "quarantined", r->quarantined,
-			                  "salt_len", (int)r->salt_len));
+			        arr, json_pack("{s:o,s:s,s:o,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:b,s:i}",
+			                       "key", hexj(r->key, 32), "model", r->model,
+			                       "fingerprint", hexj(r->fp, 32), "prefix_len",
+			                       (int)r->prefix_len, "layers", (int)r->layers,
+			                       "bytes", (json_int_t)r->bytes, "stored",
+			                       (json_int_t)r->stored, "hits", (json_int_t)r->hits,
+			                       "last_used", (json_int_t)r->last_used, "created",
+			                       (json_int_t)r->created, "quarantined",
+			                       r->quarantined, "salt_len", (int)r->salt_len));
 		}
 		print_json(json_pack("{s:o,s:I,s:I}", "entries", arr, "total_entries",
 		                     (json_int_t)n, "total_bytes", (json_int_t)total));
 	} else {
-		printf("%-16s %-20s %8s %6s %10s %6s %10s %10s\n", "KEY", "MODEL", "PREFIX",
-		       "LAYERS", "SIZE", "HITS", "LAST-USED", "CREATED");
+		printf("%-16s %-20s %8s %6s %10s %10s %6s %10s %10s\n", "KEY", "MODEL", "PREFIX",
+		       "LAYERS", "SIZE", "OWN", "HITS", "LAST-USED", "CREATED");
 		for (size_t i = 0; i < shown; i++) {
 			const struct row *r = &rows[i];
-			char key[65], size[32], used[32], created[32];
+			char key[65], size[32], own[32], used[32], created[32];
 			hexutil_encode(r->key, 32, key);
 			key[16] = 0;
 			ctl_size(r->bytes, size, sizeof(size));
+			ctl_size(r->stored, own, sizeof(own));
 			ctl_ago(r->last_used, used, sizeof(used));
 			ctl_ago(r->created, created, sizeof(created));
-			printf("%-16s %-20.20s %8u %6u %10s %6" PRIu64 " %10s %10s%s\n", key,
-			       r->model, r->prefix_len, r->layers, size, r->hits, used, created,
-			       r->quarantined ? "  QUARANTINED" : "");
+			printf("%-16s %-20.20s %8u %6u %10s %10s %6" PRIu64 " %10s %10s%s\n", key,
+			       r->model, r->prefix_len, r->layers, size, own, r->hits, used,
+			       created, r->quarantined ? "  QUARANTINED" : "");
 		}
 		char tsize[32];
 		ctl_size(total, tsize, sizeof(tsize));
@@ -663,10 +665,12 @@ int ctl_cmd_inspect(const struct ctl_globals *g, int argc, char **argv)
 		json_t *toks = json_array();
 		for (size_t i = 0; i < e->n_tokens; i++)
 			json_array_append_new(toks, json_integer(e->tokens[i]));
-		doc = json_pack("{s:s,s:s,s:s,s:o,s:i,s:I,s:I,s:I,s:I,s:b,s:o}", "key", keyhex,
-		                "model", e->model_name, "fingerprint", fphex, "salt",
+		doc = json_pack("{s:s,s:s,s:s,s:o,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:o}", "key",
+		                keyhex, "model", e->model_name, "fingerprint", fphex, "salt",
 		                hexj(e->salt.data, e->salt.len), "prefix_len", (int)e->prefix_len,
-		                "bytes", (json_int_t)e->bytes, "created", (json_int_t)e->created,
+		                "bytes", (json_int_t)e->bytes, "stored", (json_int_t)e->stored,
+		                "mla_rows", (json_int_t)e->mla_rows, "shared_rows",
+		                (json_int_t)e->shared_rows, "created", (json_int_t)e->created,
 		                "last_used", (json_int_t)e->last_used, "hits", (json_int_t)e->hits,
 		                "quarantined", e->quarantined, "tokens", toks);
 		jl = json_array();
@@ -689,7 +693,14 @@ int ctl_cmd_inspect(const struct ctl_globals *g, int argc, char **argv)
 		}
 		printf("prefix       %u tokens: ", e->prefix_len);
 		print_tokens(e->tokens, e->n_tokens);
-		printf("\nsize         %s in %zu layers\n", size, e->n_layers);
+		char own[32];
+		ctl_size(e->stored, own, sizeof(own));
+		printf("\nsize         %s in %zu layers; %s in its own chunks\n", size, e->n_layers,
+		       own);
+		if (e->mla_rows)
+			printf("mla rows     %" PRIu64 " of %" PRIu64 " in shared blocks (%" PRIu64
+			       "%%)\n",
+			       e->shared_rows, e->mla_rows, e->shared_rows * 100 / e->mla_rows);
 		printf("created      %s (%s)\n", created, ago1);
 		printf("last used    %s (%s)\n", used, ago2);
 		printf("hits         %" PRIu64 "\n", e->hits);

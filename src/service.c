@@ -165,6 +165,9 @@ static K3cache__V1__EntryInfo *entry_to_wire(struct store *s, const struct store
 	w->prefix_len = e->prefix_len;
 	w->layer_count = e->n_layers;
 	w->bytes = e->bytes;
+	w->stored = e->stored;
+	w->mla_rows = e->mla_rows;
+	w->shared_rows = e->shared_rows;
 	w->created = e->created;
 	w->last_used = e->last_used;
 	w->hits = e->hits;

@@ -314,9 +314,12 @@ struct store_entry_info {
 	uint32_t salt_len;
 	uint32_t prefix_len;
 	uint32_t n_layers;
-	uint64_t bytes;
-	uint64_t created;   /* unix seconds */
-	uint64_t last_used; /* unix seconds */
+	uint64_t bytes;       /* the blobs whole (a restore's payload) */
+	uint64_t stored;      /* in the entry's own chunks; the rest is shared blocks */
+	uint64_t mla_rows;    /* MLA layers x P */
+	uint64_t shared_rows; /* of them, rows in shared blocks */
+	uint64_t created;     /* unix seconds */
+	uint64_t last_used;   /* unix seconds */
 	uint64_t hits;
 	int quarantined;
 	struct store_layer_info *layers;

@@ -38,13 +38,21 @@ static int info_from_record(const struct store_record *r, struct store_entry_inf
 	info->prefix_len = r->prefix_len;
 	info->n_layers = r->n_layers;
 	info->bytes = r->bytes;
+	info->stored = r->stored;
 	info->created = r->created;
 	info->last_used = r->last_used;
 	info->hits = r->hits;
 	info->quarantined = (r->flags & STORE_FLAG_QUARANTINED) != 0;
-	for (uint32_t i = 0; i < r->n_layers; i++)
+	for (uint32_t i = 0, mla = 0; i < r->n_layers; i++) {
 		store_record_layer(r, i, &info->layers[i].tag, &info->layers[i].size,
 		                   &info->layers[i].xxh3);
+		if (info->layers[i].tag != BLOB_TAG_MLA)
+			continue;
+		info->mla_rows += r->prefix_len;
+		for (uint32_t b = 0; r->row_block && b < r->prefix_len / r->row_block; b++)
+			info->shared_rows += store_record_shared(r, mla, b) ? r->row_block : 0;
+		mla++;
+	}
 	return 0;
 }
 

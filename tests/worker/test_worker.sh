@@ -47,6 +47,16 @@ for chunk in 1 7 64; do
   ok "chunk $chunk: no warnings" $([ ! -s "$dir/c$chunk.err" ]; echo $?)
 done
 
+# turns share their MLA rows: inspect, ls and stat show it
+key2=$(grep 'end-of-turn snapshot at' "$dir/c64" | sed -n 2p | grep -o 'key [0-9a-f]*' | cut -d' ' -f2)
+out=$("$ctl" inspect "${key2:0:12}")
+ok "inspect: turn 2 holds MLA rows in shared blocks" $(grep -Eq '^mla rows +[1-9][0-9]* of [0-9]+ in shared blocks' <<<"$out"; echo $?)
+out=$("$ctl" --json inspect "${key2:0:12}")
+ok "inspect --json: own bytes under the whole" $(python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if 0 < d["stored"] < d["bytes"] and d["shared_rows"] > 0 else 1)' <<<"$out"; echo $?)
+ok "ls: an OWN column" $("$ctl" ls | head -1 | grep -q ' OWN '; echo $?)
+out=$("$ctl" --json stat)
+ok "stat: stored bytes under the logical bytes, blocks counted" $(python3 -c 'import json,sys; d=json.load(sys.stdin); c=d.get("counters", d); sys.exit(0 if c["blocks"] > 0 and c["bytes"] < c["logical_bytes"] else 1)' <<<"$out"; echo $?)
+
 # --turn K without --replies regenerates the earlier replies quietly
 "$worker" --conversation "$conv" --turn 3 --salt chunk64 > "$dir/t3" 2>&1
 diff <(answers "$dir/ref" | sed -n '7,9p') <(answers "$dir/t3") >/dev/null
