@@ -49,6 +49,7 @@ bench: build
 	@if [ -x build/bench/bench_wire ]; then build/bench/bench_wire build/bench-wire.tmp; fi
 	@bash bench/worker.sh build
 	@bash bench/conversation.sh build
+	@build/bench/bench_k3conv build/bench-k3conv.tmp
 
 PREFIX ?= /usr/local
 install: build

@@ -40,6 +40,7 @@ struct k3d_config {
 	uint64_t max_payload;
 	uint64_t max_inflight;  /* payload bytes held for publishes in flight */
 	uint64_t stage_bytes;   /* store_options.stage_bytes; 0: the store's default */
+	uint32_t row_block;     /* store_options.row_block (a new store); 0: default */
 	uint64_t yield_rate;    /* bytes/s per upload while lookups arrive; 0: no limit */
 	uint32_t max_restores;  /* restores streaming at once */
 	uint64_t idle_timeout;  /* seconds without a request */

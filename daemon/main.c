@@ -40,6 +40,8 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        (default 64)\n"
 	        "  --stage-size SIZE     a publish larger than this is written as it arrives,\n"
 	        "                        a stage of this size per commit (default 32MiB)\n"
+	        "  --row-block N         rows per shared MLA block of a new store, a multiple\n"
+	        "                        of 16 up to 65536 (default 64; a store keeps its own)\n"
 	        "  --yield-rate SIZE     while lookups arrive, read each publish upload at\n"
 	        "                        most SIZE per second, so that uploads do not crowd\n"
 	        "                        lookups off the CPU (default 1GiB; 0: no limit)\n"
@@ -142,6 +144,7 @@ int main(int argc, char **argv)
 		O_MAXP,
 		O_INFL,
 		O_STAGE,
+		O_ROWB,
 		O_YIELD,
 		O_MAXR,
 		O_IDLE,
@@ -160,6 +163,7 @@ int main(int argc, char **argv)
 	        {"max-payload", required_argument, NULL, O_MAXP},
 	        {"max-inflight", required_argument, NULL, O_INFL},
 	        {"stage-size", required_argument, NULL, O_STAGE},
+	        {"row-block", required_argument, NULL, O_ROWB},
 	        {"yield-rate", required_argument, NULL, O_YIELD},
 	        {"max-restores", required_argument, NULL, O_MAXR},
 	        {"idle-timeout", required_argument, NULL, O_IDLE},
@@ -206,6 +210,14 @@ int main(int argc, char **argv)
 			if (units_parse_size(optarg, &cfg.stage_bytes) || cfg.stage_bytes == 0)
 				return bad("--stage-size", optarg, "a size such as 32MiB");
 			break;
+		case O_ROWB: {
+			uint64_t v;
+			if (units_parse_uint(optarg, 16, 65536, &v) || v % 16)
+				return bad("--row-block", optarg,
+				           "a multiple of 16 from 16 to 65536");
+			cfg.row_block = (uint32_t)v;
+			break;
+		}
 		case O_YIELD:
 			if (units_parse_size(optarg, &cfg.yield_rate))
 				return bad("--yield-rate", optarg,

@@ -421,7 +421,8 @@ int k3d_server_run(const struct k3d_config *cfg)
 	}
 	struct store_options so = {.max_bytes = cfg->max_bytes,
 	                           .durability = cfg->durability,
-	                           .stage_bytes = cfg->stage_bytes};
+	                           .stage_bytes = cfg->stage_bytes,
+	                           .row_block = cfg->row_block};
 	struct status st;
 	if (store_open(cfg->db, &so, &srv->store, &st) != STATUS_OK) {
 		k3d_log(K3D_LOG_ERROR, "--db %s: %s", cfg->db, st.message);
@@ -474,6 +475,10 @@ int k3d_server_run(const struct k3d_config *cfg)
 	        cfg->db, (unsigned long long)stats.entries, used, cap,
 	        store_durability_name(cfg->durability), cfg->metrics.text ? ", metrics " : "",
 	        srv->metrics_bound);
+	if (cfg->row_block && stats.row_block != cfg->row_block)
+		k3d_log(K3D_LOG_WARN,
+		        "--row-block %u: store %s was made with blocks of %u rows and keeps them",
+		        cfg->row_block, cfg->db, stats.row_block);
 	/* the store evicts only to make room for a publish (store_lru_make_room) */
 	if (stats.bytes > cfg->max_bytes)
 		k3d_log(K3D_LOG_WARN,

@@ -91,6 +91,24 @@ refuse 'brackets' --listen ::1:7000
 refuse '1 to 100000' --max-restores 1.5
 refuse '1 to 100000' --max-restores 2K
 refuse 'at most' --max-bytes 8388609T
+refuse 'multiple of 16' --row-block 17
+refuse 'multiple of 16' --row-block 8
+refuse 'multiple of 16' --row-block 131072
+
+# --row-block makes a new store's blocks that size; a store keeps its own
+"$daemon" --db "$dir/rb-db" --socket "$dir/rb.sock" --row-block 128 2>"$dir/rb.log" &
+rbpid=$!
+up "$dir/rb.sock"
+out=$("$ctl" --socket "$dir/rb.sock" stat)
+ok "--row-block 128: the new store's row block" $(grep -Eq '^row_block +128( |$)' <<<"$out"; echo $?)
+kill "$rbpid"; wait "$rbpid" 2>/dev/null
+"$daemon" --db "$dir/rb-db" --socket "$dir/rb.sock" --row-block 256 2>>"$dir/rb.log" &
+rbpid=$!
+up "$dir/rb.sock"
+out=$("$ctl" --socket "$dir/rb.sock" stat)
+ok "--row-block 256 on that store: it keeps 128" $(grep -Eq '^row_block +128( |$)' <<<"$out"; echo $?)
+ok "--row-block 256 on that store: a warning says so" $(grep -q 'was made with blocks of 128 rows and keeps them' "$dir/rb.log"; echo $?)
+kill "$rbpid"; wait "$rbpid" 2>/dev/null
 
 # ---- the ready line names what was bound, in human sizes; SIGHUP ------------
 log3=$dir/log3

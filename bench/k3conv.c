@@ -1,0 +1,211 @@
+/* bench/k3conv: a K3-shape conversation (69 KDA x 6.5625 MiB, 24 MLA of
+ * k_row 512 and v_row 64), 8 turns growing by 2,048 tokens to 16,384, each
+ * turn published as a delta of the one before, against a real daemon.
+ * Reports stored and received bytes against the ideal (every entry's KDA
+ * layers and MLA header words, plus one copy of the MLA rows of every token
+ * position), the publish time of the last turn against the first, and the
+ * restore of the last turn.
+ *
+ * Every snapshot here goes through the one-transaction publish (the daemon
+ * runs with --stage-size 4GiB): a staged publish neither shares rows nor
+ * takes a delta yet.
+ * usage: bench_k3conv DIR [ROW_BLOCK] */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "benchutil.h"
+#include "k3cache.h"
+#include "k3shape.h"
+
+#define TURNS 8
+#define STEP  2048u
+
+static pid_t daemon_pid;
+static const char *row_block;
+
+static void die(const char *what, const struct k3cache_error *e)
+{
+	fprintf(stderr, "bench_k3conv: %s: %s\n", what, e ? e->message : strerror(errno));
+	if (daemon_pid > 0)
+		kill(daemon_pid, SIGKILL);
+	exit(1);
+}
+
+static struct k3cache *start(const char *dir, char *sock, size_t socksz)
+{
+	char db[4096], log[4096];
+	snprintf(db, sizeof(db), "%s/db", dir);
+	snprintf(sock, socksz, "%s/s.sock", dir);
+	snprintf(log, sizeof(log), "%s/k3cached.log", dir);
+	const char *args[] = {K3_DAEMON_PATH,
+	                      "--db",
+	                      db,
+	                      "--socket",
+	                      sock,
+	                      "--max-bytes",
+	                      "16GiB",
+	                      "--max-payload",
+	                      "4GiB",
+	                      "--max-inflight",
+	                      "2GiB",
+	                      "--stage-size",
+	                      "4GiB",
+	                      "--row-block",
+	                      row_block,
+	                      "--log-level",
+	                      "warn",
+	                      NULL};
+	fflush(stdout);
+	daemon_pid = fork();
+	if (daemon_pid < 0)
+		die("fork", NULL);
+	if (daemon_pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0) {
+			dup2(fd, 2);
+			close(fd);
+		}
+		execv(args[0], (char *const *)args);
+		_exit(127);
+	}
+	struct k3cache_error e = {0};
+	for (int i = 0; i < 1000; i++) {
+		struct k3cache *c;
+		if (k3cache_connect(sock, &c, &e) == 0) {
+			k3cache_set_timeout(c, 600000);
+			return c;
+		}
+		struct timespec ts = {0, 10000000L};
+		nanosleep(&ts, NULL);
+	}
+	die("connect", &e);
+	return NULL;
+}
+
+static uint64_t counter(struct k3cache *c, const char *name)
+{
+	uint64_t v = 0;
+	struct k3cache_error e;
+	if (k3cache_stat_counter(c, name, &v, &e) != 0)
+		die(name, &e);
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2 && argc != 3) {
+		fprintf(stderr, "usage: bench_k3conv DIR [ROW_BLOCK]\n");
+		return 2;
+	}
+	row_block = argc == 3 ? argv[2] : "64";
+	const char *dir = argv[1];
+	benchutil_rm_rf(dir);
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		die(dir, NULL);
+	char sock[4096], err[MODEL_ERROR_MAX];
+	struct k3cache *c = start(dir, sock, sizeof(sock));
+	struct model_spec *m = k3shape_model("k3-shape-conversation", 69, 24, err);
+	struct k3cache_error e;
+	if (!m || k3cache_put_model(c, m, NULL, &e) != 0)
+		die("put model", &e);
+	uint32_t *tokens = malloc((size_t)TURNS * STEP * sizeof(uint32_t));
+	for (uint32_t i = 0; i < TURNS * STEP; i++)
+		tokens[i] = 100 + (i * 2654435761u) % 150000u;
+	struct k3cache_buf *bufs = calloc(m->n_layers, sizeof(*bufs));
+	uint8_t key[TURNS][K3CACHE_KEY_LEN];
+	double secs[TURNS];
+	uint32_t delta[TURNS];
+	uint64_t kda_bytes = 0, mla_row = 0, logical_last = 0;
+	for (uint32_t i = 0; i < m->n_layers; i++) {
+		if (m->layers[i].mixer == MODEL_MIXER_KDA)
+			kda_bytes += model_layer_blob_size(&m->layers[i], 0);
+		else
+			mla_row += (uint64_t)(m->layers[i].k_row + m->layers[i].v_row) * 4;
+	}
+	uint32_t n_mla = 24;
+	printf("bench/k3conv: K3 shape, %d turns of +%u tokens, each a delta of the last; row "
+	       "block %s\n",
+	       TURNS, STEP, row_block);
+	printf("%-6s %8s %10s %12s %10s %10s\n", "turn", "tokens", "whole GiB", "sent rows from",
+	       "publish s", "GB/s*");
+	for (int t = 0; t < TURNS; t++) {
+		uint32_t p = (uint32_t)(t + 1) * STEP;
+		uint64_t whole = 0;
+		for (uint32_t i = 0; i < m->n_layers; i++) {
+			size_t len;
+			unsigned char *b = k3shape_blob(&m->layers[i], i, p, 1, &len);
+			if (!b)
+				die("out of memory", NULL);
+			bufs[i].data = b;
+			bufs[i].len = len;
+			whole += len;
+		}
+		struct k3cache_publish_result res;
+		double t0 = benchutil_now();
+		int rc = t ? k3cache_publish_delta(c, m->fingerprint, "", 0, tokens, p, bufs,
+		                                   m->n_layers, key[t - 1], p - STEP, &res, &e)
+		           : k3cache_publish(c, m->fingerprint, "", 0, tokens, p, bufs, m->n_layers,
+		                             &res, &e);
+		secs[t] = benchutil_now() - t0;
+		if (rc)
+			die("publish", &e);
+		memcpy(key[t], res.key, K3CACHE_KEY_LEN);
+		delta[t] = res.delta_rows;
+		logical_last = whole;
+		printf("%-6d %8u %10.2f %12u %10.2f %10.2f\n", t + 1, p, (double)whole / (1 << 30),
+		       delta[t], secs[t], (double)whole / secs[t] / 1e9);
+		for (uint32_t i = 0; i < m->n_layers; i++)
+			free((void *)bufs[i].data);
+	}
+	printf("(* the snapshot's whole bytes over the publish time)\n");
+	/* the restore of the last turn, into pre-touched buffers */
+	void **out = calloc(m->n_layers, sizeof(void *));
+	size_t *caps = calloc(m->n_layers, sizeof(size_t)),
+	       *lens = calloc(m->n_layers, sizeof(size_t));
+	for (uint32_t i = 0; i < m->n_layers; i++) {
+		caps[i] = (size_t)model_layer_blob_size(&m->layers[i], TURNS * STEP);
+		out[i] = malloc(caps[i]);
+		memset(out[i], 0, caps[i]);
+	}
+	double best = 1e9;
+	for (int r = 0; r < 3; r++) {
+		uint32_t got = 0;
+		double t0 = benchutil_now();
+		if (k3cache_restore_into(c, m, key[TURNS - 1], out, caps, lens, &got, &e) != 0)
+			die("restore", &e);
+		double s = benchutil_now() - t0;
+		best = s < best ? s : best;
+	}
+	uint64_t stored = counter(c, "bytes"), logical = counter(c, "logical_bytes");
+	uint64_t in = counter(c, "bytes_in"), blocks = counter(c, "blocks");
+	uint64_t mism = counter(c, "blocks_mismatched"), refused = counter(c, "delta_refused");
+	uint64_t ideal =
+	        (uint64_t)TURNS * (kda_bytes + 13u * n_mla) + (uint64_t)TURNS * STEP * mla_row;
+	printf("\n%-44s %10s  %s\n", "figure", "measured", "target");
+	printf("%-44s %9.2fx  <= 1.1x\n", "stored bytes / ideal", (double)stored / ideal);
+	printf("%-44s %9.2fx  <= 1.3x\n", "bytes received over the socket / ideal",
+	       (double)in / ideal);
+	printf("%-44s %9.2fx  <= 1.5x\n", "publish time, last turn / first",
+	       secs[TURNS - 1] / secs[0]);
+	printf("%-44s %9.2f   GB/s, %.2f GiB (no raw-socket baseline here: bench/wire)\n",
+	       "restore of the last turn, validated", (double)logical_last / best / 1e9,
+	       (double)logical_last / (1 << 30));
+	printf("\nstored %.2f GiB, logical %.2f GiB, ideal %.2f GiB, received %.2f GiB; %llu "
+	       "blocks, %llu mismatched, %llu deltas refused\n",
+	       (double)stored / (1 << 30), (double)logical / (1 << 30), (double)ideal / (1 << 30),
+	       (double)in / (1 << 30), (unsigned long long)blocks, (unsigned long long)mism,
+	       (unsigned long long)refused);
+	k3cache_close(c);
+	kill(daemon_pid, SIGTERM);
+	int status;
+	waitpid(daemon_pid, &status, 0);
+	benchutil_rm_rf(dir);
+	return 0;
+}
