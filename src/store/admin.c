@@ -402,70 +402,42 @@ static int block_ref_cmp(const void *a, const void *b)
 	return memcmp(a, b, STORE_BLOCK_REF_LEN);
 }
 
+struct refs {
+	struct block_ref *v;
+	size_t n, cap;
+};
+
+static int add_ref(const uint8_t *key, const uint8_t *node, uint32_t layer, void *ctx)
+{
+	(void)key;
+	struct refs *r = ctx;
+	if (r->n == r->cap) {
+		size_t nc = r->cap ? r->cap * 2 : 256;
+		struct block_ref *nv = realloc(r->v, nc * sizeof(*nv));
+		if (!nv)
+			return ENOMEM;
+		r->v = nv;
+		r->cap = nc;
+	}
+	memcpy(r->v[r->n].k, node, PREFIX_NODE_LEN);
+	store_be32(r->v[r->n].k + PREFIX_NODE_LEN, layer);
+	r->n++;
+	return 0;
+}
+
 /* The references the records make to shared blocks, sorted. */
 static int collect_block_refs(struct store *s, MDB_txn *txn, struct block_ref **out, size_t *n_out)
 {
-	struct block_ref *refs = NULL;
-	size_t n = 0, cap = 0;
-	MDB_cursor *cur;
-	int rc = mdb_cursor_open(txn, s->entries, &cur);
-	if (rc)
-		return rc;
-	MDB_val k, v;
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		struct store_record r;
-		MDB_val tv;
-		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0 || !r.row_block ||
-		    !r.map_len || store_index_tokens(s, txn, r.key, &tv) != 0 ||
-		    tv.mv_size != (size_t)r.prefix_len * 4u)
-			continue; /* the entries' own check reports these */
-		uint8_t(*h)[PREFIX_NODE_LEN] =
-		        malloc(((size_t)r.prefix_len / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
-		if (!h) {
-			rc = ENOMEM;
-			break;
-		}
-		prefix_block_hashes(r.fingerprint, r.salt, r.salt_len, tv.mv_data, r.prefix_len, h);
-		for (uint32_t i = 0, mla = 0; i < r.n_layers && !rc; i++) {
-			uint8_t tag;
-			uint64_t size, sum;
-			store_record_layer(&r, i, &tag, &size, &sum);
-			if (tag != BLOB_TAG_MLA)
-				continue;
-			for (uint32_t b = 0; b < r.prefix_len / r.row_block; b++) {
-				if (!store_record_shared(&r, mla, b))
-					continue;
-				if (n == cap) {
-					size_t nc = cap ? cap * 2 : 256;
-					struct block_ref *nr = realloc(refs, nc * sizeof(*nr));
-					if (!nr) {
-						rc = ENOMEM;
-						break;
-					}
-					refs = nr;
-					cap = nc;
-				}
-				memcpy(refs[n].k, h[(uint64_t)(b + 1) * r.row_block / PREFIX_BLOCK],
-				       PREFIX_NODE_LEN);
-				store_be32(refs[n].k + PREFIX_NODE_LEN, i);
-				n++;
-			}
-			mla++;
-		}
-		free(h);
-		if (rc)
-			break;
-	}
-	mdb_cursor_close(cur);
-	if (rc && rc != MDB_NOTFOUND) {
-		free(refs);
+	struct refs r = {0};
+	int rc = store_entry_each_use(s, txn, add_ref, &r);
+	if (rc) {
+		free(r.v);
 		return rc;
 	}
-	if (n)
-		qsort(refs, n, sizeof(*refs), block_ref_cmp);
-	*out = refs;
-	*n_out = n;
+	if (r.n)
+		qsort(r.v, r.n, sizeof(*r.v), block_ref_cmp);
+	*out = r.v;
+	*n_out = r.n;
 	return 0;
 }
 

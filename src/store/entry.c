@@ -320,3 +320,48 @@ int store_entry_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key
 		rc = recount(s, txn, totals);
 	return rc;
 }
+int store_entry_each_use(struct store *s, MDB_txn *txn,
+                         int (*fn)(const uint8_t *key, const uint8_t *node, uint32_t layer,
+                                   void *ctx),
+                         void *ctx)
+{
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->entries, &cur);
+	if (rc)
+		return rc;
+	MDB_val k, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct store_record r;
+		MDB_val tv;
+		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0 || !r.row_block ||
+		    !r.map_len || store_index_tokens(s, txn, r.key, &tv) != 0 ||
+		    tv.mv_size != (size_t)r.prefix_len * 4u)
+			continue;
+		uint8_t(*h)[PREFIX_NODE_LEN] =
+		        malloc(((size_t)r.prefix_len / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
+		if (!h) {
+			rc = ENOMEM;
+			break;
+		}
+		prefix_block_hashes(r.fingerprint, r.salt, r.salt_len, tv.mv_data, r.prefix_len, h);
+		for (uint32_t i = 0, mla = 0; i < r.n_layers && !rc; i++) {
+			uint8_t tag;
+			uint64_t size, sum;
+			store_record_layer(&r, i, &tag, &size, &sum);
+			if (tag != BLOB_TAG_MLA)
+				continue;
+			for (uint32_t b = 0; b < r.prefix_len / r.row_block && !rc; b++)
+				if (store_record_shared(&r, mla, b))
+					rc = fn(r.key,
+					        h[(uint64_t)(b + 1) * r.row_block / PREFIX_BLOCK],
+					        i, ctx);
+			mla++;
+		}
+		free(h);
+		if (rc)
+			break;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}

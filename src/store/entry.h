@@ -55,4 +55,14 @@ int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record 
 int store_entry_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key,
                                struct store_totals *totals);
 
+/* Calls fn for every reference an entry makes to a shared block: its key,
+ * the block's node and layer, inside txn. Entries whose record does not
+ * decode, or whose tokens are missing, are skipped (verify reports them). A
+ * nonzero return of fn stops the walk and is returned; otherwise 0 or an
+ * LMDB code. */
+int store_entry_each_use(struct store *s, MDB_txn *txn,
+                         int (*fn)(const uint8_t *key, const uint8_t *node, uint32_t layer,
+                                   void *ctx),
+                         void *ctx);
+
 #endif

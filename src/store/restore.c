@@ -26,7 +26,58 @@ struct piece_check {
 	uint32_t what; /* chunk number, or block number */
 	uint8_t block; /* 0: a chunk; 1, 2: the k or v part of a block */
 	uint32_t layer;
+	uint8_t node[PREFIX_NODE_LEN]; /* a block's */
 };
+
+struct users {
+	const uint8_t *node;
+	uint32_t layer;
+	uint8_t (*keys)[STORE_KEY_LEN];
+	size_t n, cap;
+};
+
+static int add_user(const uint8_t *key, const uint8_t *node, uint32_t layer, void *ctx)
+{
+	struct users *u = ctx;
+	if (layer != u->layer || memcmp(node, u->node, PREFIX_NODE_LEN) != 0)
+		return 0;
+	if (u->n == u->cap) {
+		size_t nc = u->cap ? u->cap * 2 : 16;
+		void *nk = realloc(u->keys, nc * STORE_KEY_LEN);
+		if (!nk)
+			return ENOMEM;
+		u->keys = nk;
+		u->cap = nc;
+	}
+	memcpy(u->keys[u->n++], key, STORE_KEY_LEN);
+	return 0;
+}
+
+/* A damaged shared block: every entry that uses it is taken out of service
+ * (its own restore would fail too). Appends how many to why. Takes write
+ * transactions: the writer's, or an offline tool's. */
+static void quarantine_users(struct store *s, const uint8_t *node, uint32_t layer,
+                             const uint8_t *key, char *why, size_t whysz)
+{
+	if (s->opt.read_only || !s->has_blocks)
+		return;
+	struct users u = {.node = node, .layer = layer};
+	MDB_txn *txn;
+	if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
+		return;
+	int rc = store_entry_each_use(s, txn, add_user, &u);
+	mdb_txn_abort(txn);
+	size_t others = 0;
+	for (size_t i = 0; !rc && i < u.n; i++)
+		if (memcmp(u.keys[i], key, STORE_KEY_LEN) != 0 &&
+		    store_quarantine(s, u.keys[i]) != STORE_QUARANTINE_NONE)
+			others++;
+	free(u.keys);
+	size_t n = strlen(why);
+	if (others)
+		snprintf(why + n, whysz - n, ", with %zu other entr%s that use%s the block", others,
+		         others == 1 ? "y" : "ies", others == 1 ? "s" : "");
+}
 
 struct store_snapshot_priv {
 	struct store *s;
@@ -71,7 +122,8 @@ static int piece_intact(const struct piece_check *c)
 /* A damaged value found by a restore. A deferred restore (the daemon's loop
  * thread) takes no write transaction: its caller quarantines. */
 static enum status_code corrupt(struct store *s, struct store_snapshot *snap, struct status *st,
-                                const char *what, const char *why, int defer)
+                                const char *what, const char *why, int defer,
+                                const uint8_t *bad_node, uint32_t bad_layer)
 {
 	uint8_t key[STORE_KEY_LEN];
 	memcpy(key, snap->key, STORE_KEY_LEN);
@@ -79,8 +131,11 @@ static enum status_code corrupt(struct store *s, struct store_snapshot *snap, st
 	atomic_fetch_add(&s->corrupt, 1);
 	char msg[STATUS_MESSAGE_MAX];
 	snprintf(msg, sizeof(msg), "%s %s", what, why);
-	if (!defer)
+	if (!defer) {
 		store_quarantine_say(s, key, msg, sizeof(msg));
+		if (bad_node) /* a damaged shared block: every entry that uses it */
+			quarantine_users(s, bad_node, bad_layer, key, msg, sizeof(msg));
+	}
 	return status_set(st, STATUS_CORRUPT, "%s", msg);
 }
 
@@ -103,6 +158,8 @@ enum status_code store_snapshot_verify(struct store_snapshot *snap, struct statu
 		size_t n = strlen(msg);
 		snprintf(msg + n, sizeof(msg) - n, " fails its checksum");
 		store_quarantine_say(priv->s, snap->key, msg, sizeof(msg));
+		if (c->block)
+			quarantine_users(priv->s, c->node, c->layer, snap->key, msg, sizeof(msg));
 		return status_set(st, STATUS_CORRUPT, "%s", msg);
 	}
 	return STATUS_OK;
@@ -147,6 +204,9 @@ struct builder {
 	const unsigned char *cur;
 	size_t cur_len, cur_off;
 	char what[96], why[64]; /* a failure */
+	int bad_block;          /* it is a shared block's: */
+	uint8_t bad_node[PREFIX_NODE_LEN];
+	uint32_t bad_layer;
 };
 
 static int add_piece(struct builder *b, const unsigned char *data, size_t len,
@@ -262,8 +322,13 @@ static int take_block(struct builder *b, const uint8_t *node, uint32_t i, uint32
 	                            .what = bl,
 	                            .block = (uint8_t)(part + 1),
 	                            .layer = i};
-	if (!b->defer && !piece_intact(&check))
+	memcpy(check.node, node, PREFIX_NODE_LEN);
+	if (!b->defer && !piece_intact(&check)) {
+		b->bad_block = 1;
+		memcpy(b->bad_node, node, PREFIX_NODE_LEN);
+		b->bad_layer = i;
 		return damaged(b, "fails its checksum");
+	}
 	return add_piece(b, (const unsigned char *)v.mv_data + 8, len, b->defer ? &check : NULL);
 }
 
@@ -392,7 +457,8 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	free(h);
 	if (rc == BUILD_DAMAGED) {
 		free(first);
-		return corrupt(s, snap, st, b.what, b.why, defer);
+		return corrupt(s, snap, st, b.what, b.why, defer, b.bad_block ? b.bad_node : NULL,
+		               b.bad_layer);
 	}
 	if (rc) {
 		free(first);
