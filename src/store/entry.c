@@ -166,20 +166,59 @@ int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_re
 
 /* The shared blocks an entry uses, gathered before the entry is touched:
  * the record and its tokens point into pages its deletion may move. */
+/* Calls fn for each shared block the record r uses, given its tokens. */
+static int record_uses(const struct store_record *r, const uint32_t *tokens,
+                       int (*fn)(const uint8_t *key, const uint8_t *node, uint32_t layer,
+                                 void *ctx),
+                       void *ctx)
+{
+	uint8_t(*h)[PREFIX_NODE_LEN] =
+	        malloc(((size_t)r->prefix_len / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
+	if (!h)
+		return ENOMEM;
+	prefix_block_hashes(r->fingerprint, r->salt, r->salt_len, tokens, r->prefix_len, h);
+	int rc = 0;
+	for (uint32_t i = 0, mla = 0; i < r->n_layers && !rc; i++) {
+		uint8_t tag;
+		uint64_t size, sum;
+		store_record_layer(r, i, &tag, &size, &sum);
+		if (tag != BLOB_TAG_MLA)
+			continue;
+		for (uint32_t b = 0; b < r->prefix_len / r->row_block && !rc; b++)
+			if (store_record_shared(r, mla, b))
+				rc = fn(r->key, h[(uint64_t)(b + 1) * r->row_block / PREFIX_BLOCK],
+				        i, ctx);
+		mla++;
+	}
+	free(h);
+	return rc;
+}
+
+/* The shared blocks an entry uses, gathered before the entry is touched:
+ * the record and its tokens point into pages its deletion may move. */
 struct uses {
-	uint8_t (*nodes)[PREFIX_NODE_LEN]; /* one per block b: tokens [0, (b+1)B) */
-	uint32_t nb;                       /* full blocks per MLA layer */
-	uint32_t *layers;                  /* the MLA layers' indexes */
-	uint32_t n_mla;
-	unsigned char *map;
-	uint32_t per; /* map bytes per MLA layer */
+	struct {
+		uint8_t node[PREFIX_NODE_LEN];
+		uint32_t layer;
+	} * v;
+	size_t n, cap;
 };
 
-static void uses_free(struct uses *u)
+static int add_use(const uint8_t *key, const uint8_t *node, uint32_t layer, void *ctx)
 {
-	free(u->nodes);
-	free(u->layers);
-	free(u->map);
+	(void)key;
+	struct uses *u = ctx;
+	if (u->n == u->cap) {
+		size_t nc = u->cap ? u->cap * 2 : 64;
+		void *nv = realloc(u->v, nc * sizeof(*u->v));
+		if (!nv)
+			return ENOMEM;
+		u->v = nv;
+		u->cap = nc;
+	}
+	memcpy(u->v[u->n].node, node, PREFIX_NODE_LEN);
+	u->v[u->n++].layer = layer;
+	return 0;
 }
 
 static int gather_uses(struct store *s, MDB_txn *txn, const struct store_record *r, struct uses *u)
@@ -187,42 +226,11 @@ static int gather_uses(struct store *s, MDB_txn *txn, const struct store_record 
 	memset(u, 0, sizeof(*u));
 	if (!r->row_block || !r->map_len)
 		return 0;
-	MDB_val k = {STORE_KEY_LEN, (void *)r->key}, v;
-	int rc = mdb_get(txn, s->tokens, &k, &v);
+	MDB_val v;
+	int rc = store_index_tokens(s, txn, r->key, &v);
 	if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != (size_t)r->prefix_len * 4u))
 		return 0; /* cannot be found again: verify reports the counts */
-	if (rc)
-		return rc;
-	u->nb = r->prefix_len / r->row_block;
-	u->per = store_record_map_bytes(r->prefix_len, r->row_block);
-	uint32_t *toks = malloc(v.mv_size);
-	uint8_t(*h)[PREFIX_NODE_LEN] =
-	        malloc(((size_t)r->prefix_len / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
-	u->nodes = malloc(((size_t)u->nb + 1) * PREFIX_NODE_LEN);
-	u->layers = malloc(((size_t)r->n_layers + 1) * sizeof(*u->layers));
-	u->map = malloc(r->map_len);
-	if (!toks || !h || !u->nodes || !u->layers || !u->map) {
-		free(toks);
-		free(h);
-		uses_free(u);
-		return ENOMEM;
-	}
-	memcpy(toks, v.mv_data, v.mv_size);
-	memcpy(u->map, r->map, r->map_len);
-	prefix_block_hashes(r->fingerprint, r->salt, r->salt_len, toks, r->prefix_len, h);
-	for (uint32_t b = 0; b < u->nb; b++)
-		memcpy(u->nodes[b], h[(uint64_t)(b + 1) * r->row_block / PREFIX_BLOCK],
-		       PREFIX_NODE_LEN);
-	for (uint32_t i = 0; i < r->n_layers; i++) {
-		uint8_t tag;
-		uint64_t size, sum;
-		store_record_layer(r, i, &tag, &size, &sum);
-		if (tag == BLOB_TAG_MLA)
-			u->layers[u->n_mla++] = i;
-	}
-	free(toks);
-	free(h);
-	return 0;
+	return rc ? rc : record_uses(r, v.mv_data, add_use, u);
 }
 
 int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record *rec,
@@ -245,11 +253,9 @@ int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record 
 	copy.map = NULL;
 	const struct store_record *r = &copy;
 	uint64_t freed = r->stored;
-	for (uint32_t m = 0; m < u.n_mla && !rc; m++)
-		for (uint32_t b = 0; b < u.nb && !rc; b++)
-			if ((u.map[(size_t)m * u.per + b / 8] >> (b % 8)) & 1)
-				rc = store_blocks_unuse(s, txn, u.nodes[b], u.layers[m], &freed);
-	uses_free(&u);
+	for (size_t i = 0; i < u.n && !rc; i++)
+		rc = store_blocks_unuse(s, txn, u.v[i].node, u.v[i].layer, &freed);
+	free(u.v);
 	MDB_val k = {STORE_KEY_LEN, (void *)r->key};
 	if (!rc)
 		rc = store_index_lru_del(s, txn, r->lru_seq, r->key);
@@ -338,28 +344,7 @@ int store_entry_each_use(struct store *s, MDB_txn *txn,
 		    !r.map_len || store_index_tokens(s, txn, r.key, &tv) != 0 ||
 		    tv.mv_size != (size_t)r.prefix_len * 4u)
 			continue;
-		uint8_t(*h)[PREFIX_NODE_LEN] =
-		        malloc(((size_t)r.prefix_len / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
-		if (!h) {
-			rc = ENOMEM;
-			break;
-		}
-		prefix_block_hashes(r.fingerprint, r.salt, r.salt_len, tv.mv_data, r.prefix_len, h);
-		for (uint32_t i = 0, mla = 0; i < r.n_layers && !rc; i++) {
-			uint8_t tag;
-			uint64_t size, sum;
-			store_record_layer(&r, i, &tag, &size, &sum);
-			if (tag != BLOB_TAG_MLA)
-				continue;
-			for (uint32_t b = 0; b < r.prefix_len / r.row_block && !rc; b++)
-				if (store_record_shared(&r, mla, b))
-					rc = fn(r.key,
-					        h[(uint64_t)(b + 1) * r.row_block / PREFIX_BLOCK],
-					        i, ctx);
-			mla++;
-		}
-		free(h);
-		if (rc)
+		if ((rc = record_uses(&r, tv.mv_data, fn, ctx)) != 0)
 			break;
 	}
 	mdb_cursor_close(cur);
