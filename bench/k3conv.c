@@ -186,12 +186,12 @@ int main(int argc, char **argv)
 	uint64_t stored = counter(c, "bytes"), logical = counter(c, "logical_bytes");
 	uint64_t in = counter(c, "bytes_in"), blocks = counter(c, "blocks");
 	uint64_t mism = counter(c, "blocks_mismatched"), refused = counter(c, "delta_refused");
-	uint64_t ideal =
-	        (uint64_t)TURNS * (kda_bytes + 13u * n_mla) + (uint64_t)TURNS * STEP * mla_row;
+	uint64_t ideal = (uint64_t)TURNS * (kda_bytes + (uint64_t)13 * n_mla) +
+	                 (uint64_t)TURNS * STEP * mla_row;
 	printf("\n%-44s %10s  %s\n", "figure", "measured", "target");
-	printf("%-44s %9.2fx  <= 1.1x\n", "stored bytes / ideal", (double)stored / ideal);
+	printf("%-44s %9.2fx  <= 1.1x\n", "stored bytes / ideal", (double)stored / (double)ideal);
 	printf("%-44s %9.2fx  <= 1.3x\n", "bytes received over the socket / ideal",
-	       (double)in / ideal);
+	       (double)in / (double)ideal);
 	printf("%-44s %9.2fx  <= 1.5x\n", "publish time, last turn / first",
 	       secs[TURNS - 1] / secs[0]);
 	printf("%-44s %9.2f   GB/s, %.2f GiB (no raw-socket baseline here: bench/wire)\n",
