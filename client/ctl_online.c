@@ -116,7 +116,8 @@ static int is_size_counter(const char *name)
 {
 	return !strcmp(name, "bytes") || !strcmp(name, "max_bytes") || !strcmp(name, "map_size") ||
 	       !strcmp(name, "file_bytes") || !strcmp(name, "inflight_bytes") ||
-	       !strcmp(name, "bytes_in") || !strcmp(name, "bytes_out");
+	       !strcmp(name, "bytes_in") || !strcmp(name, "bytes_out") ||
+	       !strcmp(name, "logical_bytes");
 }
 
 int ctl_cmd_stat(const struct ctl_globals *g, int argc, char **argv)

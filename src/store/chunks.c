@@ -70,7 +70,7 @@ int store_chunks_intact(const MDB_val *v, uint64_t c)
 }
 
 /* Deletes every chunk stored under key. */
-int store_chunks_delete(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes)
+int store_chunks_delete(struct store *s, MDB_txn *txn, const uint8_t *key)
 {
 	MDB_cursor *cur;
 	int rc = mdb_cursor_open(txn, s->chunks, &cur);
@@ -83,8 +83,6 @@ int store_chunks_delete(struct store *s, MDB_txn *txn, const uint8_t *key, uint6
 		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 		if (rc || k.mv_size < STORE_KEY_LEN || memcmp(k.mv_data, key, STORE_KEY_LEN) != 0)
 			break;
-		if (bytes && v.mv_size > 8)
-			*bytes += v.mv_size - 8;
 		if ((rc = mdb_cursor_del(cur, 0)) != 0)
 			break;
 	}

@@ -42,9 +42,8 @@ int store_chunks_get(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t
 int store_chunks_intact(const MDB_val *v, uint64_t c);
 
 /* Deletes every chunk stored under key (an entry's, or an unfinished staged
- * publish's), whatever their number. Adds their data bytes to *bytes when
- * bytes is not NULL. */
-int store_chunks_delete(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes);
+ * publish's), whatever their number. */
+int store_chunks_delete(struct store *s, MDB_txn *txn, const uint8_t *key);
 
 /* The data bytes of the chunks stored under key (what deleting them frees). */
 int store_chunks_bytes(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *bytes);

@@ -262,7 +262,7 @@ int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record 
 	if (!rc)
 		rc = store_index_remove(s, txn, r);
 	if (!rc)
-		rc = store_chunks_delete(s, txn, r->key, NULL);
+		rc = store_chunks_delete(s, txn, r->key);
 	if (!rc && (rc = mdb_del(txn, s->entries, &k, NULL)) == MDB_NOTFOUND)
 		rc = 0;
 	if (!rc && totals) {
@@ -317,7 +317,7 @@ int store_entry_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key
                                struct store_totals *totals)
 {
 	MDB_val k = {STORE_KEY_LEN, (void *)key};
-	int rc = store_chunks_delete(s, txn, key, NULL);
+	int rc = store_chunks_delete(s, txn, key);
 	if (!rc && (rc = mdb_del(txn, s->tokens, &k, NULL)) == MDB_NOTFOUND)
 		rc = 0;
 	if (!rc && (rc = mdb_del(txn, s->entries, &k, NULL)) == MDB_NOTFOUND)

@@ -71,6 +71,17 @@ int store_lru_apply_touches(struct store *s, MDB_txn *txn)
 	return rc;
 }
 
+int store_lru_begin(struct store *s, MDB_txn **txn, struct store_totals *t)
+{
+	*t = (struct store_totals){0};
+	int rc = store_txn_write(s, txn);
+	if (rc)
+		return rc;
+	if ((rc = store_lru_apply_touches(s, *txn)) || (rc = store_totals_get(s, *txn, t)))
+		return store_txn_end(*txn, rc);
+	return 0;
+}
+
 enum status_code store_flush(struct store *s, struct status *st)
 {
 	if (s->opt.read_only)
@@ -164,12 +175,10 @@ int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, 
 int store_lru_make_room(struct store *s, uint64_t need, uint32_t *evicted, int force)
 {
 	MDB_txn *txn;
-	int rc = store_txn_write(s, &txn);
+	struct store_totals t;
+	int rc = store_lru_begin(s, &txn, &t);
 	if (rc)
 		return rc;
-	struct store_totals t;
-	if ((rc = store_lru_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)))
-		return store_txn_end(txn, rc);
 	uint64_t target = s->opt.max_bytes >= need ? s->opt.max_bytes - need : 0;
 	if (force) /* after a MAP_FULL: free at least `need` more than now */
 		target = t.bytes >= need ? t.bytes - need : 0;

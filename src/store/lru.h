@@ -17,6 +17,11 @@ void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN], uint64_t hit
 /* Writes pending touches inside txn. */
 int store_lru_apply_touches(struct store *s, MDB_txn *txn);
 
+/* Begins a write transaction, writes the pending touches in it and reads
+ * the totals: how every write that changes entries starts. On failure the
+ * transaction is gone (0 or an LMDB code). */
+int store_lru_begin(struct store *s, MDB_txn **txn, struct store_totals *t);
+
 /* Evicts least-recently-used entries inside txn until totals->bytes <= target
  * or nothing is left. Reports each to fn. Returns an LMDB code. A record that
  * does not decode is removed all the same, so eviction goes on. */

@@ -147,7 +147,7 @@ int store_pending_sweep(struct store *s, MDB_txn *txn, uint32_t *swept)
 		 * pending row of an older publish): the chunks are its own */
 		rc = mdb_get(txn, s->entries, &pk, &ev);
 		if (rc == MDB_NOTFOUND)
-			rc = store_chunks_delete(s, txn, keys[i], NULL);
+			rc = store_chunks_delete(s, txn, keys[i]);
 		if (swept && !rc)
 			(*swept)++;
 	}
@@ -163,7 +163,7 @@ int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint6
 		return 1;
 	if (rc && rc != MDB_NOTFOUND)
 		return rc;
-	if ((rc = store_chunks_delete(s, txn, key, NULL)) != 0) /* a dead writer's leftovers */
+	if ((rc = store_chunks_delete(s, txn, key)) != 0) /* a dead writer's leftovers */
 		return rc;
 	unsigned char b[PENDING_LEN];
 	store_pending_encode(b, store_now(s), bytes);

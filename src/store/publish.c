@@ -125,12 +125,10 @@ static void set_outcome(struct store *s, struct pending *p, int rc, uint32_t evi
 static int write_all(struct store *s, struct pending *ps, uint32_t n)
 {
 	MDB_txn *txn;
-	int rc = store_txn_write(s, &txn);
+	struct store_totals t;
+	int rc = store_lru_begin(s, &txn, &t);
 	if (rc)
 		return rc;
-	struct store_totals t;
-	if ((rc = store_lru_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)))
-		return store_txn_end(txn, rc);
 	for (uint32_t i = 0; i < n && !rc; i++) {
 		if (!ps[i].ok || ps[i].staged)
 			continue;

@@ -241,54 +241,52 @@ static int damaged(struct builder *b, const char *why)
 
 /* Takes the next len bytes of the entry's stream. peek (when not NULL)
  * receives up to 16 of them. */
+/* Moves to the next chunk of the entry's stream, checked (or, deferred,
+ * to be checked by its first piece, *check). */
+static int next_chunk(struct builder *b, struct piece_check *check)
+{
+	uint64_t c = b->cur ? b->chunk + 1 : 0;
+	if (c * STORE_CHUNK_DATA >= b->stored) {
+		snprintf(b->what, sizeof(b->what), "the entry's stream");
+		return damaged(b, "is shorter than its layers");
+	}
+	uint64_t want = b->stored - c * STORE_CHUNK_DATA;
+	if (want > STORE_CHUNK_DATA)
+		want = STORE_CHUNK_DATA;
+	MDB_val v;
+	int rc = store_chunks_get(b->s, b->txn, b->key, c, &v);
+	snprintf(b->what, sizeof(b->what), "chunk %llu", (unsigned long long)c);
+	if (rc == MDB_NOTFOUND)
+		return damaged(b, "is missing");
+	if (rc)
+		return rc;
+	if (v.mv_size != want + 8)
+		return damaged(b, "has the wrong size");
+	*check = (struct piece_check){
+	        .val = v.mv_data, .len = v.mv_size, .seed = c, .what = (uint32_t)c};
+	if (!b->defer && !piece_intact(check))
+		return damaged(b, "fails its checksum");
+	b->chunk = c;
+	b->cur = (const unsigned char *)v.mv_data;
+	b->cur_len = v.mv_size;
+	b->cur_off = 8;
+	return 0;
+}
+
+/* Takes the next len bytes of the entry's stream. peek (when not NULL)
+ * receives up to peek_len of them. */
 static int take(struct builder *b, uint64_t len, unsigned char *peek, size_t peek_len)
 {
 	size_t peeked = 0;
 	while (len) {
-		if (!b->cur || b->cur_off == b->cur_len) {
-			uint64_t c = b->cur ? b->chunk + 1 : 0;
-			uint64_t want = b->stored - c * STORE_CHUNK_DATA;
-			if (c * STORE_CHUNK_DATA >= b->stored) {
-				snprintf(b->what, sizeof(b->what), "the entry's stream");
-				return damaged(b, "is shorter than its layers");
-			}
-			if (want > STORE_CHUNK_DATA)
-				want = STORE_CHUNK_DATA;
-			MDB_val v;
-			int rc = store_chunks_get(b->s, b->txn, b->key, c, &v);
-			snprintf(b->what, sizeof(b->what), "chunk %llu", (unsigned long long)c);
-			if (rc == MDB_NOTFOUND)
-				return damaged(b, "is missing");
-			if (rc)
-				return rc;
-			if (v.mv_size != want + 8)
-				return damaged(b, "has the wrong size");
-			struct piece_check check = {
-			        .val = v.mv_data, .len = v.mv_size, .seed = c, .what = (uint32_t)c};
-			if (!b->defer && !piece_intact(&check))
-				return damaged(b, "fails its checksum");
-			b->chunk = c;
-			b->cur = (const unsigned char *)v.mv_data;
-			b->cur_len = v.mv_size;
-			b->cur_off = 8;
-			/* the value's first piece checks it (deferred restores) */
-			size_t n = (size_t)(len < v.mv_size - 8 ? len : v.mv_size - 8);
-			int arc = add_piece(b, b->cur + 8, n, b->defer ? &check : NULL);
-			if (arc)
-				return arc;
-			if (peek && peeked < peek_len) {
-				size_t pn = n < peek_len - peeked ? n : peek_len - peeked;
-				memcpy(peek + peeked, b->cur + 8, pn);
-				peeked += pn;
-			}
-			b->cur_off += n;
-			b->taken += n;
-			len -= n;
-			continue;
-		}
-		size_t n = (size_t)(len < b->cur_len - b->cur_off ? len : b->cur_len - b->cur_off);
-		int rc = add_piece(b, b->cur + b->cur_off, n, NULL);
+		struct piece_check check;
+		int first = !b->cur || b->cur_off == b->cur_len;
+		int rc = first ? next_chunk(b, &check) : 0;
 		if (rc)
+			return rc;
+		size_t n = (size_t)(len < b->cur_len - b->cur_off ? len : b->cur_len - b->cur_off);
+		/* a chunk's first piece checks it (deferred restores) */
+		if ((rc = add_piece(b, b->cur + b->cur_off, n, first && b->defer ? &check : NULL)))
 			return rc;
 		if (peek && peeked < peek_len) {
 			size_t pn = n < peek_len - peeked ? n : peek_len - peeked;

@@ -219,13 +219,11 @@ static int op_begin_txn(struct store_stage *g)
 {
 	struct store *s = g->s;
 	MDB_txn *txn;
-	int rc = store_txn_write(s, &txn), verdict = 0;
+	struct store_totals t;
+	int verdict = 0, rc = store_lru_begin(s, &txn, &t);
 	if (rc)
 		return rc;
-	struct store_totals t;
 	struct store_record old;
-	if ((rc = store_lru_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)))
-		goto out;
 	rc = store_record_read(s, txn, g->key, &old);
 	if (rc == 0 && !(old.flags & STORE_FLAG_QUARANTINED)) {
 		verdict = 1;
@@ -251,12 +249,11 @@ static int op_finish(struct store *s, void *ctx)
 {
 	struct store_stage *g = ctx;
 	MDB_txn *txn;
-	int rc = store_txn_write(s, &txn);
+	struct store_totals t;
+	int rc = store_lru_begin(s, &txn, &t);
 	if (rc)
 		return rc;
-	struct store_totals t;
-	if ((rc = store_lru_apply_touches(s, txn)) || (rc = store_totals_get(s, txn, &t)) ||
-	    (rc = store_entry_add(s, txn, &g->r, g->key, g->total, g->tags, g->sizes, g->layer_sums,
+	if ((rc = store_entry_add(s, txn, &g->r, g->key, g->total, g->tags, g->sizes, g->layer_sums,
 	                          &g->plan, &t)) != 0 ||
 	    (rc = store_pending_drop(s, txn, g->key)) != 0)
 		return store_txn_end(txn, rc);
@@ -277,7 +274,7 @@ static int op_cleanup(struct store *s, void *ctx)
 	 * the chunks under it */
 	struct store_record r;
 	if (store_record_read(s, txn, g->key, &r) == MDB_NOTFOUND)
-		rc = store_chunks_delete(s, txn, g->key, NULL);
+		rc = store_chunks_delete(s, txn, g->key);
 	if (!rc)
 		rc = store_pending_drop(s, txn, g->key);
 	return store_txn_end(txn, rc);
