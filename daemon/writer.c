@@ -80,6 +80,16 @@ static void run_publishes(struct k3d_server *srv, struct k3d_job **jobs, uint32_
 				continue;
 			}
 			reqs[i].blobs = deltas[i].blobs;
+			uint64_t bytes = 0;
+			for (uint32_t l = 0; l < reqs[i].n_blobs; l++)
+				bytes += reqs[i].blobs[l].size;
+			if (bytes > store_stage_bytes(srv->store)) {
+				/* staged: published alone, its assembled rows freed before
+				 * the next delta is assembled */
+				store_publish(srv->store, &reqs[i], &jobs[i]->pub, &jobs[i]->st);
+				store_delta_free(&deltas[i]);
+				continue;
+			}
 		}
 		reqs[m] = reqs[i];
 		go[m++] = i;

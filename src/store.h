@@ -62,6 +62,8 @@ struct store_options {
 	int read_only;           /* open an existing store without writing */
 	uint32_t row_block;      /* rows per shared MLA block of a new store (a multiple of
 	                            16, at most 65536); 0: 64. A store keeps its own. */
+	uint64_t delta_bytes;    /* the most a delta publish may assemble in memory (its MLA
+	                            layers whole); 0: 1 GiB */
 	uint64_t (*clock)(void); /* unix seconds; NULL: the real clock (tests set it) */
 };
 
@@ -182,10 +184,11 @@ uint64_t store_stage_bytes(const struct store *s);
  * model and salt, hold a prefix of the same tokens, and at least base_rows
  * rows; each assembled MLA blob must hash to the request's xxh3 (the whole
  * blob's, given for every MLA layer). The whole MLA blobs are assembled in
- * memory, so their bytes may not pass the stage size (a larger snapshot is
- * published whole, and staged). Otherwise the delta is refused (*refused
- * set, the status saying why): the worker publishes whole. The blobs stay
- * valid until store_delta_free(). */
+ * memory, so their bytes may not pass store_options.delta_bytes. Otherwise
+ * the delta is refused (*refused set, the status saying why): the worker
+ * publishes whole. The blobs stay valid until store_delta_free(); a snapshot
+ * larger than the stage size is then staged, sharing its blocks as any
+ * other. */
 struct store_delta {
 	struct store_blob *blobs; /* every layer whole (the request's own, or assembled) */
 	uint32_t n_blobs;

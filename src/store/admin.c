@@ -425,11 +425,14 @@ static int add_ref(const uint8_t *key, const uint8_t *node, uint32_t layer, void
 	return 0;
 }
 
-/* The references the records make to shared blocks, sorted. */
+/* The references to shared blocks, sorted: the records' and those staged
+ * publishes in progress hold. */
 static int collect_block_refs(struct store *s, MDB_txn *txn, struct block_ref **out, size_t *n_out)
 {
 	struct refs r = {0};
 	int rc = store_entry_each_use(s, txn, add_ref, &r);
+	if (!rc)
+		rc = store_blocks_each_held(s, txn, add_ref, &r);
 	if (rc) {
 		free(r.v);
 		return rc;

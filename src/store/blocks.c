@@ -1,4 +1,6 @@
 /* blocks: MLA rows stored once (blocks.h). */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blocks.h"
@@ -140,4 +142,113 @@ int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint3
 			return rc;
 	}
 	return put_count(s, txn, rk, 0);
+}
+
+int store_blocks_hold(struct store *s, MDB_txn *txn, const uint8_t *key, const uint8_t *node,
+                      uint32_t layer)
+{
+	unsigned char hk[STORE_BLOCK_HELD_LEN];
+	memcpy(hk, key, STORE_KEY_LEN);
+	ref_key(hk + STORE_KEY_LEN, node, layer);
+	MDB_val k = {sizeof(hk), hk}, v = {0, NULL};
+	return mdb_put(txn, s->held, &k, &v, 0);
+}
+
+/* The held rows of key, copied out (deleting under a cursor is fragile). */
+static int held_of(struct store *s, MDB_txn *txn, const uint8_t *key, unsigned char **out,
+                   size_t *n_out)
+{
+	*out = NULL;
+	*n_out = 0;
+	if (!s->has_held)
+		return 0;
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->held, &cur);
+	if (rc)
+		return rc;
+	unsigned char *v = NULL;
+	size_t n = 0, cap = 0;
+	MDB_val k = {STORE_KEY_LEN, (void *)key}, d;
+	for (rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+		if (k.mv_size < STORE_KEY_LEN || memcmp(k.mv_data, key, STORE_KEY_LEN) != 0)
+			break;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 64;
+			unsigned char *nv = realloc(v, nc * STORE_BLOCK_HELD_LEN);
+			if (!nv) {
+				rc = ENOMEM;
+				break;
+			}
+			v = nv;
+			cap = nc;
+		}
+		/* a row of another length is damage, not a reference: left alone */
+		if (k.mv_size == STORE_BLOCK_HELD_LEN)
+			memcpy(v + n++ * STORE_BLOCK_HELD_LEN, k.mv_data, STORE_BLOCK_HELD_LEN);
+	}
+	mdb_cursor_close(cur);
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	if (rc) {
+		free(v);
+		return rc;
+	}
+	*out = v;
+	*n_out = n;
+	return 0;
+}
+
+static int release_or_drop(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *freed)
+{
+	unsigned char *rows;
+	size_t n;
+	int rc = held_of(s, txn, key, &rows, &n);
+	for (size_t i = 0; i < n && !rc; i++) {
+		unsigned char *row = rows + i * STORE_BLOCK_HELD_LEN;
+		if (freed)
+			rc = store_blocks_unuse(
+			        s, txn, row + STORE_KEY_LEN,
+			        store_get_be32(row + STORE_KEY_LEN + PREFIX_NODE_LEN), freed);
+		MDB_val k = {STORE_BLOCK_HELD_LEN, row};
+		if (!rc && (rc = mdb_del(txn, s->held, &k, NULL)) == MDB_NOTFOUND)
+			rc = 0;
+	}
+	free(rows);
+	return rc;
+}
+
+int store_blocks_release(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *freed)
+{
+	return release_or_drop(s, txn, key, freed);
+}
+
+int store_blocks_drop_held(struct store *s, MDB_txn *txn, const uint8_t *key)
+{
+	return release_or_drop(s, txn, key, NULL);
+}
+
+int store_blocks_each_held(struct store *s, MDB_txn *txn,
+                           int (*fn)(const uint8_t *key, const uint8_t *node, uint32_t layer,
+                                     void *ctx),
+                           void *ctx)
+{
+	if (!s->has_held)
+		return 0;
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->held, &cur);
+	if (rc)
+		return rc;
+	MDB_val k, d;
+	for (rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+		if (k.mv_size != STORE_BLOCK_HELD_LEN)
+			continue;
+		const unsigned char *row = k.mv_data;
+		if ((rc = fn(row, row + STORE_KEY_LEN,
+		             store_get_be32(row + STORE_KEY_LEN + PREFIX_NODE_LEN), ctx)) != 0)
+			break;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
 }

@@ -9,7 +9,14 @@
  *
  *   blocks     node[16] | u32 layer (BE) | u8 part (0 k, 1 v)
  *                -> u64 XXH3(rows, seed: layer) | the part's rows
- *   blockrefs  node[16] | u32 layer (BE) -> u32 entries that use the block
+ *   blockrefs  node[16] | u32 layer (BE) -> u32 references to the block
+ *   held       key[32] | node[16] | u32 layer (BE) -> (empty)
+ *
+ * A reference is an entry's record naming the block in its map, or a held
+ * row: a staged publish in progress (pending.h) places its blocks stage by
+ * stage, before its record exists, and holds each shared one by a row under
+ * its key. The last stage moves them to its record (the rows go, the counts
+ * stay); a failed or abandoned publish gives them back.
  *
  * A block is shared only when its bytes equal the stored ones, compared
  * byte for byte; otherwise the publishing entry keeps a private copy. Each
@@ -21,8 +28,9 @@
 #include "env.h"
 #include "prefix.h"
 
-#define STORE_BLOCK_KEY_LEN (PREFIX_NODE_LEN + 4 + 1)
-#define STORE_BLOCK_REF_LEN (PREFIX_NODE_LEN + 4)
+#define STORE_BLOCK_KEY_LEN  (PREFIX_NODE_LEN + 4 + 1)
+#define STORE_BLOCK_REF_LEN  (PREFIX_NODE_LEN + 4)
+#define STORE_BLOCK_HELD_LEN (STORE_KEY_LEN + STORE_BLOCK_REF_LEN)
 
 /* Uses the block (node, layer) with these k and v rows: when it is stored
  * with the same bytes, counts one more reference and sets *shared; when it
@@ -37,6 +45,25 @@ int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_
  * to *freed. A block that is missing counts nothing. */
 int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
                        uint64_t *freed);
+
+/* Records that the staged publish of key holds a reference to (node, layer). */
+int store_blocks_hold(struct store *s, MDB_txn *txn, const uint8_t *key, const uint8_t *node,
+                      uint32_t layer);
+
+/* Gives back every reference the publish of key holds (store_blocks_unuse,
+ * adding what that frees to *freed) and removes its held rows. */
+int store_blocks_release(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *freed);
+
+/* Removes the held rows of key, keeping the counts: its record now makes
+ * those references. */
+int store_blocks_drop_held(struct store *s, MDB_txn *txn, const uint8_t *key);
+
+/* Calls fn for every held reference (the key that holds it, the block's
+ * node and layer). A nonzero return of fn stops the walk and is returned. */
+int store_blocks_each_held(struct store *s, MDB_txn *txn,
+                           int (*fn)(const uint8_t *key, const uint8_t *node, uint32_t layer,
+                                     void *ctx),
+                           void *ctx);
 
 /* A part of a block as stored (u64 sum, then the rows). */
 int store_blocks_get(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,

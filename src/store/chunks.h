@@ -14,6 +14,11 @@
 #define STORE_CHUNK_DATA    (STORE_CHUNK_VALUE - 8u)
 #define STORE_CHUNK_KEY_LEN (STORE_KEY_LEN + 4)
 
+/* Chunk numbers from here on hold an entry's private blocks (record.h):
+ * private block j's k rows are chunk STORE_CHUNK_PRIVATE + 2j, its v rows
+ * the next. A stream never reaches 2^31 chunks (2 PiB). */
+#define STORE_CHUNK_PRIVATE 0x80000000u
+
 /* An entry's own bytes before they are cut into chunks: pieces of the
  * publish's blobs, in order. */
 struct store_stream {
@@ -31,6 +36,11 @@ void store_chunks_copy_stream(const struct store_stream *st, uint64_t off, unsig
 int store_chunks_write(struct store *s, MDB_txn *txn, const uint8_t *key,
                        const struct store_stream *st, uint32_t from, uint32_t to,
                        const uint64_t *sums);
+
+/* Writes one chunk c of len bytes (at most STORE_CHUNK_DATA) under key,
+ * with its XXH3. */
+int store_chunks_put(struct store *s, MDB_txn *txn, const uint8_t *key, uint32_t c,
+                     const void *data, size_t len);
 
 /* The number of chunks of `total` bytes. */
 uint32_t store_chunks_count(uint64_t total);

@@ -90,17 +90,16 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 		        pb);
 		goto out;
 	}
-	/* the whole MLA blobs are assembled in memory: bounded like a publish
-	 * that is not staged, the rest goes whole (and staged) */
+	/* the whole MLA blobs are assembled in memory: bounded */
 	uint64_t whole = 0;
 	for (uint32_t i = 0; i < n; i++)
 		if (m->layers[i].mixer == MODEL_MIXER_MLA)
 			whole += 13 + (uint64_t)p * (m->layers[i].k_row + m->layers[i].v_row) * 4;
-	if (whole > s->opt.stage_bytes) {
+	if (whole > s->opt.delta_bytes) {
 		code = REFUSE(STATUS_TOO_LARGE,
 		              "delta publish: its MLA layers would be %llu bytes whole, over the "
-		              "stage size (%llu): publish whole",
-		              (unsigned long long)whole, (unsigned long long)s->opt.stage_bytes);
+		              "%llu a delta may assemble: publish whole",
+		              (unsigned long long)whole, (unsigned long long)s->opt.delta_bytes);
 		goto out;
 	}
 	out->blobs = calloc(n ? n : 1, sizeof(*out->blobs));

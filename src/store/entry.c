@@ -16,7 +16,7 @@ static int add_seg(struct store_entry_plan *p, size_t *cap, const unsigned char 
 {
 	if (!len)
 		return 0;
-	p->stored += len;
+	p->stream += len;
 	if (p->n_segs && p->segs[p->n_segs - 1].data + p->segs[p->n_segs - 1].len == data) {
 		p->segs[p->n_segs - 1].len += len;
 		return 0;
@@ -33,87 +33,85 @@ static int add_seg(struct store_entry_plan *p, size_t *cap, const unsigned char 
 	return 0;
 }
 
-/* Plans one MLA layer: its header words and unshared rows to the stream. */
-static int plan_mla(struct store *s, MDB_txn *txn, const struct store_publish_req *r, uint32_t i,
-                    uint8_t (*h)[PREFIX_NODE_LEN], unsigned char *map, struct store_entry_plan *p,
-                    size_t *cap)
+/* Bytes of an MLA layer of n rows laid out as the model says. */
+static uint64_t mla_size(const struct model_layer *l, uint32_t n)
 {
-	const unsigned char *blob = r->blobs[i].data;
-	struct blob_view view;
-	if (blob_parse(blob, (size_t)r->blobs[i].size, &view, NULL) != BLOB_OK ||
-	    view.tag != BLOB_TAG_MLA || view.seq_len != r->n_tokens)
-		return MDB_INVALID; /* validated before: cannot happen */
-	uint32_t n = r->n_tokens, rb = p->row_block, nb = n / rb;
-	size_t krow = (size_t)view.v0.count / n * 4, vrow = (size_t)view.v1.count / n * 4;
-	for (uint32_t b = 0; b < nb; b++) {
-		int shared = 0;
-		int rc = store_blocks_use(s, txn, h[(uint64_t)(b + 1) * rb / PREFIX_BLOCK], i,
-		                          view.v0.data + (size_t)b * rb * krow, rb * krow,
-		                          view.v1.data + (size_t)b * rb * vrow, rb * vrow, &shared,
-		                          &p->added);
-		if (rc)
-			return rc;
-		if (shared)
-			map[b / 8] |= (unsigned char)(1u << (b % 8));
-		else
-			p->mismatched++;
-	}
-	/* k: the words before its rows, unshared blocks, the tail; then v */
-	const struct blob_f32vec *vec[2] = {&view.v0, &view.v1};
-	size_t row[2] = {krow, vrow};
-	for (int part = 0; part < 2; part++) {
-		const unsigned char *words = part ? vec[1]->data - 4 : blob;
-		int rc = add_seg(p, cap, words, part ? 4 : (size_t)(vec[0]->data - blob));
-		for (uint32_t b = 0; b < nb && !rc; b++)
-			if (!((map[b / 8] >> (b % 8)) & 1))
-				rc = add_seg(p, cap, vec[part]->data + (size_t)b * rb * row[part],
-				             rb * row[part]);
-		if (!rc)
-			rc = add_seg(p, cap, vec[part]->data + (size_t)nb * rb * row[part],
-			             (size_t)(n - nb * rb) * row[part]);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	return 13 + (uint64_t)n * ((uint64_t)l->k_row + l->v_row) * 4;
 }
 
-int store_entry_plan(struct store *s, MDB_txn *txn, const struct store_publish_req *r, int share,
+/* Lays out one MLA layer, from the model alone (its bytes may not have
+ * arrived yet): its header words and tail rows to the stream, its full
+ * blocks to the list. */
+static int plan_mla(const struct store_publish_req *r, const struct model_layer *l, uint32_t i,
+                    uint32_t mla, struct store_entry_plan *p, size_t *cap)
+{
+	const unsigned char *blob = r->blobs[i].data;
+	uint32_t n = r->n_tokens, rb = p->row_block, nb = n / rb;
+	size_t krow = (size_t)l->k_row * 4, vrow = (size_t)l->v_row * 4;
+	const unsigned char *k = blob + 9, *v = blob + 13 + (size_t)n * krow;
+	for (uint32_t b = 0; b < nb; b++)
+		p->blocks[p->n_blocks++] = (struct store_plan_block){
+		        .layer = i,
+		        .block = b,
+		        .mla = mla,
+		        .node = p->nodes[(uint64_t)(b + 1) * rb / PREFIX_BLOCK],
+		        .k = k + (size_t)b * rb * krow,
+		        .v = v + (size_t)b * rb * vrow,
+		        .klen = rb * krow,
+		        .vlen = rb * vrow,
+		};
+	/* k: the words before its rows, then its tail; v: its count, its tail */
+	size_t tail = (size_t)nb * rb;
+	int rc = add_seg(p, cap, blob, 9);
+	if (!rc)
+		rc = add_seg(p, cap, k + tail * krow, (size_t)(n - tail) * krow);
+	if (!rc)
+		rc = add_seg(p, cap, v - 4, 4);
+	if (!rc)
+		rc = add_seg(p, cap, v + tail * vrow, (size_t)(n - tail) * vrow);
+	return rc;
+}
+
+int store_entry_plan(struct store *s, const struct store_publish_req *r, const struct model_spec *m,
                      struct store_entry_plan *plan)
 {
 	memset(plan, 0, sizeof(*plan));
 	size_t cap = 0;
 	uint32_t n_mla = 0;
-	for (uint32_t i = 0; i < r->n_blobs; i++)
-		n_mla += r->blobs[i].size &&
-		         ((const unsigned char *)r->blobs[i].data)[0] == BLOB_TAG_MLA;
-	if (share && s->has_blocks && s->row_block && r->n_tokens >= s->row_block && n_mla) {
+	plan->layer_end = calloc(r->n_blobs ? r->n_blobs : 1, sizeof(*plan->layer_end));
+	if (!plan->layer_end)
+		return ENOMEM;
+	for (uint32_t i = 0; i < r->n_blobs && i < m->n_layers; i++)
+		n_mla += m->layers[i].mixer == MODEL_MIXER_MLA;
+	if (s->has_blocks && s->row_block && r->n_tokens >= s->row_block && n_mla &&
+	    r->n_blobs == m->n_layers) {
 		plan->row_block = s->row_block;
-		plan->map_len = n_mla * store_record_map_bytes(r->n_tokens, s->row_block);
+		plan->map_per = store_record_map_bytes(r->n_tokens, s->row_block);
+		plan->map_len = n_mla * plan->map_per;
 		plan->map = calloc(plan->map_len, 1);
-		if (!plan->map)
-			return ENOMEM;
-	}
-	uint8_t(*h)[PREFIX_NODE_LEN] = NULL;
-	if (plan->row_block) {
-		h = malloc(((size_t)r->n_tokens / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
-		if (!h) {
+		plan->blocks =
+		        calloc((size_t)n_mla * (r->n_tokens / s->row_block), sizeof(*plan->blocks));
+		plan->nodes = malloc(((size_t)r->n_tokens / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
+		if (!plan->map || !plan->blocks || !plan->nodes) {
 			store_entry_plan_free(plan);
 			return ENOMEM;
 		}
 		prefix_block_hashes(r->fingerprint, r->salt, r->salt_len, r->tokens, r->n_tokens,
-		                    h);
+		                    plan->nodes);
 	}
 	int rc = 0;
-	uint32_t mla = 0;
-	uint32_t per = store_record_map_bytes(r->n_tokens, plan->row_block);
-	for (uint32_t i = 0; i < r->n_blobs && !rc; i++) {
-		const unsigned char *blob = r->blobs[i].data;
-		if (plan->row_block && r->blobs[i].size && blob[0] == BLOB_TAG_MLA)
-			rc = plan_mla(s, txn, r, i, h, plan->map + (size_t)mla++ * per, plan, &cap);
+	for (uint32_t i = 0, mla = 0; i < r->n_blobs && !rc; i++) {
+		const struct model_layer *l = plan->row_block ? &m->layers[i] : NULL;
+		/* a blob not of the model's size fails its check: laid out whole */
+		if (l && l->mixer == MODEL_MIXER_MLA &&
+		    r->blobs[i].size == mla_size(l, r->n_tokens))
+			rc = plan_mla(r, l, i, mla, plan, &cap);
 		else
-			rc = add_seg(plan, &cap, blob, (size_t)r->blobs[i].size);
+			rc = add_seg(plan, &cap, r->blobs[i].data, (size_t)r->blobs[i].size);
+		mla += l && l->mixer == MODEL_MIXER_MLA;
+		plan->layer_end[i] = plan->stream;
 	}
-	free(h);
+	plan->done.stored = plan->now.stored = plan->stream;
 	if (rc)
 		store_entry_plan_free(plan);
 	return rc;
@@ -123,7 +121,51 @@ void store_entry_plan_free(struct store_entry_plan *plan)
 {
 	free(plan->map);
 	free(plan->segs);
+	free(plan->blocks);
+	free(plan->nodes);
+	free(plan->layer_end);
 	memset(plan, 0, sizeof(*plan));
+}
+
+int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
+                      struct store_entry_plan *plan, uint32_t to, int hold)
+{
+	struct store_plan_mark *now = &plan->now;
+	*now = plan->done;
+	if (to > plan->n_blocks)
+		to = plan->n_blocks;
+	for (uint32_t i = now->placed; i < to; i++) { /* what an aborted try placed */
+		const struct store_plan_block *b = &plan->blocks[i];
+		plan->map[(size_t)b->mla * plan->map_per + b->block / 8] &=
+		        (unsigned char)~(1u << (b->block % 8));
+	}
+	for (; now->placed < to; now->placed++) {
+		const struct store_plan_block *b = &plan->blocks[now->placed];
+		int shared = 0;
+		int rc = store_blocks_use(s, txn, b->node, b->layer, b->k, b->klen, b->v, b->vlen,
+		                          &shared, &now->added);
+		if (!rc && shared && hold)
+			rc = store_blocks_hold(s, txn, key, b->node, b->layer);
+		if (!rc && !shared) {
+			uint32_t c = STORE_CHUNK_PRIVATE + 2 * now->n_private;
+			if ((rc = store_chunks_put(s, txn, key, c, b->k, b->klen)) == 0)
+				rc = store_chunks_put(s, txn, key, c + 1, b->v, b->vlen);
+			now->n_private++;
+			now->stored += b->klen + b->vlen;
+			now->mismatched++;
+		}
+		if (rc)
+			return rc;
+		if (shared)
+			plan->map[(size_t)b->mla * plan->map_per + b->block / 8] |=
+			        (unsigned char)(1u << (b->block % 8));
+	}
+	return 0;
+}
+
+void store_entry_placed(struct store_entry_plan *plan)
+{
+	plan->done = plan->now;
 }
 
 int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_req *r,
@@ -142,7 +184,7 @@ int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_re
 	        .bytes = bytes,
 	        .salt_len = (uint32_t)r->salt_len,
 	        .salt = r->salt,
-	        .stored = plan->stored,
+	        .stored = plan->now.stored,
 	        .row_block = plan->row_block,
 	        .map_len = plan->map_len,
 	        .map = plan->map,
@@ -156,10 +198,8 @@ int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_re
 	if (!rc)
 		rc = store_index_lru_add(s, txn, seq, key);
 	if (!rc) {
-		totals->bytes += plan->stored + plan->added;
+		totals->bytes += plan->now.stored + plan->now.added - plan->done.added;
 		totals->logical += bytes;
-		if (plan->mismatched)
-			atomic_fetch_add(&s->blocks_mismatched, plan->mismatched);
 	}
 	return rc;
 }

@@ -4,35 +4,74 @@
 #ifndef K3_STORE_ENTRY_H
 #define K3_STORE_ENTRY_H
 
+#include "prefix.h"
 #include "record.h"
 
-/* How an entry's bytes are stored: which blocks of its MLA layers it shares
- * (blocks.h; the map of its record) and its own stream, everything else in
- * layer order, which its chunks hold. */
-struct store_entry_plan {
-	uint32_t row_block; /* 0: it shares nothing */
-	unsigned char *map;
-	uint32_t map_len;
-	struct store_segment *segs; /* the entry's own stream: pieces of its blobs */
-	size_t n_segs;
-	uint64_t stored;     /* the stream's bytes */
-	uint64_t added;      /* bytes of the blocks this entry stored first */
-	uint32_t mismatched; /* blocks stored with other bytes: its own copy kept */
+/* A full block of an MLA layer's rows, to be placed: shared (blocks.h) or
+ * kept by the entry as a private block (record.h). */
+struct store_plan_block {
+	uint32_t layer, block;
+	uint32_t mla;        /* its layer's place among the MLA layers (the map's) */
+	const uint8_t *node; /* its name: the chained node hash of its last row */
+	const unsigned char *k, *v;
+	size_t klen, vlen;
 };
 
-/* Plans a validated publish. With share, uses (and counts references to)
- * the shared block of every full block of rows of each MLA layer, inside
- * txn, so the caller must then add the entry in the same transaction; the
- * store's row block B decides the blocks. Without share, the stream is the
- * blobs whole and txn may be NULL. */
-int store_entry_plan(struct store *s, MDB_txn *txn, const struct store_publish_req *r, int share,
+/* What a plan has placed: a mark to go back to when a transaction that
+ * placed more fails. */
+struct store_plan_mark {
+	uint32_t placed;     /* blocks [0, placed) have their place */
+	uint32_t n_private;  /* of them, kept as private blocks */
+	uint64_t stored;     /* the stream and the private blocks' bytes */
+	uint64_t added;      /* bytes of the blocks this entry stored first */
+	uint32_t mismatched; /* stored already with other bytes */
+};
+
+/* How an entry's bytes are stored (record.h): its stream, laid out from the
+ * blobs alone, and its MLA layers' full blocks, each placed later inside a
+ * write transaction. */
+struct store_entry_plan {
+	uint32_t row_block; /* 0: it shares nothing: the stream is the blobs whole */
+	unsigned char *map;
+	uint32_t map_len, map_per;  /* map_per: map bytes per MLA layer */
+	struct store_segment *segs; /* the stream: pieces of the blobs */
+	size_t n_segs;
+	uint64_t stream;     /* the stream's bytes */
+	uint64_t *layer_end; /* per layer: where its bytes in the stream end */
+	struct store_plan_block *blocks;
+	uint32_t n_blocks;
+	struct store_plan_mark now;  /* what is placed in the current transaction */
+	struct store_plan_mark done; /* what committed transactions placed */
+	uint8_t (*nodes)[PREFIX_NODE_LEN];
+};
+
+/* Lays out a publish from its model m and its blob sizes alone (a staged
+ * publish's bytes may not have arrived): with the store's row block B, each
+ * MLA layer of at least B rows keeps its header words and tail rows in the
+ * stream and lists its full blocks to be placed. The stream points into the
+ * blobs; the entry is stored only once every blob has passed its check. */
+int store_entry_plan(struct store *s, const struct store_publish_req *r, const struct model_spec *m,
                      struct store_entry_plan *plan);
 void store_entry_plan_free(struct store_entry_plan *plan);
 
+/* Places blocks [plan->done.placed, to) inside txn, first undoing whatever
+ * an aborted transaction placed after done: each block is shared when the
+ * stored one has the same bytes or none is stored (one more reference; with
+ * hold, also a held row under key, blocks.h, for a publish whose record
+ * comes in a later transaction), or else written as the entry's next private
+ * block under key. */
+int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
+                      struct store_entry_plan *plan, uint32_t to, int hold);
+
+/* After the transaction that placed blocks commits: keeps what it placed. */
+void store_entry_placed(struct store_entry_plan *plan);
+
 /* Writes an entry's record (with the plan's map), tokens, prefix index and
- * LRU row (not its chunks) and adds its bytes to *totals: the plan's stream
- * and new blocks to the bytes stored, `bytes` (the blobs whole) to the
- * logical bytes. MDB_KEYEXIST when the record exists. */
+ * LRU row (not its chunks, nor its blocks: every block must be placed) and
+ * adds its bytes to *totals: the stream, the private blocks and the blocks
+ * it stored first in this transaction (plan->now minus plan->done) to the
+ * bytes stored, `bytes` (the blobs whole) to the logical bytes.
+ * MDB_KEYEXIST when the record exists. */
 int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_req *r,
                     const uint8_t *key, uint64_t bytes, const uint8_t *tags, const uint64_t *sizes,
                     const uint64_t *sums, const struct store_entry_plan *plan,

@@ -50,9 +50,10 @@ struct model_cache_entry {
 struct store {
 	MDB_env *env;
 	MDB_dbi meta, models, entries, tokens, chunks, nodes, attach, lru, pending, blocks,
-	        blockrefs;
+	        blockrefs, held;
 	int has_pending;    /* a read-only open of an older store may lack it */
 	int has_blocks;     /* the same (a format-1 store) */
+	int has_held;       /* the same */
 	uint32_t row_block; /* B: rows per shared MLA block (meta "rowblock") */
 	int upgraded;       /* this open upgraded a format-1 store */
 	struct store_options opt;

@@ -98,6 +98,16 @@ enum status_code store_flush(struct store *s, struct status *st)
 	return rc ? store_mdb_error(st, rc, "flush") : STATUS_OK;
 }
 
+int store_lru_end(struct store *s, MDB_txn *txn, struct store_totals *t, int rc)
+{
+	uint64_t clock = atomic_load(&s->lru_clock);
+	if (clock > t->lru_clock)
+		t->lru_clock = clock;
+	if (!rc)
+		rc = store_totals_put(s, txn, t);
+	return store_txn_end(txn, rc);
+}
+
 int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, uint64_t target,
                     int dry_run, void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx),
                     void *ctx, uint32_t *n_evicted)

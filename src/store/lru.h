@@ -22,6 +22,11 @@ int store_lru_apply_touches(struct store *s, MDB_txn *txn);
  * transaction is gone (0 or an LMDB code). */
 int store_lru_begin(struct store *s, MDB_txn **txn, struct store_totals *t);
 
+/* Ends a write transaction begun with store_lru_begin: with rc 0, writes
+ * the totals t (with the LRU clock as it now stands) and commits; otherwise
+ * aborts. Returns as store_txn_end() does. */
+int store_lru_end(struct store *s, MDB_txn *txn, struct store_totals *t, int rc);
+
 /* Evicts least-recently-used entries inside txn until totals->bytes <= target
  * or nothing is left. Reports each to fn. Returns an LMDB code. A record that
  * does not decode is removed all the same, so eviction goes on. */

@@ -149,13 +149,14 @@ static enum status_code open_tables(struct store *s, MDB_txn *txn, struct status
 	        {"pending", &s->pending, &s->has_pending},
 	        {"blocks", &s->blocks, &s->has_blocks},
 	        {"blockrefs", &s->blockrefs, &s->has_blocks},
+	        {"held", &s->held, &s->has_held},
 	};
 	for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
 		rc = mdb_dbi_open(txn, optional[i].name, s->opt.read_only ? 0 : MDB_CREATE,
 		                  optional[i].dbi);
 		if (rc && rc != MDB_NOTFOUND)
 			return store_mdb_error(st, rc, "opening the databases");
-		*optional[i].has = rc == 0 && (i == 0 || i == 1 || *optional[i].has);
+		*optional[i].has = rc == 0 && (i != 2 || *optional[i].has);
 	}
 	struct store_totals t;
 	if ((rc = store_totals_get(s, txn, &t)) != 0)
@@ -177,6 +178,8 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		s->opt.max_bytes = DEFAULT_MAX_BYTES;
 	if (!s->opt.stage_bytes)
 		s->opt.stage_bytes = DEFAULT_STAGE_BYTES;
+	if (!s->opt.delta_bytes)
+		s->opt.delta_bytes = UINT64_C(1) << 30;
 	if (!s->opt.map_size)
 		s->opt.map_size = s->opt.max_bytes * 2 + (UINT64_C(64) << 20);
 	s->dir = strdup(dir);

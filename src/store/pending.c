@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blocks.h"
 #include "chunks.h"
 #include "pending.h"
 
@@ -139,6 +140,7 @@ int store_pending_sweep(struct store *s, MDB_txn *txn, uint32_t *swept)
 	mdb_cursor_close(cur);
 	if (rc == MDB_NOTFOUND)
 		rc = 0;
+	uint64_t freed = 0;
 	for (size_t i = 0; i < n && !rc; i++) {
 		MDB_val pk = {STORE_KEY_LEN, keys[i]}, ev;
 		if ((rc = mdb_del(txn, s->pending, &pk, NULL)) != 0)
@@ -148,14 +150,22 @@ int store_pending_sweep(struct store *s, MDB_txn *txn, uint32_t *swept)
 		rc = mdb_get(txn, s->entries, &pk, &ev);
 		if (rc == MDB_NOTFOUND)
 			rc = store_chunks_delete(s, txn, keys[i]);
+		if (!rc)
+			rc = store_blocks_release(s, txn, keys[i], &freed);
 		if (swept && !rc)
 			(*swept)++;
 	}
 	free(keys);
+	struct store_totals t;
+	if (!rc && freed && (rc = store_totals_get(s, txn, &t)) == 0) {
+		t.bytes = t.bytes >= freed ? t.bytes - freed : 0;
+		rc = store_totals_put(s, txn, &t);
+	}
 	return rc;
 }
 
-int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t bytes)
+int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t bytes,
+                        uint64_t *freed)
 {
 	MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
 	int rc = mdb_get(txn, s->pending, &k, &v);
@@ -163,7 +173,8 @@ int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint6
 		return 1;
 	if (rc && rc != MDB_NOTFOUND)
 		return rc;
-	if ((rc = store_chunks_delete(s, txn, key)) != 0) /* a dead writer's leftovers */
+	if ((rc = store_chunks_delete(s, txn, key)) != 0 || /* a dead writer's leftovers */
+	    (rc = store_blocks_release(s, txn, key, freed)) != 0)
 		return rc;
 	unsigned char b[PENDING_LEN];
 	store_pending_encode(b, store_now(s), bytes);

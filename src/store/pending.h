@@ -2,9 +2,10 @@
  *
  *   pending  key -> u32 pid | u64 process start | u64 created | u64 bytes
  *
- * A staged publish writes its chunks before its record; the pending row
- * says who is writing them. A row whose process is gone (a crash) is swept
- * with its chunks at the next open. */
+ * A staged publish writes its chunks, and takes references to shared
+ * blocks (held rows, blocks.h), before its record; the pending row says who
+ * is writing them. A row whose process is gone (a crash) is swept with its
+ * chunks and held references at the next open. */
 #ifndef K3_STORE_PENDING_H
 #define K3_STORE_PENDING_H
 
@@ -30,15 +31,18 @@ int store_pending_busy(struct store *s, MDB_txn *txn, const uint8_t *key);
 
 /* Claims key for a staged publish of `bytes` by this process: 1 when a live
  * publish of it holds the row already; else removes what a dead writer left
- * under the key (its chunks), records this process's row and returns 0 (or
- * an LMDB code). */
-int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t bytes);
+ * under the key (its chunks; its held block references, adding what that
+ * frees to *freed), records this process's row and returns 0 (or an LMDB
+ * code). */
+int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t bytes,
+                        uint64_t *freed);
 
 /* Removes key's pending row (absent: nothing to do). */
 int store_pending_drop(struct store *s, MDB_txn *txn, const uint8_t *key);
 
-/* Removes the pending rows (and their chunks) of staged publishes whose
- * process is gone. Counts them in *swept. */
+/* Removes the pending rows of staged publishes whose process is gone, with
+ * their chunks and held block references (the totals kept in step). Counts
+ * them in *swept. */
 int store_pending_sweep(struct store *s, MDB_txn *txn, uint32_t *swept);
 
 #endif

@@ -24,8 +24,10 @@ struct pending {
 	uint64_t *sums;
 	uint8_t *tags;
 	uint64_t *sizes;
-	int staged; /* larger than the stage size: store_staged.c */
-	int busy;   /* a staged publish of the same key is in progress */
+	int staged;          /* larger than the stage size: store_staged.c */
+	int busy;            /* a staged publish of the same key is in progress */
+	uint32_t mismatched; /* blocks stored already with other bytes */
+	struct model_spec *m;
 };
 
 static enum status_code validate(struct store *s, struct pending *p)
@@ -74,6 +76,8 @@ static enum status_code validate(struct store *s, struct pending *p)
 	}
 	p->res->bytes = total;
 	p->ok = 1;
+	p->m = m; /* to lay out its blocks */
+	m = NULL;
 out:
 	model_free(m);
 	return code;
@@ -95,15 +99,18 @@ static int write_entry(struct store *s, MDB_txn *txn, struct pending *p,
 		return rc;
 	/* which rows are shared blocks, and what the entry's own chunks hold */
 	struct store_entry_plan plan;
-	if ((rc = store_entry_plan(s, txn, r, 1, &plan)) != 0)
+	if ((rc = store_entry_plan(s, r, p->m, &plan)) != 0)
 		return rc;
-	rc = store_entry_add(s, txn, r, key, p->res->bytes, p->tags, p->sizes, p->sums, &plan,
-	                     totals);
+	rc = store_entry_place(s, txn, key, &plan, plan.n_blocks, 0);
+	if (!rc)
+		rc = store_entry_add(s, txn, r, key, p->res->bytes, p->tags, p->sizes, p->sums,
+		                     &plan, totals);
 	if (!rc) {
-		struct store_stream stream = {plan.segs, plan.n_segs, plan.stored};
-		rc = store_chunks_write(s, txn, key, &stream, 0, store_chunks_count(plan.stored),
+		struct store_stream stream = {plan.segs, plan.n_segs, plan.stream};
+		rc = store_chunks_write(s, txn, key, &stream, 0, store_chunks_count(plan.stream),
 		                        NULL);
 	}
+	p->mismatched = rc ? 0 : plan.now.mismatched;
 	store_entry_plan_free(&plan);
 	return rc;
 }
@@ -119,6 +126,8 @@ static void set_outcome(struct store *s, struct pending *p, int rc, uint32_t evi
 	} else {
 		p->res->evicted = evicted;
 		atomic_fetch_add(p->res->created ? &s->publishes : &s->publish_exists, 1);
+		if (p->res->created && p->mismatched)
+			atomic_fetch_add(&s->blocks_mismatched, p->mismatched);
 	}
 }
 
@@ -147,12 +156,7 @@ static int write_all(struct store *s, struct pending *ps, uint32_t n)
 		if (rc == MDB_KEYEXIST)
 			rc = 0;
 	}
-	uint64_t clock = atomic_load(&s->lru_clock);
-	if (clock > t.lru_clock)
-		t.lru_clock = clock;
-	if (!rc)
-		rc = store_totals_put(s, txn, &t);
-	return store_txn_end(txn, rc);
+	return store_lru_end(s, txn, &t, rc);
 }
 
 struct group {
@@ -246,6 +250,7 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 		free(ps[i].sums);
 		free(ps[i].tags);
 		free(ps[i].sizes);
+		model_free(ps[i].m);
 		if (ps[i].st->code != STATUS_OK && first == STATUS_OK)
 			first = ps[i].st->code;
 	}

@@ -50,6 +50,12 @@ uint32_t store_record_map_bytes(uint32_t prefix_len, uint32_t row_block)
 	return row_block ? (prefix_len / row_block + 7) / 8 : 0;
 }
 
+uint64_t store_record_block_bytes(const struct store_record *r, uint64_t size)
+{
+	/* size = 13 header bytes + P rows of (k + v) floats */
+	return size >= 13 ? (size - 13) / r->prefix_len * r->row_block : 0;
+}
+
 int store_record_shared(const struct store_record *r, uint32_t mla, uint32_t b)
 {
 	if (!r->map || !r->row_block)
@@ -145,6 +151,7 @@ int store_record_decode(const void *data, size_t len, struct store_record *r)
 		r->row_block = 0;
 		r->map_len = 0;
 		r->map = NULL;
+		r->own_blocks = 0;
 		return 0;
 	}
 	const unsigned char *t = p + head;
@@ -158,6 +165,22 @@ int store_record_decode(const void *data, size_t len, struct store_record *r)
 		return -1;
 	if ((uint64_t)r->map_len !=
 	    (uint64_t)n_mla * store_record_map_bytes(r->prefix_len, r->row_block))
+		return -1;
+	/* the private blocks: each MLA layer whole rows, every clear bit */
+	r->own_blocks = 0;
+	for (uint32_t i = 0, mla = 0; r->map_len && i < r->n_layers; i++) {
+		const unsigned char *l = r->layers + (size_t)i * STORE_RECORD_LAYER_LEN;
+		if (l[0] != 2)
+			continue;
+		uint64_t sz = get64(l + 1);
+		if (sz < 13 || (sz - 13) % r->prefix_len)
+			return -1;
+		uint64_t per = store_record_block_bytes(r, sz);
+		for (uint32_t b = 0; b < r->prefix_len / r->row_block; b++)
+			r->own_blocks += store_record_shared(r, mla, b) ? 0 : per;
+		mla++;
+	}
+	if (r->own_blocks > r->stored)
 		return -1;
 	return 0;
 }

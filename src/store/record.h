@@ -9,11 +9,17 @@
  * blocks) ends after the layers and reads as every row in the stream.
  *
  * bytes is what the entry's blobs take whole (the restore payload); stored
- * is what its own chunks hold: its KDA layers and, of each MLA layer, the
- * header words, the rows of blocks it does not share, and the tail rows
- * past the last full block. map holds, per MLA layer in layer order,
+ * is what its own chunks hold. With row_block 0 that is the blobs whole, in
+ * layer order (its stream). Otherwise each MLA layer's rows are cut into
+ * full blocks of row_block rows and a tail. The stream then holds the KDA
+ * layers whole and, of each MLA layer, its header words and tail rows only
+ * (k words, k tail, v count, v tail), so its layout is known before any
+ * block is looked at. map holds, per MLA layer in layer order,
  * ceil((P / row_block) / 8) bytes: bit b set when block b is a shared block
- * (blocks.h), clear when its rows are in the entry's own stream. */
+ * (blocks.h); clear when the entry keeps the block's rows itself, as two
+ * private chunks (chunks.h, STORE_CHUNK_PRIVATE) numbered by the clear bits
+ * in (layer, block) order. stored counts the stream and the private
+ * blocks. */
 #ifndef K3_STORE_RECORD_H
 #define K3_STORE_RECORD_H
 
@@ -39,6 +45,7 @@ struct store_record {
 	uint32_t row_block;          /* B; 0: no shared blocks */
 	uint32_t map_len;
 	const unsigned char *map; /* points into the encoded record */
+	uint64_t own_blocks;      /* of stored: the private blocks' rows (decoded) */
 };
 
 /* The largest row block a record may name. */
@@ -46,6 +53,9 @@ struct store_record {
 
 /* Bytes of the map per MLA layer for P tokens in blocks of row_block. */
 uint32_t store_record_map_bytes(uint32_t prefix_len, uint32_t row_block);
+
+/* Row bytes (k and v) of one full block of an MLA layer of `size` bytes. */
+uint64_t store_record_block_bytes(const struct store_record *r, uint64_t size);
 
 /* Whether block b of the record's mla-th MLA layer is a shared block. */
 int store_record_shared(const struct store_record *r, uint32_t mla, uint32_t b);

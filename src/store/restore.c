@@ -24,7 +24,8 @@ struct piece_check {
 	size_t len;
 	uint64_t seed; /* chunk number, or layer */
 	uint32_t what; /* chunk number, or block number */
-	uint8_t block; /* 0: a chunk; 1, 2: the k or v part of a block */
+	uint8_t block; /* 0: a chunk; 1, 2: the k or v part of a shared block; 3, 4: of a
+	                  private block (a chunk past STORE_CHUNK_PRIVATE) */
 	uint32_t layer;
 	uint8_t node[PREFIX_NODE_LEN]; /* a block's */
 };
@@ -106,8 +107,9 @@ void store_snapshot_release(struct store_snapshot *snap)
 static void piece_name(const struct piece_check *c, char *out, size_t outsz)
 {
 	if (c->block)
-		snprintf(out, outsz, "block %u of layer %u (%s rows)", c->what, c->layer,
-		         c->block == 1 ? "k" : "v");
+		snprintf(out, outsz, "%sblock %u of layer %u (%s rows)",
+		         c->block > 2 ? "private " : "", c->what, c->layer,
+		         c->block % 2 ? "k" : "v");
 	else
 		snprintf(out, outsz, "chunk %u", c->what);
 }
@@ -115,8 +117,8 @@ static void piece_name(const struct piece_check *c, char *out, size_t outsz)
 static int piece_intact(const struct piece_check *c)
 {
 	MDB_val v = {c->len, (void *)c->val};
-	return c->block ? store_blocks_intact(&v, (uint32_t)c->seed)
-	                : store_chunks_intact(&v, c->seed);
+	return c->block == 1 || c->block == 2 ? store_blocks_intact(&v, (uint32_t)c->seed)
+	                                      : store_chunks_intact(&v, c->seed);
 }
 
 /* A damaged value found by a restore. A deferred restore (the daemon's loop
@@ -200,6 +202,7 @@ struct builder {
 	const uint8_t *key;
 	int defer;
 	uint64_t stored, taken; /* the stream's bytes, and those taken so far */
+	uint32_t n_private;     /* private blocks taken so far */
 	uint64_t chunk;         /* the chunk being cut; cur NULL: none yet */
 	const unsigned char *cur;
 	size_t cur_len, cur_off;
@@ -300,6 +303,30 @@ static int take(struct builder *b, uint64_t len, unsigned char *peek, size_t pee
 	return 0;
 }
 
+/* Takes a value read for a part of a block (rc: how the read went), of len
+ * row bytes after its sum, checked by check (a shared block's: node). */
+static int take_part(struct builder *b, int rc, const MDB_val *v, size_t len,
+                     struct piece_check *check, const uint8_t *node)
+{
+	if (rc == MDB_NOTFOUND)
+		return damaged(b, "is missing");
+	if (rc)
+		return rc;
+	if (v->mv_size != len + 8)
+		return damaged(b, "has the wrong size");
+	check->val = v->mv_data;
+	check->len = v->mv_size;
+	if (!b->defer && !piece_intact(check)) {
+		if (node) {
+			b->bad_block = 1;
+			memcpy(b->bad_node, node, PREFIX_NODE_LEN);
+			b->bad_layer = check->layer;
+		}
+		return damaged(b, "fails its checksum");
+	}
+	return add_piece(b, (const unsigned char *)v->mv_data + 8, len, b->defer ? check : NULL);
+}
+
 /* Takes part (0 k, 1 v) of shared block bl of layer i, of len row bytes. */
 static int take_block(struct builder *b, const uint8_t *node, uint32_t i, uint32_t bl,
                       unsigned part, size_t len)
@@ -308,26 +335,25 @@ static int take_block(struct builder *b, const uint8_t *node, uint32_t i, uint32
 	snprintf(b->what, sizeof(b->what), "block %u of layer %u (%s rows)", bl, i,
 	         part ? "v" : "k");
 	int rc = store_blocks_get(b->s, b->txn, node, i, part, &v);
-	if (rc == MDB_NOTFOUND)
-		return damaged(b, "is missing");
-	if (rc)
-		return rc;
-	if (v.mv_size != len + 8)
-		return damaged(b, "has the wrong size");
-	struct piece_check check = {.val = v.mv_data,
-	                            .len = v.mv_size,
-	                            .seed = i,
-	                            .what = bl,
-	                            .block = (uint8_t)(part + 1),
-	                            .layer = i};
+	struct piece_check check = {
+	        .seed = i, .what = bl, .block = (uint8_t)(part + 1), .layer = i};
 	memcpy(check.node, node, PREFIX_NODE_LEN);
-	if (!b->defer && !piece_intact(&check)) {
-		b->bad_block = 1;
-		memcpy(b->bad_node, node, PREFIX_NODE_LEN);
-		b->bad_layer = i;
-		return damaged(b, "fails its checksum");
-	}
-	return add_piece(b, (const unsigned char *)v.mv_data + 8, len, b->defer ? &check : NULL);
+	return take_part(b, rc, &v, len, &check, node);
+}
+
+/* Takes part (0 k, 1 v) of private block j (block bl of layer i), of len
+ * row bytes. */
+static int take_private(struct builder *b, uint32_t j, uint32_t i, uint32_t bl, unsigned part,
+                        size_t len)
+{
+	uint32_t c = STORE_CHUNK_PRIVATE + 2 * j + part;
+	MDB_val v;
+	snprintf(b->what, sizeof(b->what), "private block %u of layer %u (%s rows)", bl, i,
+	         part ? "v" : "k");
+	int rc = store_chunks_get(b->s, b->txn, b->key, c, &v);
+	struct piece_check check = {
+	        .seed = c, .what = bl, .block = (uint8_t)(part + 3), .layer = i};
+	return take_part(b, rc, &v, len, &check, NULL);
 }
 
 static uint32_t le32_at(const unsigned char *p)
@@ -335,8 +361,8 @@ static uint32_t le32_at(const unsigned char *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* An MLA layer whose map names shared blocks: its k rows then its v rows,
- * each a block from the blocks table or rows from the stream. */
+/* An MLA layer cut into blocks (record.h): its k rows then its v rows,
+ * each full block shared or private, each tail from the stream. */
 static int take_mla(struct builder *b, const struct store_record *r, uint32_t i, uint32_t mla,
                     uint64_t size, uint8_t (*h)[PREFIX_NODE_LEN])
 {
@@ -350,18 +376,20 @@ static int take_mla(struct builder *b, const struct store_record *r, uint32_t i,
 	    13 + kcount * 4 > size || (size - 13 - kcount * 4) % (4 * p))
 		return damaged(b, "has damaged header words");
 	size_t row[2] = {(size_t)(kcount / p * 4), (size_t)((size - 13 - kcount * 4) / p)};
-	uint32_t rb = r->row_block, nb = r->prefix_len / rb;
+	uint32_t rb = r->row_block, nb = r->prefix_len / rb, j = 0;
 	for (unsigned part = 0; part < 2 && !rc; part++) {
 		if (part)
 			rc = take(b, 4, NULL, 0); /* v's count */
+		j = b->n_private;
 		for (uint32_t bl = 0; bl < nb && !rc; bl++)
 			rc = store_record_shared(r, mla, bl)
 			             ? take_block(b, h[(uint64_t)(bl + 1) * rb / PREFIX_BLOCK], i,
 			                          bl, part, rb * row[part])
-			             : take(b, (uint64_t)rb * row[part], NULL, 0);
+			             : take_private(b, j++, i, bl, part, rb * row[part]);
 		if (!rc)
 			rc = take(b, (uint64_t)(r->prefix_len - nb * rb) * row[part], NULL, 0);
 	}
+	b->n_private = j;
 	return rc;
 }
 
@@ -435,7 +463,7 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	                    .priv = priv,
 	                    .key = key,
 	                    .defer = defer,
-	                    .stored = r.stored};
+	                    .stored = r.stored - r.own_blocks};
 	size_t *first = calloc(r.n_layers, sizeof(*first));
 	rc = first ? 0 : ENOMEM;
 	for (uint32_t i = 0, mla = 0; i < r.n_layers && !rc; i++) {
@@ -448,7 +476,7 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 		else
 			rc = take(&b, l->size, NULL, 0);
 	}
-	if (!rc && b.taken != r.stored) {
+	if (!rc && b.taken != b.stored) {
 		snprintf(b.what, sizeof(b.what), "the entry's stream");
 		rc = damaged(&b, "is longer than its layers");
 	}

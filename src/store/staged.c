@@ -5,14 +5,20 @@
  * last byte is copied. Instead, an entry larger than the stage size is written
  * in steps:
  *   1. one transaction records a pending row (who is writing, how much);
- *   2. its chunks go in, a stage at a time, each stage its own commit, while a
- *      helper thread scans and hashes the layers ahead of the writer (the scan
- *      overlaps the disk writes);
- *   3. a last transaction adds the record, tokens and index and removes the
- *      pending row, so the entry appears whole or not at all.
+ *   2. its stream's chunks go in, a stage at a time, each stage its own
+ *      commit, while a helper thread scans and hashes the layers ahead of the
+ *      writer (the scan overlaps the disk writes); so do the full blocks of
+ *      its MLA layers, a stage of them at a time once their layer has passed
+ *      its check: each shared (one more reference, held by a row under the
+ *      key, blocks.h) or kept as a private block (record.h). The stream's
+ *      layout depends on no block's place, so the scan can hash it ahead;
+ *   3. a last transaction adds the record, tokens and index, turns the held
+ *      references into the record's and removes the pending row, so the
+ *      entry appears whole or not at all.
  * Invisible until step 3: lookups find entries only through their records. A
- * failure (invalid layer, full store) deletes the chunks and the pending row.
- * A crash leaves them; store_pending_sweep() removes them at the next open. */
+ * failure (invalid layer, full store) deletes the chunks, gives back the held
+ * references and removes the pending row. A crash leaves them;
+ * store_pending_sweep() does the same at the next open. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -22,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blocks.h"
 #include "check.h"
 #include "chunks.h"
 #include "entry.h"
@@ -41,15 +48,16 @@ struct store_stage {
 	uint32_t n_chunks, per; /* chunks in all, per stage transaction */
 	uint8_t *tags;
 	uint64_t *sizes, *layer_sums, *chunk_sums;
-	struct store_entry_plan plan; /* no shared blocks: the blobs whole */
+	struct store_entry_plan plan; /* the stream and the blocks to place */
 	struct store_stream stream;
 	void (*notify)(void *ctx);
 	void *notify_ctx;
 
 	pthread_mutex_t mu; /* guards the fields below */
 	pthread_cond_t cv;
-	uint64_t avail;        /* stream bytes [0, avail) are in place */
+	uint64_t avail;        /* blob bytes [0, avail) are in place */
 	uint32_t chunks_ready; /* chunk_sums[0, chunks_ready) are known */
+	uint32_t layers_ready; /* layers [0, layers_ready) passed their check */
 	int done;              /* every layer scanned (or one failed) */
 	int failed;
 	int stop;      /* end() or cancel(): the scan gives up waiting */
@@ -64,29 +72,31 @@ struct store_stage {
 	int write_rc;        /* an LMDB code (or STORE_MAP_PINNED) from a stage */
 	uint32_t evicted;
 	uint32_t from, to; /* the stage being written */
+	uint32_t place_to; /* the blocks being placed: [plan.done.placed, place_to) */
 	uint64_t staged;   /* bytes written so far, counted in s->staging_bytes */
 };
 
 /* XXH3 of stream bytes [off, off+len), seeded with the chunk number, the way
- * a chunk's stored sum is computed over its contiguous value. */
-static uint64_t hash_stream(const struct store_publish_req *r, XXH3_state_t *hs, uint32_t *li,
-                            uint64_t *lstart, uint64_t off, size_t len, uint64_t seed)
+ * a chunk's stored sum is computed over its contiguous value. *si and
+ * *sstart follow the segment that holds off (offsets only grow). */
+static uint64_t hash_stream(const struct store_stream *st, XXH3_state_t *hs, size_t *si,
+                            uint64_t *sstart, uint64_t off, size_t len, uint64_t seed)
 {
-	while (*li < r->n_blobs && off >= *lstart + r->blobs[*li].size) {
-		*lstart += r->blobs[*li].size;
-		(*li)++;
+	while (*si < st->n && off >= *sstart + st->segs[*si].len) {
+		*sstart += st->segs[*si].len;
+		(*si)++;
 	}
-	const unsigned char *p = (const unsigned char *)r->blobs[*li].data + (off - *lstart);
-	if (off + len <= *lstart + r->blobs[*li].size)
+	const unsigned char *p = st->segs[*si].data + (off - *sstart);
+	if (off + len <= *sstart + st->segs[*si].len)
 		return XXH3_64bits_withSeed(p, len, seed);
 	XXH3_64bits_reset_withSeed(hs, seed);
-	uint32_t i = *li;
-	uint64_t o = off - *lstart;
-	while (len && i < r->n_blobs) {
-		size_t take = (size_t)(r->blobs[i].size - o);
+	size_t i = *si;
+	uint64_t o = off - *sstart;
+	while (len && i < st->n) {
+		size_t take = (size_t)(st->segs[i].len - o);
 		if (take > len)
 			take = len;
-		XXH3_64bits_update(hs, (const unsigned char *)r->blobs[i].data + o, take);
+		XXH3_64bits_update(hs, st->segs[i].data + o, take);
 		len -= take;
 		o = 0;
 		i++;
@@ -119,15 +129,16 @@ static int wait_bytes(struct store_stage *g, uint64_t end)
 }
 
 /* The scan: each layer as soon as its bytes are in place (slot, shape,
- * seq_len, finiteness, checksum), then the sums of the chunks it completes,
- * while they are still in cache. */
+ * seq_len, finiteness, checksum), then the sums of the stream's chunks it
+ * completes, while they are still in cache. */
 static void *scan_run(void *arg)
 {
 	struct store_stage *g = arg;
 	const struct store_publish_req *r = &g->r;
 	XXH3_state_t *hs = XXH3_createState();
 	uint64_t end = 0, hstart = 0;
-	uint32_t next = 0, hli = 0;
+	uint32_t next = 0;
+	size_t hsi = 0;
 	int failed = hs == NULL, gaveup = 0;
 	char message[STATUS_MESSAGE_MAX] = "out of memory";
 	for (uint32_t i = 0; i < r->n_blobs && !failed; i++) {
@@ -142,22 +153,22 @@ static void *scan_run(void *arg)
 		}
 		g->tags[i] = ((const unsigned char *)b->data)[0];
 		end += b->size;
-		uint32_t from = next;
+		uint64_t send = g->plan.layer_end[i], stotal = g->stream.total;
 		for (; next < g->n_chunks; next++) {
 			uint64_t off = (uint64_t)next * STORE_CHUNK_DATA;
-			size_t len = (size_t)(g->total - off < STORE_CHUNK_DATA ? g->total - off
-			                                                        : STORE_CHUNK_DATA);
-			if (off + len > end)
+			size_t len = (size_t)(stotal - off < STORE_CHUNK_DATA ? stotal - off
+			                                                      : STORE_CHUNK_DATA);
+			if (off + len > send)
 				break;
-			g->chunk_sums[next] = hash_stream(r, hs, &hli, &hstart, off, len, next);
+			g->chunk_sums[next] =
+			        hash_stream(&g->stream, hs, &hsi, &hstart, off, len, next);
 		}
-		if (next != from) {
-			pthread_mutex_lock(&g->mu);
-			g->chunks_ready = next;
-			pthread_cond_broadcast(&g->cv);
-			pthread_mutex_unlock(&g->mu);
-			poke(g);
-		}
+		pthread_mutex_lock(&g->mu);
+		g->chunks_ready = next;
+		g->layers_ready = i + 1;
+		pthread_cond_broadcast(&g->cv);
+		pthread_mutex_unlock(&g->mu);
+		poke(g);
 		start_writeback(g);
 	}
 	XXH3_freeState(hs);
@@ -204,6 +215,23 @@ static int op_stage(struct store *s, void *ctx)
 	return store_txn_end(txn, rc);
 }
 
+/* Places blocks [plan.done.placed, place_to) in one transaction: the new
+ * shared blocks count in the totals at once (held rows keep them), the
+ * private ones with the staged chunks. */
+static int op_place(struct store *s, void *ctx)
+{
+	struct store_stage *g = ctx;
+	MDB_txn *txn;
+	struct store_totals t;
+	int rc = store_lru_begin(s, &txn, &t);
+	if (rc)
+		return rc;
+	if ((rc = store_entry_place(s, txn, g->key, &g->plan, g->place_to, 1)) != 0)
+		return store_txn_end(txn, rc);
+	t.bytes += g->plan.now.added - g->plan.done.added;
+	return store_lru_end(s, txn, &t, 0);
+}
+
 /* Before a stage of `bytes`: evicts least-recently-used entries until the
  * committed entries, every staged publish's chunks so far and this stage fit
  * the capacity. Room is made stage by stage, never for a whole snapshot whose
@@ -236,9 +264,13 @@ static int op_begin_txn(struct store_stage *g)
 	} else if (rc != MDB_NOTFOUND) {
 		goto out;
 	}
-	if ((rc = store_pending_claim(s, txn, g->key, g->total)) == 1) {
+	uint64_t freed = 0;
+	if ((rc = store_pending_claim(s, txn, g->key, g->total, &freed)) == 1) {
 		verdict = 2;
 		rc = 0;
+	} else if (!rc && freed) {
+		t.bytes = t.bytes >= freed ? t.bytes - freed : 0;
+		rc = store_totals_put(s, txn, &t);
 	}
 out:
 	rc = store_txn_end(txn, rc ? rc : verdict ? STORE_TXN_NOTHING : 0);
@@ -254,30 +286,32 @@ static int op_finish(struct store *s, void *ctx)
 	if (rc)
 		return rc;
 	if ((rc = store_entry_add(s, txn, &g->r, g->key, g->total, g->tags, g->sizes, g->layer_sums,
-	                          &g->plan, &t)) != 0 ||
-	    (rc = store_pending_drop(s, txn, g->key)) != 0)
-		return store_txn_end(txn, rc);
-	uint64_t clock = atomic_load(&s->lru_clock);
-	if (clock > t.lru_clock)
-		t.lru_clock = clock;
-	return store_txn_end(txn, store_totals_put(s, txn, &t));
+	                          &g->plan, &t)) == 0 &&
+	    (rc = store_blocks_drop_held(s, txn, g->key)) == 0)
+		rc = store_pending_drop(s, txn, g->key);
+	return store_lru_end(s, txn, &t, rc);
 }
 
 static int op_cleanup(struct store *s, void *ctx)
 {
 	struct store_stage *g = ctx;
 	MDB_txn *txn;
-	int rc = store_txn_write(s, &txn);
+	struct store_totals t;
+	int rc = store_lru_begin(s, &txn, &t);
 	if (rc)
 		return rc;
 	/* a record under the key (committed by another writer meanwhile) owns
-	 * the chunks under it */
+	 * the chunks under it; the held references are this publish's alone */
 	struct store_record r;
+	uint64_t freed = 0;
 	if (store_record_read(s, txn, g->key, &r) == MDB_NOTFOUND)
 		rc = store_chunks_delete(s, txn, g->key);
 	if (!rc)
+		rc = store_blocks_release(s, txn, g->key, &freed);
+	if (!rc)
 		rc = store_pending_drop(s, txn, g->key);
-	return store_txn_end(txn, rc);
+	t.bytes = t.bytes >= freed ? t.bytes - freed : 0;
+	return store_lru_end(s, txn, &t, rc);
 }
 
 static void stage_free(struct store_stage *g)
@@ -308,17 +342,17 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		return code;
 	res->bytes = total;
 	struct store_stage *g = calloc(1, sizeof(*g));
-	uint32_t n = req->n_blobs;
-	uint32_t n_chunks = (uint32_t)((total + STORE_CHUNK_DATA - 1) / STORE_CHUNK_DATA);
-	if (g) {
+	uint32_t n = req->n_blobs, n_chunks = 0;
+	if (g && store_entry_plan(s, req, m, &g->plan) == 0) {
+		n_chunks = store_chunks_count(g->plan.stream);
 		g->tags = calloc(n ? n : 1, 1);
 		g->sizes = calloc(n ? n : 1, sizeof(uint64_t));
 		g->layer_sums = calloc(n ? n : 1, sizeof(uint64_t));
 		g->chunk_sums = calloc(n_chunks ? n_chunks : 1, sizeof(uint64_t));
 	}
-	if (!g || !g->tags || !g->sizes || !g->layer_sums || !g->chunk_sums ||
-	    store_entry_plan(s, NULL, req, 0, &g->plan) != 0) {
+	if (!g || !g->plan.layer_end || !g->tags || !g->sizes || !g->layer_sums || !g->chunk_sums) {
 		if (g) {
+			store_entry_plan_free(&g->plan);
 			free(g->tags);
 			free(g->sizes);
 			free(g->layer_sums);
@@ -339,8 +373,7 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		g->per = 1;
 	for (uint32_t i = 0; i < n; i++)
 		g->sizes[i] = req->blobs[i].size;
-	/* a staged entry keeps every row in its own stream: no shared blocks */
-	g->stream = (struct store_stream){g->plan.segs, g->plan.n_segs, total};
+	g->stream = (struct store_stream){g->plan.segs, g->plan.n_segs, g->plan.stream};
 	g->notify = notify;
 	g->notify_ctx = ctx;
 	g->fd = -1;
@@ -420,9 +453,48 @@ void store_stage_cancel(struct store_stage *g)
 static uint64_t stage_bytes_of(const struct store_stage *g, uint32_t from, uint32_t to)
 {
 	uint64_t end = (uint64_t)to * STORE_CHUNK_DATA;
-	if (end > g->total)
-		end = g->total;
+	if (end > g->stream.total)
+		end = g->stream.total;
 	return end - (uint64_t)from * STORE_CHUNK_DATA;
+}
+
+/* The blocks the next placing stage takes: those of layers that passed their
+ * check, up to a stage's bytes (at least one). */
+static uint32_t place_upto(const struct store_stage *g, uint32_t layers_ready)
+{
+	const struct store_entry_plan *p = &g->plan;
+	uint32_t to = p->done.placed;
+	uint64_t bytes = 0;
+	while (to < p->n_blocks && p->blocks[to].layer < layers_ready &&
+	       (to == p->done.placed ||
+	        bytes + p->blocks[to].klen + p->blocks[to].vlen <= g->s->opt.stage_bytes)) {
+		bytes += p->blocks[to].klen + p->blocks[to].vlen;
+		to++;
+	}
+	return to;
+}
+
+/* Places the next stage of blocks. 0, or an LMDB code. */
+static int place_stage(struct store_stage *g, uint32_t to)
+{
+	struct store_entry_plan *p = &g->plan;
+	uint64_t bytes = 0;
+	for (uint32_t i = p->done.placed; i < to; i++)
+		bytes += p->blocks[i].klen + p->blocks[i].vlen;
+	g->place_to = to;
+	int rc = room_for_stage(g, bytes);
+	if (!rc)
+		rc = store_lru_write(g->s, bytes, op_place, g, &g->evicted);
+	if (rc)
+		return rc;
+	/* the private blocks are the entry's own chunks: staged until the end */
+	uint64_t own = p->now.stored - p->done.stored;
+	atomic_fetch_add(&g->s->staging_bytes, own);
+	g->staged += own;
+	if (p->now.mismatched > p->done.mismatched)
+		atomic_fetch_add(&g->s->blocks_mismatched, p->now.mismatched - p->done.mismatched);
+	store_entry_placed(p);
+	return 0;
 }
 
 int store_stage_step(struct store_stage *g, uint32_t max_stages)
@@ -438,19 +510,27 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 			scan_run(g);
 	}
 	pthread_mutex_lock(&g->mu);
-	uint32_t ready = g->chunks_ready;
+	uint32_t ready = g->chunks_ready, layers = g->layers_ready;
 	int done = g->done, failed = g->failed || g->cancelled;
 	pthread_mutex_unlock(&g->mu);
 	if (failed || g->write_rc)
 		return STORE_STAGE_FAILED;
 	uint32_t written = 0;
-	while (g->next_chunk < g->n_chunks) {
+	for (;;) {
 		uint32_t want =
 		        g->n_chunks - g->next_chunk < g->per ? g->n_chunks : g->next_chunk + g->per;
-		if (ready < want)
+		int chunks = g->next_chunk < g->n_chunks && ready >= want;
+		uint32_t to = chunks ? 0 : place_upto(g, layers);
+		if (!chunks && to == g->plan.done.placed)
 			break;
 		if (max_stages && written == max_stages)
 			return STORE_STAGE_MORE;
+		written++;
+		if (!chunks) {
+			if ((g->write_rc = place_stage(g, to)) != 0)
+				return STORE_STAGE_FAILED;
+			continue;
+		}
 		g->from = g->next_chunk;
 		g->to = want;
 		uint64_t bytes = stage_bytes_of(g, g->from, g->to);
@@ -460,9 +540,8 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 		atomic_fetch_add(&g->s->staging_bytes, bytes);
 		g->staged += bytes;
 		g->next_chunk = want;
-		written++;
 	}
-	if (g->next_chunk == g->n_chunks && done)
+	if (g->next_chunk == g->n_chunks && g->plan.done.placed == g->plan.n_blocks && done)
 		return STORE_STAGE_READY;
 	return STORE_STAGE_WAIT;
 }
@@ -470,8 +549,9 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 void store_stage_wait(struct store_stage *g)
 {
 	pthread_mutex_lock(&g->mu);
-	uint32_t ready = g->chunks_ready;
-	while (g->threaded && g->chunks_ready == ready && !g->done && !g->failed && !g->stop)
+	uint32_t ready = g->chunks_ready, layers = g->layers_ready;
+	while (g->threaded && g->chunks_ready == ready && g->layers_ready == layers && !g->done &&
+	       !g->failed && !g->stop)
 		pthread_cond_wait(&g->cv, &g->mu);
 	pthread_mutex_unlock(&g->mu);
 }
@@ -482,7 +562,7 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 	struct store *s = g->s;
 	pthread_mutex_lock(&g->mu);
 	int ok = g->done && !g->failed && !g->cancelled && !g->write_rc &&
-	         g->next_chunk == g->n_chunks;
+	         g->next_chunk == g->n_chunks && g->plan.done.placed == g->plan.n_blocks;
 	pthread_mutex_unlock(&g->mu);
 	int rc = ok ? store_lru_write(g->s, STORE_CHUNK_VALUE, op_finish, g, &g->evicted) : 0;
 	/* the scan and the write-back loop stop here */

@@ -516,7 +516,7 @@ static void expect_turn(struct k3cache *c, const uint8_t *key, uint32_t p, uint3
 }
 
 /* Delta publish: a turn that resumed from a stored entry sends only its new
- * MLA rows, and restores byte for byte; every refusal (a base that is gone,
+ * MLA rows, and restores byte for byte (staged too); every refusal (a base that is gone,
  * under another salt, not a prefix, shorter than the rows named, or with
  * other rows) ends in a whole publish that the library makes by itself. */
 static void test_delta_publish(void **state)
@@ -533,15 +533,10 @@ static void test_delta_publish(void **state)
 	assert_int_equal(publish_turn(c, t, 900, 1, 2, "", a.key, 600, &b), 0);
 	uint64_t in1 = stat_counter(c, "bytes_in");
 	assert_true(b.created);
-	if (stage_size) {
-		/* its MLA layers are over the stage size: refused, published whole */
-		assert_int_equal(b.delta_rows, 0);
-		assert_int_equal(stat_counter(c, "delta_refused"), r0 + 1);
-		expect_turn(c, b.key, 900, 1, 2);
-		k3cache_close(c);
-		return;
-	}
+	/* under --stage-size 64KiB it is staged: its blocks placed, and held,
+	 * stage by stage, the base's shared */
 	assert_int_equal(b.delta_rows, 600);
+	assert_int_equal(stat_counter(c, "delta_refused"), r0);
 	assert_int_equal(stat_counter(c, "delta_publishes"), d0 + 1);
 	/* what went over the socket: the KDA layers and 300 rows, not 900 */
 	uint64_t whole = 0, mla_row = 0;
@@ -912,21 +907,25 @@ static void test_streamed_publish_client_leaves(void **state)
 	if (!stage_size)
 		skip();
 	struct k3cache *c = connect_ok();
-	uint64_t entries = counter(c, "entries"), chunks = counter(c, "chunks");
+	uint64_t entries = counter(c, "entries"), chunks = counter(c, "chunks"),
+	         blocks = counter(c, "blocks"), bytes = counter(c, "bytes");
 	uint32_t t[2000];
 	tokens_for(t, 2000, 7000000);
 	struct snap s = make_snap(twin, 2000, 41); /* ~10 MiB: many stages of 64 KiB */
 	int fd = raw_publish_partial(&s, t, 2000, (size_t)(snap_bytes(&s) * 3 / 4));
-	/* the stages of what arrived are written meanwhile */
-	for (int i = 0; i < 100 && counter(c, "chunks") == chunks; i++)
+	/* the stages of what arrived are written meanwhile: the shared blocks
+	 * (held by the publish) of layers that passed their check */
+	for (int i = 0; i < 100 && counter(c, "blocks") == blocks; i++)
 		daemonutil_sleep_ms(20);
-	assert_true(counter(c, "chunks") > chunks);
+	assert_true(counter(c, "blocks") > blocks);
 	assert_int_equal(counter(c, "staging"), 1);
 	close(fd);
 	for (int i = 0; i < 100 && counter(c, "staging") != 0; i++)
 		daemonutil_sleep_ms(20);
 	assert_int_equal(counter(c, "staging"), 0);
 	assert_int_equal(counter(c, "chunks"), chunks);
+	assert_int_equal(counter(c, "blocks"), blocks); /* the held references given back */
+	assert_int_equal(counter(c, "bytes"), bytes);
 	assert_int_equal(counter(c, "entries"), entries);
 	assert_int_equal(counter(c, "inflight_bytes"), 0);
 	/* the same prompt publishes whole afterwards */
@@ -1036,14 +1035,15 @@ static void test_sigkill_mid_streamed_publish(void **state)
 	struct k3cache *c = connect_ok();
 	struct k3cache_publish_result res;
 	assert_int_equal(publish(c, 30, 6600000, 51, &res), 0);
-	uint64_t entries = counter(c, "entries"), chunks = counter(c, "chunks");
+	uint64_t entries = counter(c, "entries"), chunks = counter(c, "chunks"),
+	         blocks = counter(c, "blocks"), bytes = counter(c, "bytes");
 	uint32_t t[2000];
 	tokens_for(t, 2000, 6700000);
 	struct snap s = make_snap(twin, 2000, 52);
-	int fd = raw_publish_partial(&s, t, 2000, (size_t)(snap_bytes(&s) / 2));
-	for (int i = 0; i < 100 && counter(c, "chunks") == chunks; i++)
+	int fd = raw_publish_partial(&s, t, 2000, (size_t)(snap_bytes(&s) * 3 / 4));
+	for (int i = 0; i < 100 && counter(c, "blocks") == blocks; i++)
 		daemonutil_sleep_ms(20);
-	assert_true(counter(c, "chunks") > chunks);
+	assert_true(counter(c, "blocks") > blocks);
 	k3cache_close(c);
 	assert_int_equal(daemonutil_stop(&d, SIGKILL), 128 + SIGKILL);
 	close(fd);
@@ -1052,6 +1052,8 @@ static void test_sigkill_mid_streamed_publish(void **state)
 	assert_int_equal(counter(c, "staged_swept"), 1);
 	assert_int_equal(counter(c, "staging"), 0);
 	assert_int_equal(counter(c, "chunks"), chunks);
+	assert_int_equal(counter(c, "blocks"), blocks); /* the held references swept */
+	assert_int_equal(counter(c, "bytes"), bytes);
 	assert_int_equal(counter(c, "entries"), entries);
 	expect_restore(c, 30, 6600000, 51);
 	assert_int_equal(publish(c, 2000, 6700000, 52, &res), 0);

@@ -9,6 +9,7 @@
 #include <lmdb.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,11 +33,17 @@ static uint64_t fake_clock(void)
 	return fake_now;
 }
 
+/* The stage size of the stores open_store() opens (0: the default). The
+ * shared-block tests run twice: with every snapshot in one transaction, and
+ * with every one staged, its blocks placed a few at a time. */
+static uint64_t test_stage_bytes;
+
 static int open_store(struct fixture *f, uint64_t max_bytes, uint64_t map_size)
 {
 	struct store_options o = {.max_bytes = max_bytes,
 	                          .map_size = map_size,
 	                          .durability = STORE_FAST,
+	                          .stage_bytes = test_stage_bytes,
 	                          .clock = fake_clock};
 	struct status s;
 	if (store_open(f->dir, &o, &f->st, &s) != STATUS_OK) {
@@ -48,6 +55,7 @@ static int open_store(struct fixture *f, uint64_t max_bytes, uint64_t map_size)
 
 static int setup(void **state)
 {
+	test_stage_bytes = 0;
 	struct fixture *f = calloc(1, sizeof(*f));
 	f->dir = storeutil_tmpdir();
 	f->m = storeutil_model("test-a", 16);
@@ -1245,6 +1253,167 @@ static void test_blocks_mismatch_kept_private(void **state)
 	assert_int_equal(stats.bytes, own_bytes(f->m, 260, rb) + 4 * block_bytes(f->m, rb));
 }
 
+/* A store whose every conversation snapshot is staged (1 KiB per stage):
+ * each turn's blocks are placed, and held, stage by stage. */
+static void reopen_tiny_stages(struct fixture *f)
+{
+	store_close(f->st);
+	test_stage_bytes = 1024; /* under the smallest snapshot here (70 rows) */
+	assert_int_equal(open_store(f, 0, 0), 0);
+}
+
+static void test_staged_blocks_shared_across_turns(void **state)
+{
+	reopen_tiny_stages(*state);
+	test_blocks_shared_across_turns(state);
+}
+
+static void test_staged_blocks_mismatch_kept_private(void **state)
+{
+	reopen_tiny_stages(*state);
+	test_blocks_mismatch_kept_private(state);
+}
+
+/* Bytes of blob layers [0, n) of s. */
+static uint64_t layers_bytes(const struct storeutil_snap *s, uint32_t n)
+{
+	uint64_t b = 0;
+	for (uint32_t i = 0; i < n; i++)
+		b += s->blobs[i].size;
+	return b;
+}
+
+/* A staged publish whose MLA layer has passed its check and whose blocks are
+ * placed (held), its last layer not yet arrived: steps it until then. */
+static struct store_stage *stage_past_mla(struct fixture *f, struct storeutil_snap *s,
+                                          const uint32_t *t, uint32_t p,
+                                          struct store_publish_req *req)
+{
+	*req = (struct store_publish_req){f->m->fingerprint, "", 0, t, p, s->blobs, s->n};
+	struct store_stage *g;
+	struct store_publish_res res;
+	struct status st;
+	assert_int_equal(store_stage_begin(f->st, req, NULL, NULL, &g, &res, &st), STATUS_OK);
+	assert_non_null(g);
+	store_stage_arrived(g, layers_bytes(s, 3)); /* layers 0-2: the MLA one is 2 */
+	struct store_stats stats;
+	uint64_t blocks = 0;
+	for (int i = 0; i < 2000 && blocks < p / STORE_DEFAULT_ROW_BLOCK; i++) {
+		int step = store_stage_step(g, 0);
+		assert_int_not_equal(step, STORE_STAGE_FAILED);
+		store_get_stats(f->st, &stats, NULL);
+		blocks = stats.blocks;
+		if (blocks < p / STORE_DEFAULT_ROW_BLOCK)
+			usleep(1000);
+	}
+	assert_int_equal(blocks, p / STORE_DEFAULT_ROW_BLOCK);
+	return g;
+}
+
+/* A staged publish that fails after its blocks were placed gives back every
+ * reference it held: the blocks it stored first go, the totals return,
+ * verify finds every count exact, and the snapshot then publishes whole. */
+static void test_staged_failure_gives_back_blocks(void **state)
+{
+	struct fixture *f = *state;
+	reopen_tiny_stages(f);
+	uint32_t t[300];
+	seq(t, 300, 91);
+	struct store_publish_res a;
+	assert_int_equal(conv_publish(f, t, 130, 1, 1, &a), STATUS_OK); /* blocks 0, 1 */
+	struct store_stats before, stats;
+	store_get_stats(f->st, &before, NULL);
+	assert_int_equal(before.blocks, 2);
+
+	struct storeutil_snap s = storeutil_conv_snap(f->m, 290, 1, 2); /* blocks 0-3 */
+	struct store_publish_req req;
+	struct store_stage *g = stage_past_mla(f, &s, t, 290, &req);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 4); /* 0, 1 shared; 2, 3 stored, held */
+	assert_true(stats.bytes > before.bytes);
+	/* the last layer arrives with a NaN */
+	float nan = __builtin_nanf("");
+	memcpy(s.bufs[3] + s.blobs[3].size - 4, &nan, 4);
+	store_stage_arrived(g, UINT64_MAX);
+	while (store_stage_step(g, 0) == STORE_STAGE_WAIT)
+		store_stage_wait(g);
+	struct store_publish_res res;
+	struct status st;
+	assert_int_equal(store_stage_end(g, &res, &st), STATUS_INVALID);
+	assert_false(res.created);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 2);
+	assert_int_equal(stats.bytes, before.bytes);
+	assert_int_equal(stats.entries, 1);
+	assert_int_equal(stats.chunks, before.chunks);
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, NULL, NULL, &checked, &damaged, &st), STATUS_OK);
+	assert_int_equal(damaged, 0);
+	storeutil_snap_free(&s);
+	/* evicting a frees its blocks: no reference was left behind */
+	struct store_evict_req all = {.all = 1};
+	struct store_evict_res er;
+	assert_int_equal(store_evict(f->st, &all, NULL, NULL, &er, NULL), STATUS_OK);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 0);
+	assert_int_equal(stats.bytes, 0);
+	assert_int_equal(conv_publish(f, t, 290, 1, 2, &res), STATUS_OK);
+	expect_conv(f, res.key, 290, 1, 2);
+}
+
+/* A process that dies with a staged publish holding block references: the
+ * next open gives them back (the blocks it stored first go, the others
+ * count one fewer) before anything else runs. */
+static void test_staged_crash_gives_back_blocks(void **state)
+{
+	struct fixture *f = *state;
+	reopen_tiny_stages(f);
+	uint32_t t[300];
+	seq(t, 300, 93);
+	struct store_publish_res a;
+	assert_int_equal(conv_publish(f, t, 130, 1, 1, &a), STATUS_OK);
+	struct store_stats before, stats;
+	store_get_stats(f->st, &before, NULL);
+	store_close(f->st);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (open_store(f, 0, 0) != 0)
+			_exit(2);
+		struct storeutil_snap s = storeutil_conv_snap(f->m, 290, 1, 2);
+		struct store_publish_req req;
+		(void)stage_past_mla(f, &s, t, 290, &req);
+		_exit(0); /* no end: as if killed */
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(open_store(f, 0, 0), 0);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.swept, 1);
+	assert_int_equal(stats.blocks, 2);
+	assert_int_equal(stats.bytes, before.bytes);
+	assert_int_equal(stats.chunks, before.chunks);
+	MDB_txn *txn;
+	MDB_stat ms;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_stat(txn, f->st->held, &ms), 0);
+	assert_int_equal(ms.ms_entries, 0);
+	mdb_txn_abort(txn);
+	struct status st;
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, NULL, NULL, &checked, &damaged, &st), STATUS_OK);
+	assert_int_equal(damaged, 0);
+	expect_conv(f, a.key, 130, 1, 1);
+	/* a's blocks count one reference each: evicting it frees them */
+	struct store_evict_req all = {.all = 1};
+	struct store_evict_res er;
+	assert_int_equal(store_evict(f->st, &all, NULL, NULL, &er, NULL), STATUS_OK);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 0);
+	assert_int_equal(stats.bytes, 0);
+}
+
 /* A shared block damaged on disk: each deferred restore finds exactly that
  * piece; the first restore that checks it quarantines every entry that uses
  * the block, so none is served. */
@@ -1934,6 +2103,14 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_blocks_shared_across_turns, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_v1_store_upgraded, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_blocks_mismatch_kept_private, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_staged_blocks_shared_across_turns, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_staged_blocks_mismatch_kept_private, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_staged_failure_gives_back_blocks, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_staged_crash_gives_back_blocks, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_block_refused, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_checks_blocks, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
