@@ -6,9 +6,10 @@
  * position), the publish time of the last turn against the first, and the
  * restore of the last turn.
  *
- * Every snapshot here goes through the one-transaction publish (the daemon
- * runs with --stage-size 4GiB): a staged publish neither shares rows nor
- * takes a delta yet.
+ * The daemon runs with its default stage size (32 MiB), so every snapshot
+ * here is staged: its stream written a stage per commit, its blocks placed
+ * a stage at a time. BENCH_STAGE_SIZE=SIZE sets another (4GiB: every
+ * snapshot in one transaction, for comparison).
  * usage: bench_k3conv DIR [ROW_BLOCK] */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +30,7 @@
 
 static pid_t daemon_pid;
 static const char *row_block;
+static const char *stage_size = "32MiB"; /* the daemon's default */
 
 static void die(const char *what, const struct k3cache_error *e)
 {
@@ -56,7 +58,7 @@ static struct k3cache *start(const char *dir, char *sock, size_t socksz)
 	                      "--max-inflight",
 	                      "2GiB",
 	                      "--stage-size",
-	                      "4GiB",
+	                      stage_size,
 	                      "--row-block",
 	                      row_block,
 	                      "--log-level",
@@ -105,6 +107,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	row_block = argc == 3 ? argv[2] : "64";
+	if (getenv("BENCH_STAGE_SIZE"))
+		stage_size = getenv("BENCH_STAGE_SIZE");
 	const char *dir = argv[1];
 	benchutil_rm_rf(dir);
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -131,8 +135,8 @@ int main(int argc, char **argv)
 	}
 	uint32_t n_mla = 24;
 	printf("bench/k3conv: K3 shape, %d turns of +%u tokens, each a delta of the last; row "
-	       "block %s\n",
-	       TURNS, STEP, row_block);
+	       "block %s, stage size %s\n",
+	       TURNS, STEP, row_block, stage_size);
 	printf("%-6s %8s %10s %12s %10s %10s\n", "turn", "tokens", "whole GiB", "sent rows from",
 	       "publish s", "GB/s*");
 	for (int t = 0; t < TURNS; t++) {

@@ -62,8 +62,6 @@ struct store_options {
 	int read_only;           /* open an existing store without writing */
 	uint32_t row_block;      /* rows per shared MLA block of a new store (a multiple of
 	                            16, at most 65536); 0: 64. A store keeps its own. */
-	uint64_t delta_bytes;    /* the most a delta publish may assemble in memory (its MLA
-	                            layers whole); 0: 1 GiB */
 	uint64_t (*clock)(void); /* unix seconds; NULL: the real clock (tests set it) */
 };
 
@@ -95,10 +93,28 @@ enum status_code store_list_models(struct store *s,
 
 /* ---- publish ---- */
 
+struct store_segment {
+	const unsigned char *data;
+	size_t len;
+};
+
+/* An MLA layer made by store_delta_assemble() from its base entry's rows (in
+ * the map) and the delta's, without copying either: the seed's blob is head,
+ * the k rows' pieces, vcount, the v rows' pieces. */
+struct store_rows {
+	unsigned char head[9];   /* tag, seq_len, k count */
+	unsigned char vcount[4]; /* v count */
+	const struct store_segment *k, *v;
+	uint32_t n_k, n_v;
+};
+
 struct store_blob {
 	const void *data;
 	uint64_t size;
 	uint64_t xxh3; /* checksum_blob(data, size, layer); 0: not given, computed */
+	/* NULL; or, from store_delta_assemble() only, the layer in pieces (data
+	 * NULL), checked there already: its xxh3 is the whole blob's */
+	const struct store_rows *rows;
 };
 
 struct store_publish_req {
@@ -183,17 +199,19 @@ uint64_t store_stage_bytes(const struct store *s);
  * with store_publish(): the base must be stored (and served) under the same
  * model and salt, hold a prefix of the same tokens, and at least base_rows
  * rows; each assembled MLA blob must hash to the request's xxh3 (the whole
- * blob's, given for every MLA layer). The whole MLA blobs are assembled in
- * memory, so their bytes may not pass store_options.delta_bytes. Otherwise
+ * blob's, given for every MLA layer), and its new rows be finite. Otherwise
  * the delta is refused (*refused set, the status saying why): the worker
- * publishes whole. The blobs stay valid until store_delta_free(); a snapshot
- * larger than the stage size is then staged, sharing its blocks as any
- * other. */
+ * publishes whole. Nothing is copied: an assembled layer is its base's rows
+ * in the map (a read transaction held until store_delta_free()) and the
+ * request's, as pieces (store_blob.rows), so a delta's memory and work grow
+ * with its new rows, not with the rows it did not send. A snapshot larger
+ * than the stage size is then staged, sharing its blocks as any other. */
 struct store_delta {
-	struct store_blob *blobs; /* every layer whole (the request's own, or assembled) */
+	struct store_blob *blobs; /* every layer (the request's own, or assembled) */
 	uint32_t n_blobs;
-	unsigned char **owned; /* the assembled ones */
-	uint32_t n_owned;
+	struct store_rows *rows;       /* the assembled layers' pieces */
+	struct store_segment **pieces; /* per layer, owned */
+	struct store_snapshot *base;   /* the base's rows, in the map */
 };
 enum status_code store_delta_assemble(struct store *s, const struct store_publish_req *req,
                                       const uint8_t base[STORE_KEY_LEN], uint32_t base_rows,
@@ -223,11 +241,6 @@ struct store_lookup_res {
  * by one. A miss is OK with prefix_len 0. A hit counts as a use. */
 enum status_code store_lookup(struct store *s, const struct store_lookup_req *req,
                               struct store_lookup_res *res, struct status *st);
-
-struct store_segment {
-	const unsigned char *data;
-	size_t len;
-};
 
 struct store_layer {
 	uint32_t index;

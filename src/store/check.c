@@ -10,6 +10,10 @@ int store_check_layer(const struct store_publish_req *r, const struct model_spec
                       uint64_t *sum, char message[STATUS_MESSAGE_MAX])
 {
 	const struct store_blob *b = &r->blobs[i];
+	if (b->rows) { /* a delta's layer, checked when it was assembled (delta.c) */
+		*sum = b->xxh3;
+		return 0;
+	}
 	struct blob_error berr;
 	if (blob_check_sum(b->data, b->size, m, i, r->n_tokens, sum, &berr) != BLOB_OK) {
 		snprintf(message, STATUS_MESSAGE_MAX, "%.200s (%s)", berr.message,

@@ -15,8 +15,16 @@ enum status_code store_check_publish(struct store *s, const struct store_publish
 
 /* Checks layer i of a publish against the model (slot, shape, seq_len, finite;
  * blob_check_sum) and against its given checksum, if any. 0 with *sum set, or
- * -1 with the message naming the layer. */
+ * -1 with the message naming the layer. A layer a delta assembled in pieces
+ * (store_blob.rows) was checked then: its xxh3 is the sum. */
+
 int store_check_layer(const struct store_publish_req *r, const struct model_spec *m, uint32_t i,
                       uint64_t *sum, char message[STATUS_MESSAGE_MAX]);
+
+/* A layer's tag (its first byte; a delta's assembled layer is MLA). */
+static inline uint8_t store_check_tag(const struct store_blob *b)
+{
+	return b->rows ? 2 : ((const unsigned char *)b->data)[0];
+}
 
 #endif

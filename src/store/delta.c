@@ -9,8 +9,10 @@
 #include "prefix.h"
 #include "xxh_dispatch.h"
 
-/* Copies bytes [off, off+len) of a restored layer (its views in the map). */
-static int copy_range(const struct store_layer *l, uint64_t off, unsigned char *dst, size_t len)
+/* Appends the pieces of bytes [off, off+len) of a restored layer (its views
+ * in the map) to *out. -1 when the layer is shorter. */
+static int view_range(const struct store_layer *l, uint64_t off, uint64_t len,
+                      struct store_segment *out, uint32_t *n)
 {
 	for (uint32_t j = 0; j < l->n_segments && len; j++) {
 		const struct store_segment *g = &l->segments[j];
@@ -18,9 +20,8 @@ static int copy_range(const struct store_layer *l, uint64_t off, unsigned char *
 			off -= g->len;
 			continue;
 		}
-		size_t take = (size_t)(g->len - off) < len ? (size_t)(g->len - off) : len;
-		memcpy(dst, g->data + off, take);
-		dst += take;
+		size_t take = (size_t)(g->len - off) < len ? (size_t)(g->len - off) : (size_t)len;
+		out[(*n)++] = (struct store_segment){g->data + off, take};
 		len -= take;
 		off = 0;
 	}
@@ -35,11 +36,26 @@ static void le32(unsigned char *p, uint32_t v)
 
 void store_delta_free(struct store_delta *d)
 {
-	for (uint32_t i = 0; d->owned && i < d->n_owned; i++)
-		free(d->owned[i]);
-	free(d->owned);
+	for (uint32_t i = 0; d->pieces && i < d->n_blobs; i++)
+		free(d->pieces[i]);
+	free(d->pieces);
+	free(d->rows);
 	free(d->blobs);
+	store_snapshot_release(d->base);
 	memset(d, 0, sizeof(*d));
+}
+
+/* The XXH3 of an assembled layer, as checksum_blob() of its bytes whole. */
+static uint64_t rows_sum(const struct store_rows *r, uint32_t layer, XXH3_state_t *hs)
+{
+	XXH3_64bits_reset_withSeed(hs, layer);
+	XXH3_64bits_update(hs, r->head, sizeof(r->head));
+	for (uint32_t j = 0; j < r->n_k; j++)
+		XXH3_64bits_update(hs, r->k[j].data, r->k[j].len);
+	XXH3_64bits_update(hs, r->vcount, sizeof(r->vcount));
+	for (uint32_t j = 0; j < r->n_v; j++)
+		XXH3_64bits_update(hs, r->v[j].data, r->v[j].len);
+	return XXH3_64bits_digest(hs);
 }
 
 /* Refuses the delta: the worker publishes whole instead. */
@@ -56,6 +72,7 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 		return st && st->code != STATUS_OK ? st->code : STATUS_UNKNOWN_MODEL;
 	uint32_t p = req->n_tokens, n = req->n_blobs;
 	struct store_snapshot *snap = NULL;
+	XXH3_state_t *hs = NULL;
 	enum status_code code = STATUS_OK;
 	if (n != m->n_layers) {
 		code = status_set(st, STATUS_INVALID, "delta publish: %u layers; model %s has %u",
@@ -63,7 +80,9 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 		goto out;
 	}
 	struct status bst;
-	code = store_restore_opt(s, base, 0, &snap, &bst);
+	/* deferred: no piece is checked here; the assembled blobs are, end to
+	 * end, against the sums the worker computed over them */
+	code = store_restore_opt(s, base, STORE_RESTORE_DEFER, &snap, &bst);
 	if (code != STATUS_OK) {
 		code = REFUSE(code == STATUS_NOT_FOUND ? STATUS_NOT_FOUND : code,
 		              "delta publish: the base entry cannot serve: %s", bst.message);
@@ -90,21 +109,11 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 		        pb);
 		goto out;
 	}
-	/* the whole MLA blobs are assembled in memory: bounded */
-	uint64_t whole = 0;
-	for (uint32_t i = 0; i < n; i++)
-		if (m->layers[i].mixer == MODEL_MIXER_MLA)
-			whole += 13 + (uint64_t)p * (m->layers[i].k_row + m->layers[i].v_row) * 4;
-	if (whole > s->opt.delta_bytes) {
-		code = REFUSE(STATUS_TOO_LARGE,
-		              "delta publish: its MLA layers would be %llu bytes whole, over the "
-		              "%llu a delta may assemble: publish whole",
-		              (unsigned long long)whole, (unsigned long long)s->opt.delta_bytes);
-		goto out;
-	}
 	out->blobs = calloc(n ? n : 1, sizeof(*out->blobs));
-	out->owned = calloc(n ? n : 1, sizeof(*out->owned));
-	if (!out->blobs || !out->owned) {
+	out->rows = calloc(n ? n : 1, sizeof(*out->rows));
+	out->pieces = calloc(n ? n : 1, sizeof(*out->pieces));
+	hs = XXH3_createState();
+	if (!out->blobs || !out->rows || !out->pieces || !hs) {
 		code = status_set(st, STATUS_INTERNAL, "out of memory");
 		goto out;
 	}
@@ -129,30 +138,53 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 			              "layer %u: the base's layer is not MLA of %u rows", i, pb);
 			goto out;
 		}
-		uint64_t size = 13 + (uint64_t)p * (krow + vrow);
-		unsigned char *b = malloc(size);
-		if (!b) {
+		/* k: the base's first base_rows rows, then the new ones; v the same */
+		struct store_segment *pc = calloc((size_t)bl->n_segments * 2 + 2, sizeof(*pc));
+		if (!pc) {
 			code = status_set(st, STATUS_INTERNAL, "out of memory");
 			goto out;
 		}
-		out->owned[out->n_owned++] = b;
+		out->pieces[i] = pc;
+		struct store_rows *r = &out->rows[i];
 		const unsigned char *d = req->blobs[i].data;
-		uint64_t rk = (uint64_t)base_rows * krow, rv = (uint64_t)base_rows * vrow;
-		b[0] = BLOB_TAG_MLA;
-		le32(b + 1, p);
-		le32(b + 5, p * l->k_row);
-		unsigned char *k = b + 9, *v = b + 13 + (uint64_t)p * krow;
-		le32(v - 4, p * l->v_row);
-		if (copy_range(bl, 9, k, (size_t)rk) != 0 ||
-		    copy_range(bl, 13 + (uint64_t)pb * krow, v, (size_t)rv) != 0) {
-			code = REFUSE(STATUS_CORRUPT, "layer %u: the base's rows cannot be read",
-			              i);
-			goto out;
+		uint64_t nk = (uint64_t)(p - base_rows) * krow;
+		uint32_t c = 0;
+		r->k = pc;
+		if (view_range(bl, 9, (uint64_t)base_rows * krow, pc, &c) != 0)
+			goto unreadable;
+		if (nk)
+			pc[c++] = (struct store_segment){d, (size_t)nk};
+		r->n_k = c;
+		r->v = pc + c;
+		if (view_range(bl, 13 + (uint64_t)pb * krow, (uint64_t)base_rows * vrow, pc, &c) !=
+		    0)
+			goto unreadable;
+		uint64_t nvb = (uint64_t)(p - base_rows) * vrow;
+		if (nvb)
+			pc[c++] = (struct store_segment){d + nk, (size_t)nvb};
+		r->n_v = (uint32_t)(c - r->n_k);
+		r->head[0] = BLOB_TAG_MLA;
+		le32(r->head + 1, p);
+		le32(r->head + 5, p * l->k_row);
+		le32(r->vcount, p * l->v_row);
+		/* the new rows are checked here; the base's were when it was
+		 * stored, and any damage since fails the sum below */
+		struct blob_f32vec nv[2] = {{d, (uint32_t)((p - base_rows) * l->k_row)},
+		                            {d + nk, (uint32_t)((p - base_rows) * l->v_row)}};
+		for (int part = 0; part < 2; part++) {
+			int64_t bad = blob_first_nonfinite(&nv[part]);
+			if (bad >= 0) {
+				code = status_set(
+				        st, STATUS_INVALID,
+				        "layer %u: %s row %llu holds a NaN or an Inf (non-finite)",
+				        i, part ? "v" : "k",
+				        (unsigned long long)base_rows +
+				                (unsigned long long)bad /
+				                        (part ? l->v_row : l->k_row));
+				goto out;
+			}
 		}
-		memcpy(k + rk, d, (size_t)((uint64_t)(p - base_rows) * krow));
-		memcpy(v + rv, d + (uint64_t)(p - base_rows) * krow,
-		       (size_t)((uint64_t)(p - base_rows) * vrow));
-		uint64_t sum = XXH3_64bits_withSeed(b, (size_t)size, i);
+		uint64_t sum = rows_sum(r, i, hs);
 		if (!req->blobs[i].xxh3 || sum != req->blobs[i].xxh3) {
 			code = REFUSE(
 			        STATUS_INVALID,
@@ -161,10 +193,19 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 			        i, (unsigned long long)sum, (unsigned long long)req->blobs[i].xxh3);
 			goto out;
 		}
-		out->blobs[i].data = b;
-		out->blobs[i].size = size;
+		out->blobs[i] = (struct store_blob){.data = NULL,
+		                                    .size = 13 + (uint64_t)p * (krow + vrow),
+		                                    .xxh3 = sum,
+		                                    .rows = r};
+		continue;
+	unreadable:
+		code = REFUSE(STATUS_CORRUPT, "layer %u: the base's rows cannot be read", i);
+		goto out;
 	}
+	out->base = snap; /* its rows are the assembled layers' */
+	snap = NULL;
 out:
+	XXH3_freeState(hs);
 	store_snapshot_release(snap);
 	model_free(m);
 	if (code != STATUS_OK)

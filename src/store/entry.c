@@ -39,36 +39,140 @@ static uint64_t mla_size(const struct model_layer *l, uint32_t n)
 	return 13 + (uint64_t)n * ((uint64_t)l->k_row + l->v_row) * 4;
 }
 
+/* A layer's rows of one part (k or v) as pieces: the blob's own, or those a
+ * delta assembled (store_blob.rows). */
+struct rows_view {
+	const struct store_segment *pieces;
+	uint32_t n;
+	uint32_t at;    /* the piece the last lookup ended in */
+	uint64_t start; /* its first byte's offset */
+};
+
+/* Rows bytes [off, off+len) as one pointer: inside their piece, or, when
+ * they span pieces, copied into a buffer the plan owns. NULL: no memory. */
+static const unsigned char *rows_at(struct store_entry_plan *p, struct rows_view *w, uint64_t off,
+                                    size_t len)
+{
+	while (w->at < w->n && off >= w->start + w->pieces[w->at].len) {
+		w->start += w->pieces[w->at].len;
+		w->at++;
+	}
+	if (w->at < w->n && off + len <= w->start + w->pieces[w->at].len)
+		return w->pieces[w->at].data + (off - w->start);
+	if (p->n_owned == p->cap_owned) {
+		size_t nc = p->cap_owned ? p->cap_owned * 2 : 8;
+		unsigned char **no = realloc(p->owned, nc * sizeof(*no));
+		if (!no)
+			return NULL;
+		p->owned = no;
+		p->cap_owned = nc;
+	}
+	unsigned char *buf = malloc(len ? len : 1);
+	if (!buf)
+		return NULL;
+	p->owned[p->n_owned++] = buf;
+	uint64_t start = w->start, done = 0;
+	for (uint32_t j = w->at; j < w->n && done < len; j++) {
+		uint64_t from = off + done - start;
+		size_t take = (size_t)(w->pieces[j].len - from);
+		if (take > len - done)
+			take = (size_t)(len - done);
+		memcpy(buf + done, w->pieces[j].data + from, take);
+		done += take;
+		start += w->pieces[j].len;
+	}
+	return buf;
+}
+
+/* Adds rows bytes [off, off+len) to the stream, piece by piece. */
+static int add_rows(struct store_entry_plan *p, size_t *cap, const struct rows_view *w,
+                    uint64_t off, uint64_t len)
+{
+	uint64_t start = 0;
+	for (uint32_t j = 0; j < w->n && len; j++) {
+		const struct store_segment *g = &w->pieces[j];
+		if (off >= start + g->len) {
+			start += g->len;
+			continue;
+		}
+		size_t take = (size_t)(start + g->len - off);
+		if (take > len)
+			take = (size_t)len;
+		int rc = add_seg(p, cap, g->data + (off - start), take);
+		if (rc)
+			return rc;
+		off += take;
+		len -= take;
+		start += g->len;
+	}
+	return 0;
+}
+
+/* Adds a delta's layer whole to the stream (no blocks). */
+static int add_pieces(struct store_entry_plan *p, size_t *cap, const struct store_rows *rw)
+{
+	int rc = add_seg(p, cap, rw->head, sizeof(rw->head));
+	for (uint32_t j = 0; j < rw->n_k && !rc; j++)
+		rc = add_seg(p, cap, rw->k[j].data, rw->k[j].len);
+	if (!rc)
+		rc = add_seg(p, cap, rw->vcount, sizeof(rw->vcount));
+	for (uint32_t j = 0; j < rw->n_v && !rc; j++)
+		rc = add_seg(p, cap, rw->v[j].data, rw->v[j].len);
+	return rc;
+}
+
 /* Lays out one MLA layer, from the model alone (its bytes may not have
  * arrived yet): its header words and tail rows to the stream, its full
  * blocks to the list. */
 static int plan_mla(const struct store_publish_req *r, const struct model_layer *l, uint32_t i,
                     uint32_t mla, struct store_entry_plan *p, size_t *cap)
 {
-	const unsigned char *blob = r->blobs[i].data;
+	const struct store_blob *blob = &r->blobs[i];
 	uint32_t n = r->n_tokens, rb = p->row_block, nb = n / rb;
-	size_t krow = (size_t)l->k_row * 4, vrow = (size_t)l->v_row * 4;
-	const unsigned char *k = blob + 9, *v = blob + 13 + (size_t)n * krow;
-	for (uint32_t b = 0; b < nb; b++)
+	size_t row[2] = {(size_t)l->k_row * 4, (size_t)l->v_row * 4};
+	struct store_segment own[2];
+	struct rows_view w[2];
+	const unsigned char *head, *vcount;
+	if (blob->rows) {
+		const struct store_rows *rw = blob->rows;
+		w[0] = (struct rows_view){rw->k, rw->n_k, 0, 0};
+		w[1] = (struct rows_view){rw->v, rw->n_v, 0, 0};
+		head = rw->head;
+		vcount = rw->vcount;
+	} else {
+		const unsigned char *d = blob->data;
+		own[0] = (struct store_segment){d + 9, (size_t)n * row[0]};
+		own[1] = (struct store_segment){d + 13 + (size_t)n * row[0], (size_t)n * row[1]};
+		w[0] = (struct rows_view){&own[0], 1, 0, 0};
+		w[1] = (struct rows_view){&own[1], 1, 0, 0};
+		head = d;
+		vcount = d + 9 + (size_t)n * row[0];
+	}
+	for (uint32_t b = 0; b < nb; b++) {
+		const unsigned char *k = rows_at(p, &w[0], (uint64_t)b * rb * row[0], rb * row[0]);
+		const unsigned char *v = rows_at(p, &w[1], (uint64_t)b * rb * row[1], rb * row[1]);
+		if (!k || !v)
+			return ENOMEM;
 		p->blocks[p->n_blocks++] = (struct store_plan_block){
 		        .layer = i,
 		        .block = b,
 		        .mla = mla,
 		        .node = p->nodes[(uint64_t)(b + 1) * rb / PREFIX_BLOCK],
-		        .k = k + (size_t)b * rb * krow,
-		        .v = v + (size_t)b * rb * vrow,
-		        .klen = rb * krow,
-		        .vlen = rb * vrow,
+		        .k = k,
+		        .v = v,
+		        .klen = rb * row[0],
+		        .vlen = rb * row[1],
 		};
+	}
 	/* k: the words before its rows, then its tail; v: its count, its tail */
-	size_t tail = (size_t)nb * rb;
-	int rc = add_seg(p, cap, blob, 9);
+	uint64_t tail = (uint64_t)nb * rb;
+	int rc = add_seg(p, cap, head, 9);
 	if (!rc)
-		rc = add_seg(p, cap, k + tail * krow, (size_t)(n - tail) * krow);
+		rc = add_rows(p, cap, &w[0], tail * row[0], (n - tail) * row[0]);
 	if (!rc)
-		rc = add_seg(p, cap, v - 4, 4);
+		rc = add_seg(p, cap, vcount, 4);
 	if (!rc)
-		rc = add_seg(p, cap, v + tail * vrow, (size_t)(n - tail) * vrow);
+		rc = add_rows(p, cap, &w[1], tail * row[1], (n - tail) * row[1]);
 	return rc;
 }
 
@@ -106,6 +210,8 @@ int store_entry_plan(struct store *s, const struct store_publish_req *r, const s
 		if (l && l->mixer == MODEL_MIXER_MLA &&
 		    r->blobs[i].size == mla_size(l, r->n_tokens))
 			rc = plan_mla(r, l, i, mla, plan, &cap);
+		else if (r->blobs[i].rows) /* a delta's layer, whole: its pieces in order */
+			rc = add_pieces(plan, &cap, r->blobs[i].rows);
 		else
 			rc = add_seg(plan, &cap, r->blobs[i].data, (size_t)r->blobs[i].size);
 		mla += l && l->mixer == MODEL_MIXER_MLA;
@@ -124,6 +230,9 @@ void store_entry_plan_free(struct store_entry_plan *plan)
 	free(plan->blocks);
 	free(plan->nodes);
 	free(plan->layer_end);
+	for (size_t i = 0; i < plan->n_owned; i++)
+		free(plan->owned[i]);
+	free(plan->owned);
 	memset(plan, 0, sizeof(*plan));
 }
 

@@ -43,6 +43,8 @@ struct store_entry_plan {
 	struct store_plan_mark now;  /* what is placed in the current transaction */
 	struct store_plan_mark done; /* what committed transactions placed */
 	uint8_t (*nodes)[PREFIX_NODE_LEN];
+	unsigned char **owned; /* blocks whose rows span a delta's pieces, copied */
+	size_t n_owned, cap_owned;
 };
 
 /* Lays out a publish from its model m and its blob sizes alone (a staged

@@ -178,8 +178,6 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		s->opt.max_bytes = DEFAULT_MAX_BYTES;
 	if (!s->opt.stage_bytes)
 		s->opt.stage_bytes = DEFAULT_STAGE_BYTES;
-	if (!s->opt.delta_bytes)
-		s->opt.delta_bytes = UINT64_C(1) << 30;
 	if (!s->opt.map_size)
 		s->opt.map_size = s->opt.max_bytes * 2 + (UINT64_C(64) << 20);
 	s->dir = strdup(dir);

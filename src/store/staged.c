@@ -151,7 +151,7 @@ static void *scan_run(void *arg)
 			failed = 1;
 			break;
 		}
-		g->tags[i] = ((const unsigned char *)b->data)[0];
+		g->tags[i] = store_check_tag(b);
 		end += b->size;
 		uint64_t send = g->plan.layer_end[i], stotal = g->stream.total;
 		for (; next < g->n_chunks; next++) {

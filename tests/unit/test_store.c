@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checksum.h"
 #include "hashwrap.h"
 #include "prefix.h"
 #include "store/blocks.h"
@@ -1414,6 +1415,163 @@ static void test_staged_crash_gives_back_blocks(void **state)
 	assert_int_equal(stats.bytes, 0);
 }
 
+/* Flips a bit of the byte `back` bytes before the end of part (0 k, 1 v)
+ * of block 0 of layer 2 under tokens t, keeping the part's stored sum. */
+static void flip_block_byte(struct fixture *f, const uint32_t *t, unsigned part, size_t back)
+{
+	uint8_t h[5][PREFIX_NODE_LEN];
+	prefix_block_hashes(f->m->fingerprint, "", 0, t, 64, h);
+	unsigned char bk[STORE_BLOCK_KEY_LEN];
+	memcpy(bk, h[64 / PREFIX_BLOCK], PREFIX_NODE_LEN);
+	store_be32(bk + PREFIX_NODE_LEN, 2);
+	bk[PREFIX_NODE_LEN + 4] = (unsigned char)part;
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	MDB_val k = {sizeof(bk), bk}, v;
+	assert_int_equal(mdb_get(txn, f->st->blocks, &k, &v), 0);
+	unsigned char *copy = malloc(v.mv_size);
+	memcpy(copy, v.mv_data, v.mv_size);
+	copy[v.mv_size - back] ^= 0x10;
+	MDB_val nv = {v.mv_size, copy};
+	assert_int_equal(mdb_put(txn, f->st->blocks, &k, &nv, 0), 0);
+	free(copy);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
+/* A delta of a conversation turn: its KDA layers whole and, of its MLA
+ * layer, rows [r, p) (k rows, then v rows), with the whole blob's sum. */
+struct delta_req {
+	struct storeutil_snap whole;
+	struct store_blob blobs[4];
+	unsigned char *rows;
+	struct store_publish_req req;
+};
+
+static void delta_make(struct fixture *f, struct delta_req *d, const uint32_t *t, uint32_t p,
+                       uint32_t r, uint32_t rows_seed, uint32_t seed)
+{
+	d->whole = storeutil_conv_snap(f->m, p, rows_seed, seed);
+	for (uint32_t i = 0; i < d->whole.n; i++) {
+		d->blobs[i] = d->whole.blobs[i];
+		const struct model_layer *l = &f->m->layers[i];
+		if (l->mixer != MODEL_MIXER_MLA)
+			continue;
+		size_t kb = (size_t)l->k_row * 4, vb = (size_t)l->v_row * 4;
+		const unsigned char *w = d->whole.bufs[i];
+		d->rows = malloc((size_t)(p - r) * (kb + vb) + 1);
+		memcpy(d->rows, w + 9 + (size_t)r * kb, (size_t)(p - r) * kb);
+		memcpy(d->rows + (size_t)(p - r) * kb, w + 13 + (size_t)p * kb + (size_t)r * vb,
+		       (size_t)(p - r) * vb);
+		d->blobs[i].data = d->rows;
+		d->blobs[i].size = (uint64_t)(p - r) * (kb + vb);
+		d->blobs[i].xxh3 = checksum_blob(w, d->whole.blobs[i].size, i);
+	}
+	d->req = (struct store_publish_req){f->m->fingerprint, "", 0, t, p, d->blobs, d->whole.n};
+}
+
+static void delta_free(struct delta_req *d)
+{
+	free(d->rows);
+	storeutil_snap_free(&d->whole);
+}
+
+/* Assembles and publishes a delta. Returns the publish's code, or the
+ * assembly's (with *refused) when it fails. */
+static enum status_code delta_publish(struct fixture *f, const uint32_t *t, uint32_t p, uint32_t r,
+                                      const uint8_t *base, uint32_t rows_seed, uint32_t seed,
+                                      struct store_publish_res *res, int *refused,
+                                      struct status *st)
+{
+	struct delta_req d;
+	delta_make(f, &d, t, p, r, rows_seed, seed);
+	struct store_delta a;
+	enum status_code code = store_delta_assemble(f->st, &d.req, base, r, &a, refused, st);
+	if (code == STATUS_OK) {
+		struct store_publish_req whole = d.req;
+		whole.blobs = a.blobs;
+		code = store_publish(f->st, &whole, res, st);
+		store_delta_free(&a);
+	}
+	delta_free(&d);
+	return code;
+}
+
+/* Delta publish in the store: the base's rows are taken from the map, not
+ * copied, whatever the rows named (at a block boundary or inside a block),
+ * in one transaction and staged; every restore is byte-identical and the
+ * rows are stored once. */
+static void check_delta_publish(struct fixture *f)
+{
+	uint32_t t[300];
+	seq(t, 300, 61);
+	struct store_publish_res a = {0}, b = {0}, c = {0};
+	struct status st;
+	int refused = 0;
+	assert_int_equal(conv_publish(f, t, 130, 1, 1, &a), STATUS_OK);
+	/* from the base's last row (inside block 2) */
+	assert_int_equal(delta_publish(f, t, 290, 130, a.key, 1, 2, &b, &refused, &st), STATUS_OK);
+	assert_true(b.created);
+	expect_conv(f, b.key, 290, 1, 2);
+	/* from fewer rows than the base holds, at a block boundary */
+	assert_int_equal(delta_publish(f, t, 200, 64, a.key, 1, 3, &c, &refused, &st), STATUS_OK);
+	expect_conv(f, c.key, 200, 1, 3);
+	expect_conv(f, a.key, 130, 1, 1);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 290 / STORE_DEFAULT_ROW_BLOCK);
+	assert_int_equal(stats.blocks_mismatched, 0);
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, NULL, NULL, &checked, &damaged, &st), STATUS_OK);
+	assert_int_equal(damaged, 0);
+	/* a NaN among the new rows: refused as invalid, nothing stored */
+	struct delta_req d;
+	delta_make(f, &d, t, 280, 130, 1, 4);
+	float nan = __builtin_nanf("");
+	memcpy(d.rows + 40, &nan, 4);
+	struct store_delta asm_;
+	assert_int_equal(store_delta_assemble(f->st, &d.req, a.key, 130, &asm_, &refused, &st),
+	                 STATUS_INVALID);
+	assert_false(refused);
+	assert_non_null(strstr(st.message, "non-finite"));
+	delta_free(&d);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 3);
+}
+
+static void test_delta_publish_in_store(void **state)
+{
+	check_delta_publish(*state);
+}
+
+static void test_staged_delta_publish_in_store(void **state)
+{
+	reopen_tiny_stages(*state);
+	check_delta_publish(*state);
+}
+
+/* A base whose rows are damaged on disk (a shared block's, its sum left as
+ * it was): the assembled blob does not hash to the worker's sum, so the
+ * delta is refused and nothing is stored; the worker publishes whole. */
+static void test_delta_of_damaged_base_refused(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[300];
+	seq(t, 300, 67);
+	struct store_publish_res a = {0}, b = {0};
+	assert_int_equal(conv_publish(f, t, 130, 1, 1, &a), STATUS_OK);
+	flip_block_byte(f, t, 1, 3); /* block 0's v rows */
+	struct status st;
+	int refused = 0;
+	assert_int_equal(delta_publish(f, t, 250, 130, a.key, 1, 2, &b, &refused, &st),
+	                 STATUS_INVALID);
+	assert_true(refused);
+	assert_non_null(strstr(st.message, "hashes to"));
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 1);
+	assert_int_equal(stats.blocks, 2);
+}
+
 /* A shared block damaged on disk: each deferred restore finds exactly that
  * piece; the first restore that checks it quarantines every entry that uses
  * the block, so none is served. */
@@ -1426,23 +1584,7 @@ static void test_damaged_block_refused(void **state)
 	assert_int_equal(conv_publish(f, t, 100, 1, 1, &a), STATUS_OK);
 	assert_int_equal(conv_publish(f, t, 180, 1, 2, &b), STATUS_OK);
 	/* flip a byte of block 0's k rows (layer 2), keeping its stored sum */
-	uint8_t h[5][PREFIX_NODE_LEN];
-	prefix_block_hashes(f->m->fingerprint, "", 0, t, 64, h);
-	unsigned char bk[STORE_BLOCK_KEY_LEN];
-	memcpy(bk, h[64 / PREFIX_BLOCK], PREFIX_NODE_LEN);
-	store_be32(bk + PREFIX_NODE_LEN, 2);
-	bk[PREFIX_NODE_LEN + 4] = 0;
-	MDB_txn *txn;
-	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
-	MDB_val k = {sizeof(bk), bk}, v;
-	assert_int_equal(mdb_get(txn, f->st->blocks, &k, &v), 0);
-	unsigned char *copy = malloc(v.mv_size);
-	memcpy(copy, v.mv_data, v.mv_size);
-	copy[v.mv_size - 1] ^= 0x10;
-	MDB_val nv = {v.mv_size, copy};
-	assert_int_equal(mdb_put(txn, f->st->blocks, &k, &nv, 0), 0);
-	free(copy);
-	assert_int_equal(mdb_txn_commit(txn), 0);
+	flip_block_byte(f, t, 0, 1);
 	struct store_snapshot *snap;
 	struct status st;
 	int refused = 0;
@@ -2110,6 +2252,11 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_staged_failure_gives_back_blocks, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_staged_crash_gives_back_blocks, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_delta_publish_in_store, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_staged_delta_publish_in_store, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_delta_of_damaged_base_refused, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_block_refused, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_checks_blocks, setup, teardown),
