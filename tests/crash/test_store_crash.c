@@ -1,5 +1,7 @@
 /* Crash safety: a child process publishes in a loop and is SIGKILLed at a
- * random moment, 200 times. After each kill the store opens, verify finds
+ * random moment, 200 times. Its conversation turns share MLA blocks, some
+ * are deltas of the turn before (their base's rows taken in place) and some
+ * are staged. After each kill the store opens, verify finds
  * nothing damaged, and every entry present restores whole. The big entries
  * are larger than the stage size, so they are written in several
  * transactions (store_staged.c): a kill between them leaves chunks under a
@@ -23,8 +25,56 @@
 
 #define KILLS 200
 
+/* The last turn this child published of a conversation (under a model). */
+struct last_turn {
+	uint32_t p;
+	uint8_t key[STORE_KEY_LEN];
+};
+
+/* Publishes req as a delta of the turn lt: its KDA layers whole and its MLA
+ * rows past lt->p. 0 when it was stored (lt then names it). */
+static int publish_delta(struct store *st, const struct model_spec *m,
+                         const struct store_publish_req *req, const struct storeutil_snap *s,
+                         struct last_turn *lt)
+{
+	struct store_blob blobs[8];
+	unsigned char *rows[8] = {0};
+	uint32_t p = req->n_tokens, r = lt->p;
+	for (uint32_t i = 0; i < s->n && i < 8; i++) {
+		blobs[i] = s->blobs[i];
+		const struct model_layer *l = &m->layers[i];
+		if (l->mixer != MODEL_MIXER_MLA)
+			continue;
+		size_t kb = (size_t)l->k_row * 4, vb = (size_t)l->v_row * 4;
+		rows[i] = malloc((size_t)(p - r) * (kb + vb));
+		memcpy(rows[i], s->bufs[i] + 9 + (size_t)r * kb, (size_t)(p - r) * kb);
+		memcpy(rows[i] + (size_t)(p - r) * kb,
+		       s->bufs[i] + 13 + (size_t)p * kb + (size_t)r * vb, (size_t)(p - r) * vb);
+		blobs[i].data = rows[i];
+		blobs[i].size = (uint64_t)(p - r) * (kb + vb);
+	}
+	struct store_publish_req dreq = *req;
+	dreq.blobs = blobs;
+	struct store_delta d;
+	int refused = 0, rc = -1;
+	if (store_delta_assemble(st, &dreq, lt->key, r, &d, &refused, NULL) == STATUS_OK) {
+		dreq.blobs = d.blobs;
+		struct store_publish_res res;
+		if (store_publish(st, &dreq, &res, NULL) == STATUS_OK) {
+			lt->p = p;
+			memcpy(lt->key, res.key, STORE_KEY_LEN);
+			rc = 0;
+		}
+		store_delta_free(&d);
+	}
+	for (uint32_t i = 0; i < 8; i++)
+		free(rows[i]);
+	return rc;
+}
+
 static void child(const char *dir, uint32_t iter)
 {
+	struct last_turn last[3][2] = {0};
 	struct store *st;
 	struct store_options o = {
 	        .max_bytes = 48u << 20, .durability = STORE_SAFE, .stage_bytes = 1u << 20};
@@ -54,7 +104,15 @@ static void child(const char *dir, uint32_t iter)
 		struct storeutil_snap s = storeutil_conv_snap(cm, p, c, iter + k);
 		struct store_publish_req req = {cm->fingerprint, "", 0, conv, p, s.blobs, s.n};
 		struct store_publish_res res;
-		store_publish(st, &req, &res, NULL);
+		/* a longer turn than this conversation's last: a delta of it,
+		 * taking the last one's rows in place */
+		struct last_turn *lt = &last[c][k % 2];
+		if (lt->p && lt->p < p && publish_delta(st, cm, &req, &s, lt) == 0) {
+			/* published */
+		} else if (store_publish(st, &req, &res, NULL) == STATUS_OK) {
+			lt->p = p;
+			memcpy(lt->key, res.key, STORE_KEY_LEN);
+		}
 		storeutil_snap_free(&s);
 		if (k % 5 == 4) {
 			struct store_evict_req req = {.to_bytes_set = 1, .to_bytes = 24u << 20};
