@@ -106,6 +106,12 @@ struct store_rows {
 	unsigned char vcount[4]; /* v count */
 	const struct store_segment *k, *v;
 	uint32_t n_k, n_v;
+	/* The base's shared blocks among these rows: block b < n_known (of
+	 * row_block rows) with bit b of known set is a block the base entry
+	 * uses, so while the base is stored it holds exactly these rows. */
+	const uint8_t *base; /* the base entry's key */
+	const unsigned char *known;
+	uint32_t n_known, row_block;
 };
 
 struct store_blob {
@@ -210,6 +216,7 @@ struct store_delta {
 	struct store_blob *blobs; /* every layer (the request's own, or assembled) */
 	uint32_t n_blobs;
 	struct store_rows *rows;       /* the assembled layers' pieces */
+	unsigned char *known;          /* the base's map, copied */
 	struct store_segment **pieces; /* per layer, owned */
 	struct store_snapshot *base;   /* the base's rows, in the map */
 };

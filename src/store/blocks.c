@@ -73,6 +73,22 @@ static int put_count(struct store *s, MDB_txn *txn, const unsigned char *rk, uin
 	return count ? mdb_put(txn, s->blockrefs, &k, &v, 0) : mdb_del(txn, s->blockrefs, &k, NULL);
 }
 
+int store_blocks_addref(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                        int *shared)
+{
+	unsigned char rk[STORE_BLOCK_REF_LEN];
+	ref_key(rk, node, layer);
+	MDB_val key = {sizeof(rk), rk}, cv;
+	*shared = 0;
+	int rc = mdb_get(txn, s->blockrefs, &key, &cv);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc || cv.mv_size != 4 || store_get_be32(cv.mv_data) == UINT32_MAX)
+		return rc;
+	*shared = 1;
+	return put_count(s, txn, rk, store_get_be32(cv.mv_data) + 1);
+}
+
 int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
                      const void *k, size_t klen, const void *v, size_t vlen, int *shared,
                      uint64_t *added)

@@ -41,6 +41,11 @@ int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_
                      const void *k, size_t klen, const void *v, size_t vlen, int *shared,
                      uint64_t *added);
 
+/* Counts one more reference to the stored block (node, layer): *shared 1,
+ * or 0 when it is not stored (or its count is damaged or full). */
+int store_blocks_addref(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                        int *shared);
+
 /* Counts one reference fewer; at none, deletes the block and adds its bytes
  * to *freed. A block that is missing counts nothing. */
 int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,

@@ -7,6 +7,7 @@
 #include "blob.h"
 #include "env.h"
 #include "prefix.h"
+#include "record.h"
 #include "xxh_dispatch.h"
 
 /* Appends the pieces of bytes [off, off+len) of a restored layer (its views
@@ -40,9 +41,35 @@ void store_delta_free(struct store_delta *d)
 		free(d->pieces[i]);
 	free(d->pieces);
 	free(d->rows);
+	free(d->known);
 	free(d->blobs);
 	store_snapshot_release(d->base);
 	memset(d, 0, sizeof(*d));
+}
+
+/* A copy of the base record's map (NULL when it shares nothing), its bytes
+ * per MLA layer and its row block. 0, or -1 when out of memory. */
+static int base_map(struct store *s, const uint8_t *base, unsigned char **map, uint32_t *per,
+                    uint32_t *rb)
+{
+	*map = NULL;
+	MDB_txn *txn;
+	if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
+		return 0; /* no hint: every block is compared */
+	struct store_record r;
+	int rc = 0;
+	if (store_record_read(s, txn, base, &r) == 0 && r.row_block && r.map_len) {
+		*map = malloc(r.map_len);
+		if (*map) {
+			memcpy(*map, r.map, r.map_len);
+			*per = store_record_map_bytes(r.prefix_len, r.row_block);
+			*rb = r.row_block;
+		} else {
+			rc = -1;
+		}
+	}
+	mdb_txn_abort(txn);
+	return rc;
 }
 
 /* The XXH3 of an assembled layer, as checksum_blob() of its bytes whole. */
@@ -118,7 +145,12 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 		goto out;
 	}
 	out->n_blobs = n;
-	for (uint32_t i = 0; i < n; i++) {
+	uint32_t known_per = 0, known_rb = 0;
+	if (base_map(s, base, &out->known, &known_per, &known_rb) != 0) {
+		code = status_set(st, STATUS_INTERNAL, "out of memory");
+		goto out;
+	}
+	for (uint32_t i = 0, mla = 0; i < n; i++) {
 		const struct model_layer *l = &m->layers[i];
 		out->blobs[i] = req->blobs[i];
 		if (l->mixer != MODEL_MIXER_MLA)
@@ -167,6 +199,13 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 		le32(r->head + 1, p);
 		le32(r->head + 5, p * l->k_row);
 		le32(r->vcount, p * l->v_row);
+		if (out->known && known_rb) { /* the base's blocks wholly among its rows */
+			r->base = base;
+			r->known = out->known + (size_t)mla * known_per;
+			r->n_known = base_rows / known_rb;
+			r->row_block = known_rb;
+		}
+		mla++;
 		/* the new rows are checked here; the base's were when it was
 		 * stored, and any damage since fails the sum below */
 		struct blob_f32vec nv[2] = {{d, (uint32_t)((p - base_rows) * l->k_row)},

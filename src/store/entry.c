@@ -153,6 +153,11 @@ static int plan_mla(const struct store_publish_req *r, const struct model_layer 
 		const unsigned char *v = rows_at(p, &w[1], (uint64_t)b * rb * row[1], rb * row[1]);
 		if (!k || !v)
 			return ENOMEM;
+		const struct store_rows *rw = blob->rows;
+		int known = rw && rw->known && rw->row_block == rb && b < rw->n_known &&
+		            ((rw->known[b / 8] >> (b % 8)) & 1);
+		if (known)
+			p->base = rw->base;
 		p->blocks[p->n_blocks++] = (struct store_plan_block){
 		        .layer = i,
 		        .block = b,
@@ -162,6 +167,7 @@ static int plan_mla(const struct store_publish_req *r, const struct model_layer 
 		        .v = v,
 		        .klen = rb * row[0],
 		        .vlen = rb * row[1],
+		        .known = known,
 		};
 	}
 	/* k: the words before its rows, then its tail; v: its count, its tail */
@@ -248,11 +254,17 @@ int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
 		plan->map[(size_t)b->mla * plan->map_per + b->block / 8] &=
 		        (unsigned char)~(1u << (b->block % 8));
 	}
+	/* a delta's base, still stored, vouches for the blocks it uses */
+	struct store_record base;
+	int base_stored = plan->base && store_record_read(s, txn, plan->base, &base) == 0;
 	for (; now->placed < to; now->placed++) {
 		const struct store_plan_block *b = &plan->blocks[now->placed];
-		int shared = 0;
-		int rc = store_blocks_use(s, txn, b->node, b->layer, b->k, b->klen, b->v, b->vlen,
-		                          &shared, &now->added);
+		int shared = 0, rc = 0;
+		if (b->known && base_stored)
+			rc = store_blocks_addref(s, txn, b->node, b->layer, &shared);
+		if (!rc && !shared)
+			rc = store_blocks_use(s, txn, b->node, b->layer, b->k, b->klen, b->v,
+			                      b->vlen, &shared, &now->added);
 		if (!rc && shared && hold)
 			rc = store_blocks_hold(s, txn, key, b->node, b->layer);
 		if (!rc && !shared) {

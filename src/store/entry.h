@@ -15,6 +15,7 @@ struct store_plan_block {
 	const uint8_t *node; /* its name: the chained node hash of its last row */
 	const unsigned char *k, *v;
 	size_t klen, vlen;
+	int known; /* a block the delta's base uses (store_rows.known) */
 };
 
 /* What a plan has placed: a mark to go back to when a transaction that
@@ -43,6 +44,7 @@ struct store_entry_plan {
 	struct store_plan_mark now;  /* what is placed in the current transaction */
 	struct store_plan_mark done; /* what committed transactions placed */
 	uint8_t (*nodes)[PREFIX_NODE_LEN];
+	const uint8_t *base;   /* a delta's base entry (its known blocks) */
 	unsigned char **owned; /* blocks whose rows span a delta's pieces, copied */
 	size_t n_owned, cap_owned;
 };
@@ -61,7 +63,9 @@ void store_entry_plan_free(struct store_entry_plan *plan);
  * stored one has the same bytes or none is stored (one more reference; with
  * hold, also a held row under key, blocks.h, for a publish whose record
  * comes in a later transaction), or else written as the entry's next private
- * block under key. */
+ * block under key. A delta's block that its base uses is not compared while
+ * the base is stored: a stored block never changes, and the base's
+ * reference keeps it, so it holds the very rows the delta took from it. */
 int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
                       struct store_entry_plan *plan, uint32_t to, int hold);
 
