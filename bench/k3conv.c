@@ -146,9 +146,9 @@ int main(int argc, char **argv)
 	long n_rounds = rounds_env_c ? strtol(rounds_env_c, NULL, 10) : 3;
 	if (n_rounds < 1 || n_rounds > MAX_ROUNDS)
 		n_rounds = 3;
-	double secs[MAX_ROUNDS][TURNS], med[TURNS];
-	uint32_t delta[TURNS];
-	uint64_t whole_of[TURNS];
+	double secs[MAX_ROUNDS][TURNS] = {{0}}, med[TURNS] = {0};
+	uint32_t delta[TURNS] = {0};
+	uint64_t whole_of[TURNS] = {0};
 	uint64_t kda_bytes = 0, mla_row = 0, logical_last = 0;
 	for (uint32_t i = 0; i < m->n_layers; i++) {
 		if (m->layers[i].mixer == MODEL_MIXER_KDA)
@@ -206,7 +206,7 @@ int main(int argc, char **argv)
 	printf("%-6s %8s %10s %12s %10s %10s  %s\n", "turn", "tokens", "whole GiB",
 	       "sent rows from", "publish s", "GB/s*", "each round, s");
 	for (int t = 0; t < TURNS; t++) {
-		double v[MAX_ROUNDS];
+		double v[MAX_ROUNDS] = {0};
 		for (long r = 0; r < n_rounds; r++)
 			v[r] = secs[r][t];
 		med[t] = median(v, n_rounds);
