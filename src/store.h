@@ -112,6 +112,7 @@ struct store_rows {
 	const uint8_t *base; /* the base entry's key */
 	const unsigned char *known;
 	uint32_t n_known, row_block;
+	uint64_t base_sum; /* the base's layer, whole: the blocks are its */
 };
 
 struct store_blob {

@@ -167,7 +167,9 @@ int store_blocks_hold(struct store *s, MDB_txn *txn, const uint8_t *key, const u
 	memcpy(hk, key, STORE_KEY_LEN);
 	ref_key(hk + STORE_KEY_LEN, node, layer);
 	MDB_val k = {sizeof(hk), hk}, v = {0, NULL};
-	return mdb_put(txn, s->held, &k, &v, 0);
+	/* one row per reference: a second one under the key is a second
+	 * publish of it, which must not happen (MDB_KEYEXIST fails it) */
+	return mdb_put(txn, s->held, &k, &v, MDB_NOOVERWRITE);
 }
 
 /* The held rows of key, copied out (deleting under a cursor is fragile). */

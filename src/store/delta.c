@@ -101,6 +101,7 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 	struct store_snapshot *snap = NULL;
 	XXH3_state_t *hs = NULL;
 	enum status_code code = STATUS_OK;
+	int check_base = 0;
 	if (n != m->n_layers) {
 		code = status_set(st, STATUS_INVALID, "delta publish: %u layers; model %s has %u",
 		                  n, m->name, m->n_layers);
@@ -145,6 +146,16 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 		goto out;
 	}
 	out->n_blobs = n;
+	for (uint32_t i = 0; i < n; i++)
+		if (m->layers[i].mixer == MODEL_MIXER_MLA &&
+		    (uint64_t)p * (m->layers[i].k_row > m->layers[i].v_row ? m->layers[i].k_row
+		                                                           : m->layers[i].v_row) >
+		            UINT32_MAX) {
+			code = status_set(st, STATUS_INVALID,
+			                  "layer %u: %u rows do not fit the blob's 32-bit counts",
+			                  i, p);
+			goto out;
+		}
 	uint32_t known_per = 0, known_rb = 0;
 	if (base_map(s, base, &out->known, &known_per, &known_rb) != 0) {
 		code = status_set(st, STATUS_INTERNAL, "out of memory");
@@ -204,6 +215,7 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 			r->known = out->known + (size_t)mla * known_per;
 			r->n_known = base_rows / known_rb;
 			r->row_block = known_rb;
+			r->base_sum = bl->xxh3;
 		}
 		mla++;
 		/* the new rows are checked here; the base's were when it was
@@ -225,6 +237,8 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 		}
 		uint64_t sum = rows_sum(r, i, hs);
 		if (!req->blobs[i].xxh3 || sum != req->blobs[i].xxh3) {
+			check_base =
+			        req->blobs[i].xxh3 != 0; /* the worker's rows, or the base's? */
 			code = REFUSE(
 			        STATUS_INVALID,
 			        "layer %u: the base's rows and these make a blob that hashes to "
@@ -246,6 +260,15 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 out:
 	XXH3_freeState(hs);
 	store_snapshot_release(snap);
+	if (check_base) {
+		/* the restore above checked nothing (deferred); this one checks every
+		 * piece of the base and takes it out of service if one is damaged
+		 * (and every entry that uses a damaged block), as a restore would */
+		struct store_snapshot *chk = NULL;
+		struct status cst;
+		if (store_restore_opt(s, base, 0, &chk, &cst) == STATUS_OK)
+			store_snapshot_release(chk);
+	}
 	model_free(m);
 	if (code != STATUS_OK)
 		store_delta_free(out);

@@ -168,6 +168,7 @@ static int plan_mla(const struct store_publish_req *r, const struct model_layer 
 		        .klen = rb * row[0],
 		        .vlen = rb * row[1],
 		        .known = known,
+		        .base_sum = known ? rw->base_sum : 0,
 		};
 	}
 	/* k: the words before its rows, then its tail; v: its count, its tail */
@@ -242,6 +243,19 @@ void store_entry_plan_free(struct store_entry_plan *plan)
 	memset(plan, 0, sizeof(*plan));
 }
 
+/* Whether the stored base record still uses block b with the rows the
+ * delta took: the same layer (by its sum) and the block shared. */
+static int base_vouches(const struct store_record *base, const struct store_plan_block *b)
+{
+	uint8_t tag;
+	uint64_t size, sum;
+	if (b->layer >= base->n_layers || base->row_block == 0)
+		return 0;
+	store_record_layer(base, b->layer, &tag, &size, &sum);
+	return sum == b->base_sum && b->block < base->prefix_len / base->row_block &&
+	       store_record_shared(base, b->mla, b->block);
+}
+
 int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
                       struct store_entry_plan *plan, uint32_t to, int hold)
 {
@@ -256,11 +270,12 @@ int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
 	}
 	/* a delta's base, still stored, vouches for the blocks it uses */
 	struct store_record base;
-	int base_stored = plan->base && store_record_read(s, txn, plan->base, &base) == 0;
+	int base_stored = plan->base && store_record_read(s, txn, plan->base, &base) == 0 &&
+	                  !(base.flags & STORE_FLAG_QUARANTINED);
 	for (; now->placed < to; now->placed++) {
 		const struct store_plan_block *b = &plan->blocks[now->placed];
 		int shared = 0, rc = 0;
-		if (b->known && base_stored)
+		if (b->known && base_stored && base_vouches(&base, b))
 			rc = store_blocks_addref(s, txn, b->node, b->layer, &shared);
 		if (!rc && !shared)
 			rc = store_blocks_use(s, txn, b->node, b->layer, b->k, b->klen, b->v,

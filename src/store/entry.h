@@ -15,7 +15,8 @@ struct store_plan_block {
 	const uint8_t *node; /* its name: the chained node hash of its last row */
 	const unsigned char *k, *v;
 	size_t klen, vlen;
-	int known; /* a block the delta's base uses (store_rows.known) */
+	int known;         /* a block the delta's base uses (store_rows.known) */
+	uint64_t base_sum; /* the base's layer it was taken from */
 };
 
 /* What a plan has placed: a mark to go back to when a transaction that
@@ -64,7 +65,8 @@ void store_entry_plan_free(struct store_entry_plan *plan);
  * hold, also a held row under key, blocks.h, for a publish whose record
  * comes in a later transaction), or else written as the entry's next private
  * block under key. A delta's block that its base uses is not compared while
- * the base is stored: a stored block never changes, and the base's
+ * the base is stored, unquarantined, with the same layer (its sum) and
+ * still sharing the block: a stored block never changes, and the base's
  * reference keeps it, so it holds the very rows the delta took from it. */
 int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
                       struct store_entry_plan *plan, uint32_t to, int hold);

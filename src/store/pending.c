@@ -182,6 +182,22 @@ int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint6
 	return mdb_put(txn, s->pending, &k, &pv, 0);
 }
 
+int store_pending_reclaim(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *freed)
+{
+	if (!s->has_pending)
+		return 0;
+	MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
+	int rc = mdb_get(txn, s->pending, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc)
+		return rc;
+	if ((rc = store_chunks_delete(s, txn, key)) != 0 ||
+	    (rc = store_blocks_release(s, txn, key, freed)) != 0)
+		return rc;
+	return store_pending_drop(s, txn, key);
+}
+
 int store_pending_drop(struct store *s, MDB_txn *txn, const uint8_t *key)
 {
 	MDB_val k = {STORE_KEY_LEN, (void *)key};

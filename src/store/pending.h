@@ -37,6 +37,11 @@ int store_pending_busy(struct store *s, MDB_txn *txn, const uint8_t *key);
 int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t bytes,
                         uint64_t *freed);
 
+/* Before a one-transaction publish of key, which has no record: removes
+ * what a dead staged publish of it left (its chunks, its held references,
+ * adding what they free to *freed, its pending row). */
+int store_pending_reclaim(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *freed);
+
 /* Removes key's pending row (absent: nothing to do). */
 int store_pending_drop(struct store *s, MDB_txn *txn, const uint8_t *key);
 

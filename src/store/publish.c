@@ -99,6 +99,12 @@ static int write_entry(struct store *s, MDB_txn *txn, struct pending *p,
 		return rc == 0 ? MDB_KEYEXIST : rc;
 	if (rc && rc != MDB_NOTFOUND)
 		return rc;
+	/* a staged publish of it whose process died (write_all saw no live one)
+	 * may have left chunks and held references under the key */
+	uint64_t freed = 0;
+	if ((rc = store_pending_reclaim(s, txn, key, &freed)) != 0)
+		return rc;
+	totals->bytes = totals->bytes >= freed ? totals->bytes - freed : 0;
 	/* which rows are shared blocks, and what the entry's own chunks hold */
 	struct store_entry_plan plan;
 	if ((rc = store_entry_plan(s, r, p->m, &plan)) != 0)

@@ -1362,6 +1362,55 @@ static void test_staged_failure_gives_back_blocks(void **state)
 	expect_conv(f, res.key, 290, 1, 2);
 }
 
+/* A one-transaction publish of a key whose staged publish died in another
+ * process (its pending row dead, a held reference and a chunk left under the
+ * key, the store still open here) takes them back first: no reference
+ * leaks, nothing of the dead publish stays under the entry. */
+static void test_publish_reclaims_dead_staged_key(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[300];
+	seq(t, 300, 97);
+	struct store_publish_res a, b;
+	assert_int_equal(conv_publish(f, t, 130, 1, 1, &a), STATUS_OK); /* blocks 0, 1 */
+	uint8_t key[STORE_KEY_LEN], h[5][PREFIX_NODE_LEN];
+	assert_int_equal(prefix_key(f->m->fingerprint, "", 0, t, 200, key), 0);
+	prefix_block_hashes(f->m->fingerprint, "", 0, t, 64, h);
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	unsigned char row[28] = {0};
+	store_be32(row, 999999999u); /* no such process */
+	store_be64(row + 4, 1);
+	MDB_val pk = {STORE_KEY_LEN, key}, pv = {sizeof(row), row};
+	assert_int_equal(mdb_put(txn, f->st->pending, &pk, &pv, 0), 0);
+	int shared = 0;
+	assert_int_equal(store_blocks_addref(f->st, txn, h[64 / PREFIX_BLOCK], 2, &shared), 0);
+	assert_true(shared);
+	assert_int_equal(store_blocks_hold(f->st, txn, key, h[64 / PREFIX_BLOCK], 2), 0);
+	assert_int_equal(store_chunks_put(f->st, txn, key, STORE_CHUNK_PRIVATE + 40, "junk", 4), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+
+	assert_int_equal(conv_publish(f, t, 200, 1, 2, &b), STATUS_OK);
+	assert_true(b.created);
+	expect_conv(f, b.key, 200, 1, 2);
+	struct status st;
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, NULL, NULL, &checked, &damaged, &st), STATUS_OK);
+	assert_int_equal(damaged, 0);
+	MDB_val cv;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(store_chunks_get(f->st, txn, key, STORE_CHUNK_PRIVATE + 40, &cv),
+	                 MDB_NOTFOUND);
+	mdb_txn_abort(txn);
+	struct store_evict_req all = {.all = 1};
+	struct store_evict_res er;
+	assert_int_equal(store_evict(f->st, &all, NULL, NULL, &er, NULL), STATUS_OK);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 0);
+	assert_int_equal(stats.chunks, 0);
+}
+
 /* A process that dies with a staged publish holding block references: the
  * next open gives them back (the blocks it stored first go, the others
  * count one fewer) before anything else runs. */
@@ -1570,6 +1619,10 @@ static void test_delta_of_damaged_base_refused(void **state)
 	store_get_stats(f->st, &stats, NULL);
 	assert_int_equal(stats.entries, 1);
 	assert_int_equal(stats.blocks, 2);
+	/* and the base, found damaged by the check that followed, is out of service */
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, a.key, &snap, &st), STATUS_NOT_FOUND);
+	assert_non_null(strstr(st.message, "quarantined"));
 }
 
 /* A shared block damaged on disk: each deferred restore finds exactly that
@@ -2252,6 +2305,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_staged_failure_gives_back_blocks, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_staged_crash_gives_back_blocks, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_publish_reclaims_dead_staged_key, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_delta_publish_in_store, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_staged_delta_publish_in_store, setup,
