@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "blocks.h"
-#include "xxh_dispatch.h"
 
 static void ref_key(unsigned char out[STORE_BLOCK_REF_LEN], const uint8_t *node, uint32_t layer)
 {
@@ -38,14 +37,8 @@ static int put_part(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t
 {
 	unsigned char bk[STORE_BLOCK_KEY_LEN];
 	block_key(bk, node, layer, part);
-	MDB_val k = {sizeof(bk), bk}, v = {len + 8, NULL};
-	int rc = mdb_put(txn, s->blocks, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
-	if (rc)
-		return rc;
-	uint64_t sum = XXH3_64bits_withSeed(rows, len, layer);
-	memcpy(v.mv_data, &sum, 8);
-	memcpy((unsigned char *)v.mv_data + 8, rows, len);
-	return 0;
+	MDB_val k = {sizeof(bk), bk};
+	return store_value_put(txn, s->blocks, &k, rows, len, layer, MDB_NOOVERWRITE);
 }
 
 /* Whether the stored part holds exactly these rows. */
@@ -73,20 +66,35 @@ static int put_count(struct store *s, MDB_txn *txn, const unsigned char *rk, uin
 	return count ? mdb_put(txn, s->blockrefs, &k, &v, 0) : mdb_del(txn, s->blockrefs, &k, NULL);
 }
 
+/* The reference count of (node, layer), its key in rk: 0 with *count,
+ * MDB_NOTFOUND, MDB_CORRUPTED when the stored count is damaged, or an LMDB
+ * code. */
+static int get_count(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                     unsigned char rk[STORE_BLOCK_REF_LEN], uint32_t *count)
+{
+	ref_key(rk, node, layer);
+	MDB_val key = {STORE_BLOCK_REF_LEN, rk}, cv;
+	int rc = mdb_get(txn, s->blockrefs, &key, &cv);
+	if (!rc && cv.mv_size != 4)
+		return MDB_CORRUPTED;
+	if (!rc)
+		*count = store_get_be32(cv.mv_data);
+	return rc;
+}
+
 int store_blocks_addref(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
                         int *shared)
 {
 	unsigned char rk[STORE_BLOCK_REF_LEN];
-	ref_key(rk, node, layer);
-	MDB_val key = {sizeof(rk), rk}, cv;
+	uint32_t count;
 	*shared = 0;
-	int rc = mdb_get(txn, s->blockrefs, &key, &cv);
-	if (rc == MDB_NOTFOUND)
-		return 0;
-	if (rc || cv.mv_size != 4 || store_get_be32(cv.mv_data) == UINT32_MAX)
+	int rc = get_count(s, txn, node, layer, rk, &count);
+	if (rc == MDB_NOTFOUND || rc == MDB_CORRUPTED || (!rc && count == UINT32_MAX))
+		return 0; /* absent, damaged or full */
+	if (rc)
 		return rc;
 	*shared = 1;
-	return put_count(s, txn, rk, store_get_be32(cv.mv_data) + 1);
+	return put_count(s, txn, rk, count + 1);
 }
 
 int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
@@ -94,14 +102,12 @@ int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_
                      uint64_t *added)
 {
 	unsigned char rk[STORE_BLOCK_REF_LEN];
-	ref_key(rk, node, layer);
-	MDB_val key = {sizeof(rk), rk}, cv;
-	int rc = mdb_get(txn, s->blockrefs, &key, &cv);
+	uint32_t count;
+	int rc = get_count(s, txn, node, layer, rk, &count);
 	*shared = 0;
+	if (rc == MDB_CORRUPTED)
+		return 0; /* a damaged count: never write over rows others may use */
 	if (rc == 0) {
-		if (cv.mv_size != 4)
-			return 0; /* a damaged count: never write over rows others may use */
-		uint32_t count = store_get_be32(cv.mv_data);
 		int same_k = 0, same_v = 0;
 		if ((rc = same_part(s, txn, node, layer, 0, k, klen, &same_k)) != 0 ||
 		    (same_k && (rc = same_part(s, txn, node, layer, 1, v, vlen, &same_v)) != 0))
@@ -133,14 +139,16 @@ int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint3
                        uint64_t *freed)
 {
 	unsigned char rk[STORE_BLOCK_REF_LEN];
-	ref_key(rk, node, layer);
-	MDB_val key = {sizeof(rk), rk}, cv;
-	int rc = mdb_get(txn, s->blockrefs, &key, &cv);
+	uint32_t count;
+	int rc = get_count(s, txn, node, layer, rk, &count);
 	if (rc == MDB_NOTFOUND)
 		return 0;
+	if (rc == MDB_CORRUPTED) { /* a damaged count: the block goes with its user */
+		count = 1;
+		rc = 0;
+	}
 	if (rc)
 		return rc;
-	uint32_t count = cv.mv_size == 4 ? store_get_be32(cv.mv_data) : 1;
 	if (count > 1)
 		return put_count(s, txn, rk, count - 1);
 	for (unsigned part = 0; part < 2; part++) {

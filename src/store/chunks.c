@@ -61,14 +61,8 @@ int store_chunks_put(struct store *s, MDB_txn *txn, const uint8_t *key, uint32_t
 	unsigned char ck[STORE_CHUNK_KEY_LEN];
 	memcpy(ck, key, STORE_KEY_LEN);
 	store_be32(ck + STORE_KEY_LEN, c);
-	MDB_val k = {sizeof(ck), ck}, v = {len + 8, NULL};
-	int rc = mdb_put(txn, s->chunks, &k, &v, MDB_RESERVE);
-	if (rc)
-		return rc;
-	uint64_t sum = XXH3_64bits_withSeed(data, len, c);
-	memcpy(v.mv_data, &sum, 8);
-	memcpy((unsigned char *)v.mv_data + 8, data, len);
-	return 0;
+	MDB_val k = {sizeof(ck), ck};
+	return store_value_put(txn, s->chunks, &k, data, len, c, 0);
 }
 
 int store_chunks_get(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t c, MDB_val *v)

@@ -79,6 +79,19 @@ int store_totals_put(struct store *s, MDB_txn *txn, const struct store_totals *t
 	return mdb_put(txn, s->meta, &k, &v, 0);
 }
 
+int store_value_put(MDB_txn *txn, MDB_dbi dbi, MDB_val *key, const void *data, size_t len,
+                    uint64_t seed, unsigned flags)
+{
+	MDB_val v = {len + 8, NULL};
+	int rc = mdb_put(txn, dbi, key, &v, flags | MDB_RESERVE);
+	if (rc)
+		return rc;
+	uint64_t sum = XXH3_64bits_withSeed(data, len, seed);
+	memcpy(v.mv_data, &sum, 8);
+	memcpy((unsigned char *)v.mv_data + 8, data, len);
+	return 0;
+}
+
 int store_value_intact(const MDB_val *v, uint64_t seed)
 {
 	if (v->mv_size < 8)

@@ -97,6 +97,11 @@ int store_totals_put(struct store *s, MDB_txn *txn, const struct store_totals *t
  * (chunks and block parts). */
 int store_value_intact(const MDB_val *v, uint64_t seed);
 
+/* Writes such a value: data and its XXH3 (seed) under key in dbi, with
+ * mdb_put flags (MDB_RESERVE is added). */
+int store_value_put(MDB_txn *txn, MDB_dbi dbi, MDB_val *key, const void *data, size_t len,
+                    uint64_t seed, unsigned flags);
+
 /* Big-endian helpers for keys that must sort. */
 void store_be32(unsigned char *p, uint32_t v);
 uint32_t store_get_be32(const unsigned char *p);

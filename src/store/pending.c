@@ -164,6 +164,14 @@ int store_pending_sweep(struct store *s, MDB_txn *txn, uint32_t *swept)
 	return rc;
 }
 
+/* Removes what a staged publish of key wrote before its record: its chunks
+ * and its held block references (what they free added to *freed). */
+static int leftovers(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t *freed)
+{
+	int rc = store_chunks_delete(s, txn, key);
+	return rc ? rc : store_blocks_release(s, txn, key, freed);
+}
+
 int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t bytes,
                         uint64_t *freed)
 {
@@ -173,8 +181,7 @@ int store_pending_claim(struct store *s, MDB_txn *txn, const uint8_t *key, uint6
 		return 1;
 	if (rc && rc != MDB_NOTFOUND)
 		return rc;
-	if ((rc = store_chunks_delete(s, txn, key)) != 0 || /* a dead writer's leftovers */
-	    (rc = store_blocks_release(s, txn, key, freed)) != 0)
+	if ((rc = leftovers(s, txn, key, freed)) != 0) /* a dead writer's */
 		return rc;
 	unsigned char b[PENDING_LEN];
 	store_pending_encode(b, store_now(s), bytes);
@@ -192,8 +199,7 @@ int store_pending_reclaim(struct store *s, MDB_txn *txn, const uint8_t *key, uin
 		return 0;
 	if (rc)
 		return rc;
-	if ((rc = store_chunks_delete(s, txn, key)) != 0 ||
-	    (rc = store_blocks_release(s, txn, key, freed)) != 0)
+	if ((rc = leftovers(s, txn, key, freed)) != 0)
 		return rc;
 	return store_pending_drop(s, txn, key);
 }

@@ -459,8 +459,8 @@ static uint64_t stage_bytes_of(const struct store_stage *g, uint32_t from, uint3
 }
 
 /* The blocks the next placing stage takes: those of layers that passed their
- * check, up to a stage's bytes (at least one). */
-static uint32_t place_upto(const struct store_stage *g, uint32_t layers_ready)
+ * check, up to a stage's bytes (at least one); their bytes in *bytes. */
+static uint32_t place_upto(const struct store_stage *g, uint32_t layers_ready, uint64_t *out)
 {
 	const struct store_entry_plan *p = &g->plan;
 	uint32_t to = p->done.placed;
@@ -471,16 +471,15 @@ static uint32_t place_upto(const struct store_stage *g, uint32_t layers_ready)
 		bytes += p->blocks[to].klen + p->blocks[to].vlen;
 		to++;
 	}
+	*out = bytes;
 	return to;
 }
 
-/* Places the next stage of blocks. 0, or an LMDB code. */
-static int place_stage(struct store_stage *g, uint32_t to)
+/* Places the next stage of blocks, [done.placed, to) of `bytes`. 0, or an
+ * LMDB code. */
+static int place_stage(struct store_stage *g, uint32_t to, uint64_t bytes)
 {
 	struct store_entry_plan *p = &g->plan;
-	uint64_t bytes = 0;
-	for (uint32_t i = p->done.placed; i < to; i++)
-		bytes += p->blocks[i].klen + p->blocks[i].vlen;
 	g->place_to = to;
 	int rc = room_for_stage(g, bytes);
 	if (!rc)
@@ -520,14 +519,15 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 		uint32_t want =
 		        g->n_chunks - g->next_chunk < g->per ? g->n_chunks : g->next_chunk + g->per;
 		int chunks = g->next_chunk < g->n_chunks && ready >= want;
-		uint32_t to = chunks ? 0 : place_upto(g, layers);
+		uint64_t place_bytes = 0;
+		uint32_t to = chunks ? 0 : place_upto(g, layers, &place_bytes);
 		if (!chunks && to == g->plan.done.placed)
 			break;
 		if (max_stages && written == max_stages)
 			return STORE_STAGE_MORE;
 		written++;
 		if (!chunks) {
-			if ((g->write_rc = place_stage(g, to)) != 0)
+			if ((g->write_rc = place_stage(g, to, place_bytes)) != 0)
 				return STORE_STAGE_FAILED;
 			continue;
 		}

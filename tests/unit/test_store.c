@@ -1598,6 +1598,27 @@ static void test_staged_delta_publish_in_store(void **state)
 	check_delta_publish(*state);
 }
 
+/* A delta naming more rows than the blob's 32-bit counts can hold is refused
+ * before anything is read past the base's tokens. */
+static void test_delta_over_32bit_counts_refused(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[300];
+	seq(t, 300, 71);
+	struct store_publish_res a = {0};
+	assert_int_equal(conv_publish(f, t, 130, 1, 1, &a), STATUS_OK);
+	struct delta_req d;
+	delta_make(f, &d, t, 200, 130, 1, 2);
+	d.req.n_tokens = 0x30000000u; /* x 6 k floats a row: over 2^32 */
+	struct store_delta asm_;
+	struct status st;
+	int refused = 0;
+	assert_int_equal(store_delta_assemble(f->st, &d.req, a.key, 130, &asm_, &refused, &st),
+	                 STATUS_INVALID);
+	assert_non_null(strstr(st.message, "32-bit"));
+	delta_free(&d);
+}
+
 /* A base whose rows are damaged on disk (a shared block's, its sum left as
  * it was): the assembled blob does not hash to the worker's sum, so the
  * delta is refused and nothing is stored; the worker publishes whole. */
@@ -2312,6 +2333,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_staged_delta_publish_in_store, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_delta_of_damaged_base_refused, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_delta_over_32bit_counts_refused, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_block_refused, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_checks_blocks, setup, teardown),
