@@ -27,7 +27,7 @@ int main(void)
 {
 	struct model_layer l = {.mixer = MODEL_MIXER_KDA, .conv_len = CONV, .recurrent_len = REC};
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = model_new("k3-kda", "bench", "bench", &l, 1, err);
+	struct k3cache_model *m = model_new("k3-kda", "bench", "bench", &l, 1, err);
 	if (!m) {
 		fprintf(stderr, "%s\n", err);
 		return 1;

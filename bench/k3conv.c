@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "benchutil.h"
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
 #include "k3shape.h"
 
 #define TURNS      8
@@ -130,7 +130,7 @@ int main(int argc, char **argv)
 		die(dir, NULL);
 	char sock[4096], err[MODEL_ERROR_MAX];
 	struct k3cache *c = start(dir, sock, sizeof(sock));
-	struct model_spec *m = k3shape_model("k3-shape-conversation", 69, 24, err);
+	struct k3cache_model *m = k3shape_model("k3-shape-conversation", 69, 24, err);
 	struct k3cache_error e;
 	if (!m || k3cache_put_model(c, m, NULL, &e) != 0)
 		die("put model", &e);

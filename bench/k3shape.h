@@ -17,8 +17,8 @@
 
 /* n_kda KDA layers and n_mla MLA layers, the MLA last in each block of four.
  * NULL with a message in err (MODEL_ERROR_MAX bytes). */
-static inline struct model_spec *k3shape_model(const char *name, uint32_t n_kda, uint32_t n_mla,
-                                               char *err)
+static inline struct k3cache_model *k3shape_model(const char *name, uint32_t n_kda, uint32_t n_mla,
+                                                  char *err)
 {
 	uint32_t n = n_kda + n_mla;
 	struct model_layer *l = calloc(n, sizeof(*l));
@@ -38,7 +38,7 @@ static inline struct model_spec *k3shape_model(const char *name, uint32_t n_kda,
 			kda++;
 		}
 	}
-	struct model_spec *m = model_new(name, "bench", "bench", l, n, err);
+	struct k3cache_model *m = model_new(name, "bench", "bench", l, n, err);
 	free(l);
 	return m;
 }

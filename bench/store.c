@@ -39,10 +39,10 @@ static void rm_rf(const char *dir)
 	benchutil_rm_rf(dir);
 }
 
-static struct model_spec *k3_model(const char *name, uint32_t n_kda, uint32_t n_mla)
+static struct k3cache_model *k3_model(const char *name, uint32_t n_kda, uint32_t n_mla)
 {
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = k3shape_model(name, n_kda, n_mla, err);
+	struct k3cache_model *m = k3shape_model(name, n_kda, n_mla, err);
 	if (!m) {
 		fprintf(stderr, "bench_store: model %s: %s\n", name, err);
 		exit(1);
@@ -57,7 +57,7 @@ struct snap {
 	uint64_t bytes;
 };
 
-static struct snap make_snap(const struct model_spec *m, uint32_t p, uint32_t seed)
+static struct snap make_snap(const struct k3cache_model *m, uint32_t p, uint32_t seed)
 {
 	struct snap s = {m->n_layers, calloc(m->n_layers, sizeof(void *)),
 	                 calloc(m->n_layers, sizeof(struct store_blob)), 0};
@@ -108,7 +108,7 @@ static int cmp_double(const void *a, const void *b)
 static void bench_snapshot(const char *dir)
 {
 	uint32_t n_kda = quick ? 9 : 69, n_mla = quick ? 3 : 24, p = 4096;
-	struct model_spec *m = k3_model("k3-bench", n_kda, n_mla);
+	struct k3cache_model *m = k3_model("k3-bench", n_kda, n_mla);
 	struct snap s = make_snap(m, p, 1);
 	uint32_t *tokens = malloc(p * sizeof(uint32_t));
 	for (uint32_t i = 0; i < p; i++)
@@ -255,7 +255,7 @@ static void bench_lookup(const char *dir)
 	        {.mixer = MODEL_MIXER_MLA, .k_row = 2, .v_row = 2},
 	};
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = model_new("lookup-bench", "bench", "bench", layers, 2, err);
+	struct k3cache_model *m = model_new("lookup-bench", "bench", "bench", layers, 2, err);
 	store_put_model(st, m, NULL, NULL);
 	uint32_t *prompt = malloc(n_prompt * sizeof(uint32_t));
 	for (uint32_t i = 0; i < n_prompt; i++)
@@ -329,7 +329,7 @@ static void bench_lookup(const char *dir)
 static void bench_churn(const char *dir)
 {
 	const int cycles = quick ? 200 : 1000;
-	struct model_spec *m = k3_model("churn", 3, 1);
+	struct k3cache_model *m = k3_model("churn", 3, 1);
 	const uint64_t cap = UINT64_C(256) << 20;
 	char sdir[1024];
 	snprintf(sdir, sizeof(sdir), "%s/churn", dir);

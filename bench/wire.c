@@ -35,7 +35,8 @@
 
 #include "benchutil.h"
 #include "frame.h"
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
+#include "k3cache_raw.h"
 #include "k3shape.h"
 #include "model.h"
 #include "store.h"
@@ -101,7 +102,7 @@ __attribute__((format(printf, 1, 2), noreturn)) static void fail(const char *fmt
 
 __attribute__((noreturn)) static void die_k3(const char *what, const struct k3cache_error *e)
 {
-	fail("%s: %s: %s%s", what, status_code_name(e->code), e->message,
+	fail("%s: %s: %s%s", what, k3cache_code_name(e->code), e->message,
 	     e->unreachable ? " (the daemon could not be reached)" : "");
 }
 
@@ -126,10 +127,10 @@ static void sleep_ms(long ms)
 
 /* ---- models and snapshots (as bench/store.c) ------------------------------- */
 
-static struct model_spec *k3_model(const char *name, uint32_t n_kda, uint32_t n_mla)
+static struct k3cache_model *k3_model(const char *name, uint32_t n_kda, uint32_t n_mla)
 {
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = k3shape_model(name, n_kda, n_mla, err);
+	struct k3cache_model *m = k3shape_model(name, n_kda, n_mla, err);
 	if (!m)
 		fail("model %s: %s", name, err);
 	return m;
@@ -144,7 +145,7 @@ struct snap {
 	uint64_t bytes;
 };
 
-static struct snap make_snap(const struct model_spec *m, uint32_t p, uint32_t seed)
+static struct snap make_snap(const struct k3cache_model *m, uint32_t p, uint32_t seed)
 {
 	struct snap s = {m->n_layers,
 	                 calloc(m->n_layers, sizeof(void *)),
@@ -337,7 +338,7 @@ static int daemon_stop(void)
 	fail("k3cached did not exit within 60 s of SIGTERM");
 }
 
-static void put_model(struct k3cache *c, const struct model_spec *m)
+static void put_model(struct k3cache *c, const struct k3cache_model *m)
 {
 	uint8_t fp[MODEL_FINGERPRINT_LEN];
 	struct k3cache_error e;
@@ -348,7 +349,7 @@ static void put_model(struct k3cache *c, const struct model_spec *m)
 }
 
 /* Evicts every entry of a model; returns how many went. */
-static size_t evict_model(struct k3cache *c, const struct model_spec *m)
+static size_t evict_model(struct k3cache *c, const struct k3cache_model *m)
 {
 	frame_request req = K3CACHE__V1__REQUEST__INIT;
 	K3cache__V1__Evict ev = K3CACHE__V1__EVICT__INIT;
@@ -505,7 +506,7 @@ static void load_child(struct load *ld, int idx, const struct snap *s, const uin
 		struct k3cache_publish_result res;
 		if (k3cache_publish(c, fp, NULL, 0, tok, SNAP_P, s->k3, s->n, &res, &e) != 0) {
 			snprintf(ld->message, sizeof(ld->message), "child %d: publish: %s: %s", idx,
-			         status_code_name(e.code), e.message);
+			         k3cache_code_name(e.code), e.message);
 			atomic_store(&ld->failed, 1);
 			atomic_fetch_sub(&ld->running, 1);
 			_exit(1);
@@ -633,8 +634,8 @@ static uint64_t stat_counter(struct k3cache *c, const char *name)
 }
 
 /* q lookups while two other processes publish K3 snapshots (at nice_to). */
-static void loaded_lookups(struct k3cache *c, const struct snap *s, const struct model_spec *m,
-                           const struct model_spec *tiny, uint32_t *prompt, uint32_t n_prompt,
+static void loaded_lookups(struct k3cache *c, const struct snap *s, const struct k3cache_model *m,
+                           const struct k3cache_model *tiny, uint32_t *prompt, uint32_t n_prompt,
                            uint32_t want, int q, double *busy, int nice_to, struct loaded_run *out)
 {
 	struct load *ld =
@@ -719,7 +720,7 @@ int main(int argc, char **argv)
 	printf("bench/wire%s: daemon and store in %s\n", quick ? " (quick)" : "", dir);
 
 	uint32_t n_kda = quick ? 9 : 69, n_mla = quick ? 3 : 24;
-	struct model_spec *m = k3_model("k3-wire", n_kda, n_mla);
+	struct k3cache_model *m = k3_model("k3-wire", n_kda, n_mla);
 	struct snap s = make_snap(m, SNAP_P, 1);
 	uint32_t *tokens = xmalloc(SNAP_P * sizeof(uint32_t));
 	unsigned char *dst = private_buffer(s.bytes);
@@ -900,7 +901,8 @@ int main(int argc, char **argv)
 	        {.mixer = MODEL_MIXER_MLA, .k_row = 2, .v_row = 2},
 	};
 	char merr[MODEL_ERROR_MAX];
-	struct model_spec *tiny = model_new("wire-lookup", "bench", "bench", tiny_layers, 2, merr);
+	struct k3cache_model *tiny =
+	        model_new("wire-lookup", "bench", "bench", tiny_layers, 2, merr);
 	if (!tiny)
 		fail("model: %s", merr);
 	put_model(c, tiny);
@@ -981,7 +983,7 @@ int main(int argc, char **argv)
 
 	/* 5. daemon anonymous RSS while it ingests a 1 GiB snapshot */
 	evict_model(c, m);
-	struct model_spec *big = k3_model("k3-wire-1gib", 69, 24);
+	struct k3cache_model *big = k3_model("k3-wire-1gib", 69, 24);
 	uint64_t kda_bytes = 0, mla_hdr = 0, per_token = 0;
 	for (uint32_t i = 0; i < big->n_layers; i++) {
 		if (big->layers[i].mixer == MODEL_MIXER_KDA) {

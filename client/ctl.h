@@ -76,7 +76,7 @@ int ctl_inspect_entry(struct ctl_backend *b, const uint8_t key[32], frame_respon
                       const char *cmd);
 
 /* The stored model spec with this fingerprint (caller frees), or NULL. */
-struct model_spec *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd);
+struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd);
 
 /* The layers of an entry: its blobs fetched whole (restore), for inspect and
  * export. Returns 0 or an exit code. *bufs[i] are malloc'd; free with

@@ -8,7 +8,8 @@
 
 #include "ctl.h"
 #include "hexutil.h"
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
+#include "k3cache_raw.h"
 #include "service.h"
 #include "store.h"
 #include "units.h"
@@ -30,7 +31,7 @@ int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const c
 	static char defbuf[4096];
 	b->where = g->socket ? g->socket : k3cache_default_socket(defbuf, sizeof(defbuf));
 	if (k3cache_connect(b->where, &b->conn, &err) != 0) {
-		if (!err.unreachable && err.code == STATUS_INVALID) { /* a bad address */
+		if (!err.unreachable && err.code == K3CACHE_INVALID) { /* a bad address */
 			fprintf(stderr, "k3cachectl %s: --socket: %s\n", cmd, err.message);
 			return CTL_EXIT_USAGE;
 		}
@@ -182,7 +183,7 @@ int ctl_inspect_entry(struct ctl_backend *b, const uint8_t key[32], frame_respon
 	return rc;
 }
 
-struct model_spec *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd)
+struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd)
 {
 	frame_request req = K3CACHE__V1__REQUEST__INIT;
 	K3cache__V1__ListModels lm = K3CACHE__V1__LIST_MODELS__INIT;
@@ -191,10 +192,10 @@ struct model_spec *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], c
 	frame_response *resp = NULL;
 	if (ctl_call(b, &req, &resp, cmd) != 0 || !resp)
 		return NULL;
-	struct model_spec *spec = NULL;
+	struct k3cache_model *spec = NULL;
 	for (size_t i = 0; resp->code == 0 && i < resp->n_models && !spec; i++) {
 		char err[MODEL_ERROR_MAX];
-		struct model_spec *m = service_spec_from_wire(resp->models[i], err);
+		struct k3cache_model *m = service_spec_from_wire(resp->models[i], err);
 		if (m && !memcmp(m->fingerprint, fp, 32))
 			spec = m;
 		else

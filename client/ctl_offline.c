@@ -85,7 +85,7 @@ int ctl_cmd_blob(const struct ctl_globals *g, int argc, char **argv)
 	const char *path = argv[optind];
 
 	char err[512];
-	struct model_spec *model = NULL;
+	struct k3cache_model *model = NULL;
 	if (model_path) {
 		char merr[MODEL_ERROR_MAX];
 		if (!(model = model_load_file(model_path, merr))) {
@@ -182,7 +182,7 @@ int ctl_cmd_model(const struct ctl_globals *g, int argc, char **argv)
 		return usage_error("model fingerprint", "expects exactly one SPEC.json",
 		                   model_usage);
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = model_load_file(argv[2], err);
+	struct k3cache_model *m = model_load_file(argv[2], err);
 	if (!m) {
 		fprintf(stderr, "k3cachectl model fingerprint: %s\n", err);
 		return CTL_EXIT_ERROR;
@@ -241,7 +241,7 @@ int ctl_cmd_key(const struct ctl_globals *g, int argc, char **argv)
 	uint32_t *toks = NULL, n = 0;
 	if (ctl_parse_tokens(tokens, &toks, &n, err, sizeof(err)))
 		return usage_error("key", err, key_usage);
-	struct model_spec *m = model_load_file(model_path, err);
+	struct k3cache_model *m = model_load_file(model_path, err);
 	if (!m) {
 		fprintf(stderr, "k3cachectl key: %s\n", err);
 		free(toks);

@@ -14,7 +14,7 @@
 #include "checksum.h"
 #include "ctl.h"
 #include "hexutil.h"
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
 #include "model.h"
 #include "service.h"
 #include "units.h"
@@ -215,7 +215,7 @@ int ctl_cmd_models(const struct ctl_globals *g, int argc, char **argv)
 		       "FINGERPRINT");
 	for (size_t i = 0; i < resp->n_models; i++) {
 		char err[MODEL_ERROR_MAX], fp[65];
-		struct model_spec *m = service_spec_from_wire(resp->models[i], err);
+		struct k3cache_model *m = service_spec_from_wire(resp->models[i], err);
 		if (!m)
 			continue;
 		hexutil_encode(m->fingerprint, 32, fp);
@@ -257,7 +257,7 @@ int ctl_cmd_model_add(const struct ctl_globals *g, int argc, char **argv)
 	if (argc != 2)
 		return usage("model add", "expects exactly one FILE.json", text);
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = model_load_file(argv[1], err);
+	struct k3cache_model *m = model_load_file(argv[1], err);
 	if (!m) {
 		fprintf(stderr, "k3cachectl model add: %s\n", err);
 		return CTL_EXIT_ERROR;
@@ -461,7 +461,7 @@ int ctl_cmd_ls(const struct ctl_globals *g, int argc, char **argv)
 			int found = 0;
 			for (size_t i = 0; !rc && models && i < models->n_models; i++) {
 				char err[MODEL_ERROR_MAX];
-				struct model_spec *m =
+				struct k3cache_model *m =
 				        service_spec_from_wire(models->models[i], err);
 				if (m && !strcmp(m->name, model)) {
 					found = 1;
@@ -635,7 +635,7 @@ int ctl_cmd_inspect(const struct ctl_globals *g, int argc, char **argv)
 	uint8_t key[32];
 	frame_response *resp = NULL;
 	struct ctl_layers layers = {0};
-	struct model_spec *spec = NULL;
+	struct k3cache_model *spec = NULL;
 	if ((rc = ctl_resolve_key(&b, argv[optind], key, "inspect")) != 0)
 		goto out;
 	if ((rc = ctl_inspect_entry(&b, key, &resp, "inspect")) != 0)
@@ -910,7 +910,7 @@ int ctl_cmd_evict(const struct ctl_globals *g, int argc, char **argv)
 			int found = 0;
 			for (size_t i = 0; i < models->n_models; i++) {
 				char err[MODEL_ERROR_MAX];
-				struct model_spec *m =
+				struct k3cache_model *m =
 				        service_spec_from_wire(models->models[i], err);
 				if (m && !strcmp(m->name, model)) {
 					memcpy(fp, m->fingerprint, 32);

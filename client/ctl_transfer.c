@@ -21,7 +21,7 @@
 #include "checksum.h"
 #include "ctl.h"
 #include "hexutil.h"
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
 #include "model.h"
 #include "prefix.h"
 #include "service.h"
@@ -159,7 +159,7 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 	uint8_t key[32];
 	frame_response *info = NULL;
 	struct ctl_layers layers = {0};
-	struct model_spec *spec = NULL;
+	struct k3cache_model *spec = NULL;
 	FILE *f = NULL;
 	char *hdr = NULL, *tmp = NULL;
 	if ((rc = ctl_resolve_key(&b, argv[optind], key, "export")) != 0)
@@ -292,7 +292,7 @@ int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv)
 	}
 	int rc = CTL_EXIT_ERROR;
 	json_t *doc = NULL;
-	struct model_spec *spec = NULL;
+	struct k3cache_model *spec = NULL;
 	uint32_t *tokens = NULL;
 	uint8_t *salt = NULL;
 	struct k3cache_buf *bufs = NULL;
@@ -423,7 +423,7 @@ int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv)
 	    k3cache_publish(b.conn, spec->fingerprint, salt, salt_len, tokens, (uint32_t)ntok, bufs,
 	                    (uint32_t)nl, &res, &kerr) != 0) {
 		fprintf(stderr, "k3cachectl import: %s: %s: %s\n", path,
-		        status_code_name(kerr.code), kerr.message);
+		        k3cache_code_name(kerr.code), kerr.message);
 		rc = kerr.unreachable ? CTL_EXIT_NODAEMON : CTL_EXIT_ERROR;
 		goto out;
 	}

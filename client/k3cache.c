@@ -12,8 +12,11 @@
  * once; every later call on it fails fast with unreachable set. A restore that
  * fails validation reads and drops the rest of its payload, so the connection
  * stays usable. */
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
+#include "k3cache_raw.h"
+#include "model.h"
 #include "paths.h"
+#include "status.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -73,10 +76,33 @@ struct k3cache {
 
 /* ---- errors ---- */
 
+/* The public codes are the wire's, as status.h's are. */
+#define SAME_CODE(x)                                                                               \
+	_Static_assert((int)K3CACHE_##x == (int)STATUS_##x &&                                      \
+	                       (int)K3CACHE_##x == (int)K3CACHE__V1__CODE__##x,                    \
+	               "code " #x)
+SAME_CODE(OK);
+SAME_CODE(NOT_FOUND);
+SAME_CODE(INVALID);
+SAME_CODE(CORRUPT);
+SAME_CODE(UNKNOWN_MODEL);
+SAME_CODE(TOO_LARGE);
+SAME_CODE(BUSY);
+SAME_CODE(FULL);
+SAME_CODE(UNSUPPORTED);
+SAME_CODE(INTERNAL);
+_Static_assert(STATUS_N_CODES == K3CACHE_INTERNAL + 1, "every code is listed");
+_Static_assert(K3CACHE_MESSAGE_MAX == STATUS_MESSAGE_MAX, "message length");
+
+const char *k3cache_code_name(int code)
+{
+	return status_code_name((enum status_code)code);
+}
+
 static void err_clear(struct k3cache_error *err)
 {
 	if (err) {
-		err->code = STATUS_OK;
+		err->code = K3CACHE_OK;
 		err->unreachable = 0;
 		err->message[0] = '\0';
 	}
@@ -88,7 +114,7 @@ set_error(struct k3cache_error *err, enum status_code code, int unreachable, con
 {
 	if (!err)
 		return;
-	err->code = code;
+	err->code = (enum k3cache_code)code;
 	err->unreachable = unreachable;
 	va_list ap;
 	va_start(ap, fmt);
@@ -687,7 +713,7 @@ int k3cache_hello(struct k3cache *c, char *server, size_t serversz, struct k3cac
 	return finish(c, r, err);
 }
 
-int k3cache_put_model(struct k3cache *c, const struct model_spec *spec,
+int k3cache_put_model(struct k3cache *c, const struct k3cache_model *spec,
                       uint8_t fp[MODEL_FINGERPRINT_LEN], struct k3cache_error *err)
 {
 	err_clear(err);
@@ -798,11 +824,65 @@ static int stored_already(struct k3cache *c, const uint8_t key[K3CACHE_KEY_LEN],
 	return rc ? -rc : found;
 }
 
+/* One layer to publish: a blob given whole, or its header words and its two
+ * float vectors (from the caller's arrays, or found in its blob by a parse,
+ * for a delta), which go out by gather-write. */
+struct layer_src {
+	const unsigned char *blob; /* whole: blob_len bytes, sent as they are */
+	size_t blob_len;
+	unsigned char head[9]; /* tag, [seq_len,] count of the first vector */
+	size_t head_len;
+	unsigned char mid[4]; /* count of the second vector */
+	const unsigned char *vec[2];
+	size_t vec_len[2]; /* bytes */
+	int mla;           /* an MLA layer of seq_len = n_tokens: a delta may cut it */
+	uint64_t xxh3;
+};
+
+static void put_le32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16);
+	p[3] = (unsigned char)(v >> 24);
+}
+
+/* The pieces layer l sends: whole, or rows [base_rows, P) of an MLA layer's
+ * vectors (base_key set). Fills out (at most 4) and returns how many; *size
+ * gets their bytes. */
+static size_t layer_pieces(const struct layer_src *l, int delta, uint32_t base_rows,
+                           uint32_t n_tokens, struct iovec *out, uint64_t *size)
+{
+	if (delta && l->mla) {
+		size_t n = 0;
+		*size = 0;
+		for (int v = 0; v < 2; v++) {
+			size_t row = l->vec_len[v] / n_tokens;
+			out[n].iov_base = (void *)(l->vec[v] + (size_t)base_rows * row);
+			out[n].iov_len = (size_t)(n_tokens - base_rows) * row;
+			*size += out[n++].iov_len;
+		}
+		return n;
+	}
+	if (l->blob) {
+		out[0].iov_base = (void *)l->blob;
+		out[0].iov_len = l->blob_len;
+		*size = l->blob_len;
+		return 1;
+	}
+	out[0] = (struct iovec){(void *)l->head, l->head_len};
+	out[1] = (struct iovec){(void *)l->vec[0], l->vec_len[0]};
+	out[2] = (struct iovec){(void *)l->mid, 4};
+	out[3] = (struct iovec){(void *)l->vec[1], l->vec_len[1]};
+	*size = l->head_len + l->vec_len[0] + 4 + l->vec_len[1];
+	return 4;
+}
+
 /* One publish; base_key (NULL: none) names the entry whose MLA rows
  * [0, base_rows) the daemon takes instead of receiving them. */
 static int publish_one(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
                        size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
-                       const struct k3cache_buf *blobs, uint32_t n_blobs, const uint8_t *base_key,
+                       const struct layer_src *src, uint32_t n_blobs, const uint8_t *base_key,
                        uint32_t base_rows, int *refused, struct k3cache_publish_result *res,
                        struct k3cache_error *err)
 {
@@ -812,67 +892,22 @@ static int publish_one(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN
 	int rc = usable(c, err);
 	if (rc)
 		return rc;
-	if (!fp)
-		return FAIL(err, STATUS_INVALID, 0, "publish: no model fingerprint");
-	if (n_tokens == 0 || !tokens)
-		return FAIL(err, STATUS_INVALID, 0,
-		            "publish: no tokens: a snapshot covers at least one token");
-	if (salt_len && !salt)
-		return FAIL(err, STATUS_INVALID, 0, "publish: salt is NULL but salt_len is %zu",
-		            salt_len);
-	if (n_blobs == 0 || !blobs)
-		return FAIL(err, STATUS_INVALID, 0,
-		            "publish: no blobs: a snapshot carries every layer of the model");
-	uint64_t total = 0;
-	for (uint32_t i = 0; i < n_blobs; i++) {
-		if (blobs[i].len == 0)
-			return FAIL(err, STATUS_INVALID, 0,
-			            "layer %u: empty blob: zero bytes (empty)", i);
-		if (!blobs[i].data)
-			return FAIL(err, STATUS_INVALID, 0,
-			            "layer %u: blob data is NULL (%zu bytes)", i, blobs[i].len);
-		total += blobs[i].len;
-	}
-
-	struct iovec *dv = NULL;
 	K3cache__V1__LayerRef *refs = calloc(n_blobs, sizeof(*refs));
 	K3cache__V1__LayerRef **rp = calloc(n_blobs, sizeof(K3cache__V1__LayerRef *));
-	struct iovec *iov = calloc((size_t)n_blobs + 1, sizeof(*iov));
+	struct iovec *iov = calloc((size_t)n_blobs * 4 + 1, sizeof(*iov));
 	if (!refs || !rp || !iov) {
 		rc = FAIL(err, STATUS_INTERNAL, 0, "out of memory for a %u-layer publish", n_blobs);
 		goto out;
 	}
-	/* a delta sends two pieces of an MLA layer (k rows, v rows from row
-	 * base_rows); the others whole */
-	dv = base_key ? calloc((size_t)n_blobs * 2 + 1, sizeof(*dv)) : NULL;
 	size_t n_iov = 1;
-	if (base_key && !dv) {
-		rc = FAIL(err, STATUS_INTERNAL, 0, "out of memory for a %u-layer publish", n_blobs);
-		goto out;
-	}
-	total = 0;
+	uint64_t total = 0;
 	for (uint32_t i = 0; i < n_blobs; i++) {
 		k3cache__v1__layer_ref__init(&refs[i]);
 		refs[i].index = i;
-		refs[i].size = blobs[i].len;
-		refs[i].xxh3 = checksum_blob(blobs[i].data, blobs[i].len, i);
+		refs[i].xxh3 = src[i].xxh3;
 		rp[i] = &refs[i];
-		struct blob_view v;
-		if (base_key && blob_parse(blobs[i].data, blobs[i].len, &v, NULL) == BLOB_OK &&
-		    v.tag == BLOB_TAG_MLA && v.seq_len == n_tokens) {
-			size_t krow = (size_t)v.v0.count / n_tokens * 4;
-			size_t vrow = (size_t)v.v1.count / n_tokens * 4;
-			dv[n_iov].iov_base = (void *)(v.v0.data + (size_t)base_rows * krow);
-			dv[n_iov++].iov_len = (size_t)(n_tokens - base_rows) * krow;
-			dv[n_iov].iov_base = (void *)(v.v1.data + (size_t)base_rows * vrow);
-			dv[n_iov++].iov_len = (size_t)(n_tokens - base_rows) * vrow;
-			refs[i].size = (uint64_t)(n_tokens - base_rows) * (krow + vrow);
-		} else if (base_key) {
-			dv[n_iov].iov_base = (void *)blobs[i].data;
-			dv[n_iov++].iov_len = blobs[i].len;
-		}
-		iov[i + 1].iov_base = (void *)blobs[i].data;
-		iov[i + 1].iov_len = blobs[i].len;
+		n_iov += layer_pieces(&src[i], base_key != NULL, base_rows, n_tokens, iov + n_iov,
+		                      &refs[i].size);
 		total += refs[i].size;
 	}
 	K3cache__V1__Publish pub = K3CACHE__V1__PUBLISH__INIT;
@@ -904,8 +939,7 @@ static int publish_one(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN
 		rc = rc > 0 ? 0 : -rc;
 		goto out;
 	}
-	rc = base_key ? exchange(c, &req, dv, n_iov, 1, &r, err)
-	              : exchange(c, &req, iov, (size_t)n_blobs + 1, 0, &r, err);
+	rc = exchange(c, &req, iov, n_iov, base_key != NULL, &r, err);
 	if (rc)
 		goto out;
 	if (base_key && r->code != K3CACHE__V1__CODE__OK) {
@@ -938,18 +972,44 @@ out:
 	free(refs);
 	free(rp);
 	free(iov);
-	free(dv);
 	return rc;
 }
 
-int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
-                    size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
-                    const struct k3cache_buf *blobs, uint32_t n_blobs,
-                    struct k3cache_publish_result *res, struct k3cache_error *err)
+/* A publish of these layers, as a delta from base_key when one is given:
+ * when the daemon refuses the base, the whole snapshot. */
+static int publish_layers(struct k3cache *c, const uint8_t *fp, const void *salt, size_t salt_len,
+                          const uint32_t *tokens, uint32_t n_tokens, const struct layer_src *src,
+                          uint32_t n, const uint8_t *base_key, uint32_t base_rows,
+                          struct k3cache_publish_result *res, struct k3cache_error *err)
 {
 	int refused = 0;
-	return publish_one(c, fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, NULL, 0,
-	                   &refused, res, err);
+	if (!base_key || base_rows == 0 || base_rows > n_tokens)
+		base_key = NULL;
+	int rc = publish_one(c, fp, salt, salt_len, tokens, n_tokens, src, n, base_key,
+	                     base_key ? base_rows : 0, &refused, res, err);
+	if (rc == 0 && refused) /* the base cannot serve: the whole snapshot */
+		rc = publish_one(c, fp, salt, salt_len, tokens, n_tokens, src, n, NULL, 0, &refused,
+		                 res, err);
+	return rc;
+}
+
+/* The arguments every publish checks before it reads a layer. */
+static int check_publish_args(const uint8_t *fp, const void *salt, size_t salt_len,
+                              const uint32_t *tokens, uint32_t n_tokens, const void *layers,
+                              uint32_t n_layers, struct k3cache_error *err)
+{
+	if (!fp)
+		return FAIL(err, STATUS_INVALID, 0, "publish: no model fingerprint");
+	if (n_tokens == 0 || !tokens)
+		return FAIL(err, STATUS_INVALID, 0,
+		            "publish: no tokens: a snapshot covers at least one token");
+	if (salt_len && !salt)
+		return FAIL(err, STATUS_INVALID, 0, "publish: salt is NULL but salt_len is %zu",
+		            salt_len);
+	if (n_layers == 0 || !layers)
+		return FAIL(err, STATUS_INVALID, 0,
+		            "publish: no layers: a snapshot carries every layer of the model");
+	return 0;
 }
 
 int k3cache_publish_delta(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN],
@@ -958,15 +1018,131 @@ int k3cache_publish_delta(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_
                           const uint8_t base_key[K3CACHE_KEY_LEN], uint32_t base_rows,
                           struct k3cache_publish_result *res, struct k3cache_error *err)
 {
-	int refused = 0;
-	if (!base_key || base_rows == 0 || base_rows > n_tokens)
-		return k3cache_publish(c, fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, res,
-		                       err);
-	int rc = publish_one(c, fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, base_key,
-	                     base_rows, &refused, res, err);
-	if (rc == 0 && refused) /* the base cannot serve: the whole snapshot */
-		rc = publish_one(c, fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, NULL, 0,
-		                 &refused, res, err);
+	err_clear(err);
+	if (res)
+		memset(res, 0, sizeof(*res));
+	int rc = check_publish_args(fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, err);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < n_blobs; i++) {
+		if (blobs[i].len == 0)
+			return FAIL(err, STATUS_INVALID, 0,
+			            "layer %u: empty blob: zero bytes (empty)", i);
+		if (!blobs[i].data)
+			return FAIL(err, STATUS_INVALID, 0,
+			            "layer %u: blob data is NULL (%zu bytes)", i, blobs[i].len);
+	}
+	struct layer_src *src = calloc(n_blobs, sizeof(*src));
+	if (!src)
+		return FAIL(err, STATUS_INTERNAL, 0, "out of memory for a %u-layer publish",
+		            n_blobs);
+	for (uint32_t i = 0; i < n_blobs; i++) {
+		struct layer_src *l = &src[i];
+		l->blob = blobs[i].data;
+		l->blob_len = blobs[i].len;
+		l->xxh3 = checksum_blob(blobs[i].data, blobs[i].len, i);
+		struct blob_view v;
+		/* a delta sends an MLA layer's rows from base_rows on: find them */
+		if (base_key && blob_parse(blobs[i].data, blobs[i].len, &v, NULL) == BLOB_OK &&
+		    v.tag == BLOB_TAG_MLA && v.seq_len == n_tokens) {
+			l->mla = 1;
+			l->vec[0] = v.v0.data;
+			l->vec_len[0] = (size_t)v.v0.count * 4u;
+			l->vec[1] = v.v1.data;
+			l->vec_len[1] = (size_t)v.v1.count * 4u;
+		}
+	}
+	rc = publish_layers(c, fp, salt, salt_len, tokens, n_tokens, src, n_blobs, base_key,
+	                    base_rows, res, err);
+	free(src);
+	return rc;
+}
+
+int k3cache_publish(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], const void *salt,
+                    size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
+                    const struct k3cache_buf *blobs, uint32_t n_blobs,
+                    struct k3cache_publish_result *res, struct k3cache_error *err)
+{
+	return k3cache_publish_delta(c, fp, salt, salt_len, tokens, n_tokens, blobs, n_blobs, NULL,
+	                             0, res, err);
+}
+
+/* Layer i of a publish from arrays: its lengths against the model at P, its
+ * header words, and its checksum over the seed's bytes. */
+static int array_layer(const struct k3cache_model *model, uint32_t i, uint32_t p,
+                       const struct k3cache_arrays *in, struct layer_src *l,
+                       struct k3cache_error *err)
+{
+	const struct model_layer *ml = &model->layers[i];
+	int kda = ml->mixer == MODEL_MIXER_KDA;
+	uint64_t want[2] = {kda ? ml->conv_len : (uint64_t)p * ml->k_row,
+	                    kda ? ml->recurrent_len : (uint64_t)p * ml->v_row};
+	size_t have[2] = {in->a_len, in->b_len};
+	const float *ptr[2] = {in->a, in->b};
+	const char *name[2] = {kda ? "conv" : "k", kda ? "recurrent" : "v"};
+	for (int v = 0; v < 2; v++) {
+		if (have[v] != want[v])
+			return FAIL(err, STATUS_INVALID, 0,
+			            "layer %u: %s has %zu floats, the model's %s layer at P=%u has "
+			            "%" PRIu64 " (shape)",
+			            i, name[v], have[v], model_mixer_name(ml->mixer), p, want[v]);
+		if (want[v] > UINT32_MAX)
+			return FAIL(err, STATUS_INVALID, 0,
+			            "layer %u: %s has %" PRIu64 " floats; a blob vector holds at "
+			            "most 2^32-1",
+			            i, name[v], want[v]);
+		if (want[v] && !ptr[v])
+			return FAIL(err, STATUS_INVALID, 0, "layer %u: its %s array is NULL", i,
+			            name[v]);
+		l->vec[v] = (const unsigned char *)ptr[v];
+		l->vec_len[v] = (size_t)want[v] * 4u;
+	}
+	l->head[0] = kda ? BLOB_TAG_KDA : BLOB_TAG_MLA;
+	l->head_len = kda ? 5 : 9;
+	if (!kda)
+		put_le32(l->head + 1, p);
+	put_le32(l->head + l->head_len - 4, (uint32_t)want[0]);
+	put_le32(l->mid, (uint32_t)want[1]);
+	l->mla = !kda;
+	struct checksum_state *cs = checksum_begin(i);
+	if (!cs)
+		return FAIL(err, STATUS_INTERNAL, 0, "out of memory");
+	checksum_update(cs, l->head, l->head_len);
+	checksum_update(cs, l->vec[0], l->vec_len[0]);
+	checksum_update(cs, l->mid, 4);
+	checksum_update(cs, l->vec[1], l->vec_len[1]);
+	l->xxh3 = checksum_end(cs);
+	return 0;
+}
+
+int k3cache_publish_arrays(struct k3cache *c, const struct k3cache_model *model, const void *salt,
+                           size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
+                           const struct k3cache_arrays *layers, uint32_t n_layers,
+                           const uint8_t *base_key, uint32_t base_rows,
+                           struct k3cache_publish_result *res, struct k3cache_error *err)
+{
+	err_clear(err);
+	if (res)
+		memset(res, 0, sizeof(*res));
+	if (!model || !model->layers)
+		return FAIL(err, STATUS_INVALID, 0, "publish: no model spec");
+	int rc = check_publish_args(model->fingerprint, salt, salt_len, tokens, n_tokens, layers,
+	                            n_layers, err);
+	if (rc)
+		return rc;
+	if (n_layers != model->n_layers)
+		return FAIL(err, STATUS_INVALID, 0, "publish: %u layers given, model %s has %u",
+		            n_layers, model->name ? model->name : "", model->n_layers);
+	struct layer_src *src = calloc(n_layers, sizeof(*src));
+	if (!src)
+		return FAIL(err, STATUS_INTERNAL, 0, "out of memory for a %u-layer publish",
+		            n_layers);
+	for (uint32_t i = 0; i < n_layers && !rc; i++)
+		rc = array_layer(model, i, n_tokens, &layers[i], &src[i], err);
+	if (!rc)
+		rc = publish_layers(c, model->fingerprint, salt, salt_len, tokens, n_tokens, src,
+		                    n_layers, base_key, base_rows, res, err);
+	free(src);
 	return rc;
 }
 
@@ -1091,7 +1267,7 @@ int k3cache_lookup(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], c
  * of payload is read: the entry's model, one layer per slot in order, each of
  * the size the model gives at P, adding up to payload_len, each fitting its
  * caller buffer (caps) when there are some. */
-static int check_layer_list(const struct model_spec *model, const frame_response *r,
+static int check_layer_list(const struct k3cache_model *model, const frame_response *r,
                             void *const *bufs, const size_t *caps, struct k3cache_error *err)
 {
 	uint32_t p = r->prefix_len;
@@ -1150,6 +1326,35 @@ static int check_layer_list(const struct model_spec *model, const frame_response
 	return 0;
 }
 
+/* Checks the caller's arrays against the layer list (already checked
+ * against the model): each array present and long enough for its floats. */
+static int check_arrays(const struct k3cache_model *model, const frame_response *r,
+                        const struct k3cache_arrays_out *a, struct k3cache_error *err)
+{
+	uint32_t p = r->prefix_len;
+	for (uint32_t i = 0; i < model->n_layers; i++) {
+		const struct model_layer *ml = &model->layers[i];
+		int kda = ml->mixer == MODEL_MIXER_KDA;
+		uint64_t n[2] = {kda ? ml->conv_len : (uint64_t)p * ml->k_row,
+		                 kda ? ml->recurrent_len : (uint64_t)p * ml->v_row};
+		const char *name[2] = {kda ? "conv" : "k", kda ? "recurrent" : "v"};
+		const void *ptr[2] = {a[i].a, a[i].b};
+		size_t cap[2] = {a[i].a_cap, a[i].b_cap};
+		for (int v = 0; v < 2; v++) {
+			if (n[v] && !ptr[v])
+				return FAIL(err, STATUS_INVALID, 0,
+				            "layer %u: its %s array is NULL", i, name[v]);
+			if (cap[v] < n[v])
+				return FAIL(
+				        err, STATUS_INVALID, 0,
+				        "layer %u: its %s array holds %zu floats, the entry's %s "
+				        "(P=%u) has %" PRIu64,
+				        i, name[v], cap[v], model_mixer_name(ml->mixer), p, n[v]);
+		}
+	}
+	return 0;
+}
+
 /* Ends the checks of one received layer: the blob against the model's slot,
  * shape, seq_len and finiteness, and its checksum against the daemon's. */
 static int finish_layer(struct blob_stream *bs, const frame_response *r, uint32_t i,
@@ -1173,48 +1378,58 @@ static int finish_layer(struct blob_stream *bs, const frame_response *r, uint32_
  * more than the copy out of the socket, on the same thread. */
 #define PIECE_BYTES (256u << 10)
 
-/* Receives one layer into dst and checks it. */
-static int receive_layer(struct k3cache *c, const struct model_spec *model, const frame_response *r,
-                         uint32_t i, unsigned char *dst, struct k3cache_error *err)
+/* Receives one layer into where bs puts it (begun by the caller) and checks
+ * it. */
+static int receive_layer(struct k3cache *c, struct blob_stream *bs, const frame_response *r,
+                         uint32_t i, struct k3cache_error *err)
 {
 	size_t len = (size_t)r->layers[i]->size;
-	struct blob_stream bs;
-	if (blob_stream_begin(&bs, dst, len, model, i, r->prefix_len) != 0) {
-		blob_stream_abandon(&bs);
-		int rc = FAIL(err, STATUS_INTERNAL, 0, "out of memory");
-		drain_after_failure(c, err);
-		return rc;
-	}
 	int rc = 0;
 	for (size_t off = 0; off < len && !rc;) {
-		size_t n = len - off < PIECE_BYTES ? len - off : PIECE_BYTES;
-		rc = read_payload(c, dst + off, n, err);
+		size_t run;
+		unsigned char *dst = blob_stream_dest(bs, off, &run);
+		size_t n = run < PIECE_BYTES ? run : PIECE_BYTES;
+		if (!dst || n > len - off) { /* the stream's length is the model's */
+			rc = FAIL(err, STATUS_INTERNAL, 0, "layer %u: the receive lost its place",
+			          i);
+			break;
+		}
+		rc = read_payload(c, dst, n, err);
 		off += n;
 		if (!rc)
-			blob_stream_feed(&bs, off);
+			blob_stream_feed(bs, off);
 	}
 	if (rc) { /* the connection is gone */
-		blob_stream_abandon(&bs);
+		blob_stream_abandon(bs);
 		return rc;
 	}
-	if ((rc = finish_layer(&bs, r, i, err)) != 0)
+	if ((rc = finish_layer(bs, r, i, err)) != 0)
 		drain_after_failure(c, err);
 	return rc;
 }
 
-/* Receives and validates the payload of a restore answer, into the caller's
- * buffers (bufs) or the connection's own buffer (bufs NULL). Every layer is
+/* Where a restore puts each layer: whole blobs in buffers (the caller's, or
+ * the connection's own when bufs is NULL), or scattered into arrays. */
+struct restore_dest {
+	void *const *bufs;
+	const size_t *caps;
+	const struct k3cache_arrays_out *arrays;
+};
+
+/* Receives and validates the payload of a restore answer. Every layer is
  * checked as it arrives; on a failure the rest of the payload is drained. */
-static int receive_snapshot(struct k3cache *c, const struct model_spec *model,
-                            const frame_response *r, void *const *bufs, const size_t *caps,
+static int receive_snapshot(struct k3cache *c, const struct k3cache_model *model,
+                            const frame_response *r, const struct restore_dest *d,
                             struct k3cache_error *err)
 {
-	int rc = check_layer_list(model, r, bufs, caps, err);
+	int rc = check_layer_list(model, r, d->bufs, d->caps, err);
+	if (!rc && d->arrays)
+		rc = check_arrays(model, r, d->arrays, err);
 	if (rc) {
 		drain_after_failure(c, err);
 		return rc;
 	}
-	if (!bufs && r->payload_len > c->snap_cap) {
+	if (!d->bufs && !d->arrays && r->payload_len > c->snap_cap) {
 		if (r->payload_len > SIZE_MAX) {
 			rc = FAIL(err, STATUS_INVALID, 0,
 			          "a %" PRIu64 "-byte snapshot does not fit", r->payload_len);
@@ -1235,9 +1450,20 @@ static int receive_snapshot(struct k3cache *c, const struct model_spec *model,
 	}
 	size_t off = 0;
 	for (uint32_t i = 0; i < model->n_layers && !rc; i++) {
-		unsigned char *dst = bufs ? bufs[i] : c->snap + off;
-		off += (size_t)r->layers[i]->size;
-		rc = receive_layer(c, model, r, i, dst, err);
+		size_t len = (size_t)r->layers[i]->size;
+		struct blob_stream bs;
+		int bad = d->arrays ? blob_stream_begin_parts(&bs, d->arrays[i].a, d->arrays[i].b,
+		                                              model, i, r->prefix_len)
+		                    : blob_stream_begin(&bs, d->bufs ? d->bufs[i] : c->snap + off,
+		                                        len, model, i, r->prefix_len);
+		off += len;
+		if (bad) {
+			blob_stream_abandon(&bs);
+			rc = FAIL(err, STATUS_INTERNAL, 0, "out of memory");
+			drain_after_failure(c, err);
+			break;
+		}
+		rc = receive_layer(c, &bs, r, i, err);
 	}
 	return rc;
 }
@@ -1262,7 +1488,7 @@ static int deliver(struct k3cache *c, const frame_response *r, k3cache_layer_fn 
 	return 0;
 }
 
-static int check_model_arg(const struct model_spec *model, struct k3cache_error *err)
+static int check_model_arg(const struct k3cache_model *model, struct k3cache_error *err)
 {
 	if (!model || model->n_layers == 0 || !model->layers)
 		return FAIL(err, STATUS_INVALID, 0,
@@ -1300,25 +1526,20 @@ static int do_restore(struct k3cache *c, const uint8_t key[K3CACHE_KEY_LEN], fra
 	return 0;
 }
 
-int k3cache_restore_into(struct k3cache *c, const struct model_spec *model,
-                         const uint8_t key[K3CACHE_KEY_LEN], void *const *bufs, const size_t *caps,
-                         size_t *lens, uint32_t *prefix_len, struct k3cache_error *err)
+/* A restore of key into d (the caller's buffers or arrays): *prefix_len is
+ * P on success; on a failure the destination must not be used. */
+static int restore_to(struct k3cache *c, const struct k3cache_model *model,
+                      const uint8_t key[K3CACHE_KEY_LEN], const struct restore_dest *d,
+                      size_t *lens, uint32_t *prefix_len, struct k3cache_error *err)
 {
-	err_clear(err);
-	if (prefix_len)
-		*prefix_len = 0;
-	int rc = usable(c, err);
-	if (rc || (rc = check_model_arg(model, err)))
-		return rc;
-	if (!key || !bufs || !caps)
-		return FAIL(err, STATUS_INVALID, 0,
-		            "restore_into: key, bufs and caps are required");
 	frame_response *r = NULL;
-	if ((rc = do_restore(c, key, &r, err)))
+	int rc = do_restore(c, key, &r, err);
+	if (rc)
 		return rc;
-	rc = receive_snapshot(c, model, r, bufs, caps, err);
+	rc = receive_snapshot(c, model, r, d, err);
 	if (rc) {
-		err_append(err, "; the buffers' contents must not be used");
+		err_append(err, d->arrays ? "; the arrays' contents must not be used"
+		                          : "; the buffers' contents must not be used");
 		frame_response_free(r);
 		return rc;
 	}
@@ -1329,22 +1550,62 @@ int k3cache_restore_into(struct k3cache *c, const struct model_spec *model,
 	return finish(c, r, err);
 }
 
-int k3cache_restore_each(struct k3cache *c, const struct model_spec *model,
-                         const uint8_t key[K3CACHE_KEY_LEN], k3cache_layer_fn fn, void *ctx,
-                         uint32_t *prefix_len, struct k3cache_error *err)
+/* What every restore checks before it sends a request. */
+static int restore_args(struct k3cache *c, const struct k3cache_model *model, uint32_t *prefix_len,
+                        struct k3cache_error *err)
 {
 	err_clear(err);
 	if (prefix_len)
 		*prefix_len = 0;
 	int rc = usable(c, err);
-	if (rc || (rc = check_model_arg(model, err)))
+	return rc ? rc : check_model_arg(model, err);
+}
+
+int k3cache_restore_into(struct k3cache *c, const struct k3cache_model *model,
+                         const uint8_t key[K3CACHE_KEY_LEN], void *const *bufs, const size_t *caps,
+                         size_t *lens, uint32_t *prefix_len, struct k3cache_error *err)
+{
+	int rc = restore_args(c, model, prefix_len, err);
+	if (rc)
+		return rc;
+	if (!key || !bufs || !caps)
+		return FAIL(err, STATUS_INVALID, 0,
+		            "restore_into: key, bufs and caps are required");
+	struct restore_dest d = {.bufs = bufs, .caps = caps};
+	return restore_to(c, model, key, &d, lens, prefix_len, err);
+}
+
+int k3cache_restore_arrays(struct k3cache *c, const struct k3cache_model *model,
+                           const uint8_t key[K3CACHE_KEY_LEN],
+                           const struct k3cache_arrays_out *layers, uint32_t n_layers,
+                           uint32_t *prefix_len, struct k3cache_error *err)
+{
+	int rc = restore_args(c, model, prefix_len, err);
+	if (rc)
+		return rc;
+	if (!key || !layers)
+		return FAIL(err, STATUS_INVALID, 0, "restore_arrays: key and layers are required");
+	if (n_layers != model->n_layers)
+		return FAIL(err, STATUS_INVALID, 0,
+		            "restore_arrays: %u layers given, model %s has %u", n_layers,
+		            model->name ? model->name : "", model->n_layers);
+	struct restore_dest d = {.arrays = layers};
+	return restore_to(c, model, key, &d, NULL, prefix_len, err);
+}
+
+int k3cache_restore_each(struct k3cache *c, const struct k3cache_model *model,
+                         const uint8_t key[K3CACHE_KEY_LEN], k3cache_layer_fn fn, void *ctx,
+                         uint32_t *prefix_len, struct k3cache_error *err)
+{
+	int rc = restore_args(c, model, prefix_len, err);
+	if (rc)
 		return rc;
 	if (!key || !fn)
 		return FAIL(err, STATUS_INVALID, 0, "restore_each: key and fn are required");
 	frame_response *r = NULL;
 	if ((rc = do_restore(c, key, &r, err)))
 		return rc;
-	if ((rc = receive_snapshot(c, model, r, NULL, NULL, err)) ||
+	if ((rc = receive_snapshot(c, model, r, &(struct restore_dest){0}, err)) ||
 	    (rc = deliver(c, r, fn, ctx, err))) {
 		frame_response_free(r);
 		return rc;
@@ -1354,7 +1615,7 @@ int k3cache_restore_each(struct k3cache *c, const struct model_spec *model,
 	return finish(c, r, err);
 }
 
-int k3cache_lookup_restore(struct k3cache *c, const struct model_spec *model, const void *salt,
+int k3cache_lookup_restore(struct k3cache *c, const struct k3cache_model *model, const void *salt,
                            size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
                            uint32_t limit, k3cache_layer_fn fn, void *ctx,
                            struct k3cache_lookup_result *res, struct k3cache_error *err)
@@ -1379,7 +1640,7 @@ int k3cache_lookup_restore(struct k3cache *c, const struct model_spec *model, co
 		fill_lookup_result(r, res);
 		return finish(c, r, err);
 	}
-	if ((rc = receive_snapshot(c, model, r, NULL, NULL, err)) ||
+	if ((rc = receive_snapshot(c, model, r, &(struct restore_dest){0}, err)) ||
 	    (rc = deliver(c, r, fn, ctx, err))) {
 		frame_response_free(r);
 		return rc;

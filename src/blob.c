@@ -224,8 +224,8 @@ static enum blob_class check_finite(const struct blob_f32vec *vec, uint32_t laye
 }
 
 /* Slot, shape and position: everything but the finite scan. */
-static enum blob_class validate_shape(const struct blob_view *view, const struct model_spec *model,
-                                      uint32_t layer, uint32_t prefix_len, struct blob_error *err)
+enum blob_class blob_validate_shape(const struct blob_view *view, const struct k3cache_model *model,
+                                    uint32_t layer, uint32_t prefix_len, struct blob_error *err)
 {
 	if (layer >= model->n_layers)
 		return fail(err, BLOB_ERR_SLOT,
@@ -275,10 +275,10 @@ static const char *vec_name(const struct blob_view *view, int second)
 	return second ? "v" : "k";
 }
 
-enum blob_class blob_validate(const struct blob_view *view, const struct model_spec *model,
+enum blob_class blob_validate(const struct blob_view *view, const struct k3cache_model *model,
                               uint32_t layer, uint32_t prefix_len, struct blob_error *err)
 {
-	enum blob_class rc = validate_shape(view, model, layer, prefix_len, err);
+	enum blob_class rc = blob_validate_shape(view, model, layer, prefix_len, err);
 	if (rc != BLOB_OK)
 		return rc;
 	const char *tag = blob_tag_name(view->tag);
@@ -316,7 +316,7 @@ static enum blob_class scan_and_sum(const struct blob_f32vec *vec, uint32_t laye
 	return BLOB_OK;
 }
 
-enum blob_class blob_check_sum(const void *bytes, size_t len, const struct model_spec *model,
+enum blob_class blob_check_sum(const void *bytes, size_t len, const struct k3cache_model *model,
                                uint32_t layer, uint32_t prefix_len, uint64_t *xxh3,
                                struct blob_error *err)
 {
@@ -342,7 +342,7 @@ enum blob_class blob_check_sum(const void *bytes, size_t len, const struct model
 	return rc;
 }
 
-enum blob_class blob_check(const void *bytes, size_t len, const struct model_spec *model,
+enum blob_class blob_check(const void *bytes, size_t len, const struct k3cache_model *model,
                            uint32_t layer, uint32_t prefix_len, struct blob_error *err)
 {
 	struct blob_view v = {0};
@@ -355,7 +355,7 @@ enum blob_class blob_check(const void *bytes, size_t len, const struct model_spe
 	return check_finite(&v.v1, layer, tag, vec_name(&v, 1), err);
 }
 
-enum blob_class blob_check_shape(const void *bytes, size_t len, const struct model_spec *model,
+enum blob_class blob_check_shape(const void *bytes, size_t len, const struct k3cache_model *model,
                                  uint32_t layer, uint32_t prefix_len, struct blob_view *out,
                                  struct blob_error *err)
 {
@@ -371,5 +371,5 @@ enum blob_class blob_check_shape(const void *bytes, size_t len, const struct mod
 		return rc;
 	}
 	*out = v;
-	return validate_shape(&v, model, layer, prefix_len, err);
+	return blob_validate_shape(&v, model, layer, prefix_len, err);
 }

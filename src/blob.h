@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct model_spec;
+struct k3cache_model;
 
 enum blob_tag {
 	BLOB_TAG_KDA = 1,
@@ -83,22 +83,27 @@ size_t blob_encode(const struct blob_view *view, void *out);
 /* Checks a parsed blob as layer `layer` of `model`, for an entry of
  * `prefix_len` tokens (or BLOB_PREFIX_ANY): slot, then shape, then seq_len,
  * then finiteness. Returns BLOB_OK or the class, with a message in err. */
-enum blob_class blob_validate(const struct blob_view *view, const struct model_spec *model,
+enum blob_class blob_validate(const struct blob_view *view, const struct k3cache_model *model,
                               uint32_t layer, uint32_t prefix_len, struct blob_error *err);
 
+/* blob_validate() without the finiteness scan: reads the view's tag,
+ * seq_len and counts, never its floats. */
+enum blob_class blob_validate_shape(const struct blob_view *view, const struct k3cache_model *model,
+                                    uint32_t layer, uint32_t prefix_len, struct blob_error *err);
+
 /* Parses and validates in one call. */
-enum blob_class blob_check(const void *bytes, size_t len, const struct model_spec *model,
+enum blob_class blob_check(const void *bytes, size_t len, const struct k3cache_model *model,
                            uint32_t layer, uint32_t prefix_len, struct blob_error *err);
 
 /* Parses and checks slot, shape and seq_len, but not finiteness; fills *out. */
-enum blob_class blob_check_shape(const void *bytes, size_t len, const struct model_spec *model,
+enum blob_class blob_check_shape(const void *bytes, size_t len, const struct k3cache_model *model,
                                  uint32_t layer, uint32_t prefix_len, struct blob_view *out,
                                  struct blob_error *err);
 
 /* blob_check() and checksum_blob() in one pass over the bytes: each block is
  * scanned for non-finite floats and hashed while it is in cache. On success
  * *xxh3 is the blob's checksum seeded with `layer`. */
-enum blob_class blob_check_sum(const void *bytes, size_t len, const struct model_spec *model,
+enum blob_class blob_check_sum(const void *bytes, size_t len, const struct k3cache_model *model,
                                uint32_t layer, uint32_t prefix_len, uint64_t *xxh3,
                                struct blob_error *err);
 

@@ -1,21 +1,22 @@
-/* blob_stream: blob_check_sum() over a blob that arrives in pieces. */
+/* blob_stream: blob_check_sum() over a blob that arrives in pieces, in one
+ * buffer or scattered over two arrays. */
 #include "blob_stream.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "checksum.h"
 #include "model.h"
 
-int blob_stream_begin(struct blob_stream *s, const void *base, size_t len,
-                      const struct model_spec *model, uint32_t layer, uint32_t prefix_len)
+/* The layout the model expects; end() checks that the header says the same. */
+static int layout(struct blob_stream *s, size_t len, const struct k3cache_model *model,
+                  uint32_t layer, uint32_t prefix_len)
 {
-	memset(s, 0, sizeof(*s));
-	s->base = base;
 	s->len = len;
 	s->model = model;
 	s->layer = layer;
 	s->prefix_len = prefix_len;
-	/* the layout the model expects; end() checks the header says the same */
 	if (layer < model->n_layers) {
 		const struct model_layer *l = &model->layers[layer];
 		uint64_t n0, n1, head;
@@ -37,14 +38,70 @@ int blob_stream_begin(struct blob_stream *s, const void *base, size_t len,
 	return s->cs ? 0 : -1;
 }
 
+int blob_stream_begin(struct blob_stream *s, const void *base, size_t len,
+                      const struct k3cache_model *model, uint32_t layer, uint32_t prefix_len)
+{
+	memset(s, 0, sizeof(*s));
+	s->base = base;
+	return layout(s, len, model, layer, prefix_len);
+}
+
+int blob_stream_begin_parts(struct blob_stream *s, void *a, void *b,
+                            const struct k3cache_model *model, uint32_t layer, uint32_t prefix_len)
+{
+	memset(s, 0, sizeof(*s));
+	s->part[0] = a;
+	s->part[1] = b;
+	s->scattered = 1;
+	uint64_t len = layer < model->n_layers
+	                       ? model_layer_blob_size(&model->layers[layer], prefix_len)
+	                       : 0;
+	if (len > SIZE_MAX)
+		len = 0;
+	return layout(s, (size_t)len, model, layer, prefix_len);
+}
+
+unsigned char *blob_stream_dest(struct blob_stream *s, size_t off, size_t *run)
+{
+	if (off >= s->len) {
+		*run = 0;
+		return NULL;
+	}
+	if (!s->scattered) {
+		*run = s->len - off;
+		return (unsigned char *)s->base + off;
+	}
+	size_t end0 = s->data_off[0] + s->data_len[0];
+	if (off < s->data_off[0]) { /* tag, seq_len, count */
+		*run = s->data_off[0] - off;
+		return s->head + off;
+	}
+	if (off < end0) {
+		*run = end0 - off;
+		return s->part[0] + (off - s->data_off[0]);
+	}
+	if (off < s->data_off[1]) { /* the second count */
+		*run = s->data_off[1] - off;
+		return s->head + s->data_off[0] + (off - end0);
+	}
+	*run = s->len - off;
+	return s->part[1] + (off - s->data_off[1]);
+}
+
 void blob_stream_feed(struct blob_stream *s, size_t upto)
 {
 	if (upto > s->len)
 		upto = s->len;
 	if (upto <= s->fed)
 		return;
-	checksum_update(s->cs, s->base + s->fed, upto - s->fed);
-	s->fed = upto;
+	while (s->fed < upto) {
+		size_t run;
+		const unsigned char *p = blob_stream_dest(s, s->fed, &run);
+		if (run > upto - s->fed)
+			run = upto - s->fed;
+		checksum_update(s->cs, p, run);
+		s->fed += run;
+	}
 	for (int v = 0; v < 2 && !s->nonfinite; v++) {
 		size_t from = s->data_off[v] + s->scanned[v];
 		size_t end = s->data_off[v] + s->data_len[v];
@@ -53,16 +110,60 @@ void blob_stream_feed(struct blob_stream *s, size_t upto)
 		if (end <= from)
 			continue;
 		size_t floats = (end - from) / 4u; /* whole floats; the rest next time */
+		size_t run;
+		const unsigned char *p = blob_stream_dest(s, from, &run);
 		while (floats && !s->nonfinite) {
 			uint32_t take = floats > UINT32_MAX ? UINT32_MAX : (uint32_t)floats;
-			struct blob_f32vec part = {s->base + from, take};
+			struct blob_f32vec part = {p, take};
 			if (blob_first_nonfinite(&part) >= 0)
 				s->nonfinite = 1;
 			s->scanned[v] += (size_t)take * 4u;
-			from += (size_t)take * 4u;
+			p += (size_t)take * 4u;
 			floats -= take;
 		}
 	}
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The scattered blob's view: its header words from head, its floats in the
+ * arrays. The arrays hold the model's counts only, so the view is checked
+ * for shape before a float of it is read. */
+static enum blob_class scattered_view(struct blob_stream *s, struct blob_view *v,
+                                      struct blob_error *err)
+{
+	unsigned tag = s->head[0];
+	if (s->layer >= s->model->n_layers || s->fed != s->len) {
+		if (err) {
+			err->cls = BLOB_ERR_TRUNCATED;
+			snprintf(err->message, sizeof(err->message),
+			         "layer %" PRIu32 ": %zu of %zu bytes arrived", s->layer, s->fed,
+			         s->len);
+		}
+		return BLOB_ERR_TRUNCATED;
+	}
+	if (tag != BLOB_TAG_KDA && tag != BLOB_TAG_MLA) {
+		if (err) {
+			err->cls = BLOB_ERR_TAG;
+			snprintf(err->message, sizeof(err->message),
+			         "layer %" PRIu32 ": tag %u is neither 1 (KDA) nor 2 (MLA)",
+			         s->layer, tag);
+		}
+		return BLOB_ERR_TAG;
+	}
+	size_t c0 = s->data_off[0] - 4, c1 = s->data_off[0];
+	*v = (struct blob_view){
+	        .tag = (enum blob_tag)tag,
+	        .seq_len = s->data_off[0] == 9 ? le32(s->head + 1) : 0,
+	        .v0 = {s->part[0], le32(s->head + c0)},
+	        .v1 = {s->part[1], le32(s->head + c1)},
+	};
+	/* a tag other than the model's: the words were read in the wrong
+	 * places, and the slot check says so first */
+	return blob_validate_shape(v, s->model, s->layer, s->prefix_len, err);
 }
 
 enum blob_class blob_stream_end(struct blob_stream *s, uint64_t *xxh3, struct blob_error *err)
@@ -70,8 +171,9 @@ enum blob_class blob_stream_end(struct blob_stream *s, uint64_t *xxh3, struct bl
 	uint64_t sum = checksum_end(s->cs);
 	s->cs = NULL;
 	struct blob_view view;
-	enum blob_class rc =
-	        blob_check_shape(s->base, s->len, s->model, s->layer, s->prefix_len, &view, err);
+	enum blob_class rc = s->scattered ? scattered_view(s, &view, err)
+	                                  : blob_check_shape(s->base, s->len, s->model, s->layer,
+	                                                     s->prefix_len, &view, err);
 	if (rc != BLOB_OK)
 		return rc;
 	/* the header matched the model, so the ranges scanned were the floats;
@@ -81,6 +183,8 @@ enum blob_class blob_stream_end(struct blob_stream *s, uint64_t *xxh3, struct bl
 		rc = blob_validate(&view, s->model, s->layer, s->prefix_len, err);
 		if (rc != BLOB_OK)
 			return rc;
+		if (s->scattered) /* every byte was fed (scattered_view) */
+			return BLOB_ERR_TRUNCATED;
 		sum = checksum_blob(s->base, s->len, s->layer); /* not all was fed */
 	}
 	if (xxh3)

@@ -30,7 +30,7 @@ const char *model_mixer_name(enum model_mixer mixer)
 	}
 }
 
-void model_free(struct model_spec *spec)
+void model_free(struct k3cache_model *spec)
 {
 	if (!spec)
 		return;
@@ -57,7 +57,7 @@ static int put_str(EVP_MD_CTX *ctx, const char *s)
 	return put_u32(ctx, (uint32_t)n) && EVP_DigestUpdate(ctx, s, n);
 }
 
-int model_fingerprint(const struct model_spec *spec, uint8_t out[MODEL_FINGERPRINT_LEN])
+int model_fingerprint(const struct k3cache_model *spec, uint8_t out[MODEL_FINGERPRINT_LEN])
 {
 	static const char magic[] = "k3cache-model-v1"; /* hashed with its NUL */
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
@@ -128,8 +128,8 @@ static char *dup_checked(const char *s, const char *field, char *err, int *bad)
 	return d;
 }
 
-struct model_spec *model_new(const char *name, const char *revision, const char *state_layout,
-                             const struct model_layer *layers, uint32_t n_layers, char *err)
+struct k3cache_model *model_new(const char *name, const char *revision, const char *state_layout,
+                                const struct model_layer *layers, uint32_t n_layers, char *err)
 {
 	if (n_layers == 0) {
 		seterr(err, "the model has no layers");
@@ -147,7 +147,7 @@ struct model_spec *model_new(const char *name, const char *revision, const char 
 	for (uint32_t i = 0; i < n_layers; i++)
 		if (check_layer(&layers[i], i, err))
 			return NULL;
-	struct model_spec *m = calloc(1, sizeof(*m));
+	struct k3cache_model *m = calloc(1, sizeof(*m));
 	if (!m) {
 		seterr(err, "out of memory");
 		return NULL;
@@ -279,7 +279,7 @@ static int parse_layer(json_t *jl, uint32_t i, struct model_layer *out, char *er
 	return -1;
 }
 
-struct model_spec *model_from_json(const char *text, size_t len, char *err)
+struct k3cache_model *model_from_json(const char *text, size_t len, char *err)
 {
 	json_error_t jerr;
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -288,7 +288,7 @@ struct model_spec *model_from_json(const char *text, size_t len, char *err)
 		       jerr.text);
 		return NULL;
 	}
-	struct model_spec *spec = NULL;
+	struct k3cache_model *spec = NULL;
 	struct model_layer *layers = NULL;
 	static const char *const allowed[] = {"name", "revision", "state_layout", "layers", NULL};
 	if (!json_is_object(root)) {
@@ -340,7 +340,7 @@ out:
 	return spec;
 }
 
-struct model_spec *model_load_file(const char *path, char *err)
+struct k3cache_model *model_load_file(const char *path, char *err)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f) {
@@ -374,7 +374,7 @@ struct model_spec *model_load_file(const char *path, char *err)
 	}
 	fclose(f);
 	char inner[MODEL_ERROR_MAX];
-	struct model_spec *spec = model_from_json(buf, len, inner);
+	struct k3cache_model *spec = model_from_json(buf, len, inner);
 	free(buf);
 	if (!spec)
 		seterr(err, "%s: %s", path, inner);
@@ -385,7 +385,7 @@ fail:
 	return NULL;
 }
 
-char *model_to_json(const struct model_spec *spec)
+char *model_to_json(const struct k3cache_model *spec)
 {
 	json_t *layers = json_array();
 	for (uint32_t i = 0; layers && i < spec->n_layers; i++) {

@@ -29,7 +29,7 @@ struct model_layer {
 	uint32_t v_row;         /* MLA: floats of v per token */
 };
 
-struct model_spec {
+struct k3cache_model {
 	char *name;
 	char *revision;
 	char *state_layout;
@@ -40,24 +40,24 @@ struct model_spec {
 
 /* Parses a spec from JSON text. Returns NULL with a message in err
  * (MODEL_ERROR_MAX bytes) when the text is not a valid spec. */
-struct model_spec *model_from_json(const char *text, size_t len, char *err);
+struct k3cache_model *model_from_json(const char *text, size_t len, char *err);
 
 /* Reads and parses a spec file. Returns NULL with a message in err. */
-struct model_spec *model_load_file(const char *path, char *err);
+struct k3cache_model *model_load_file(const char *path, char *err);
 
 /* Builds a spec from fields (copied); validates them like model_from_json().
  * Returns NULL with a message in err. */
-struct model_spec *model_new(const char *name, const char *revision, const char *state_layout,
-                             const struct model_layer *layers, uint32_t n_layers, char *err);
+struct k3cache_model *model_new(const char *name, const char *revision, const char *state_layout,
+                                const struct model_layer *layers, uint32_t n_layers, char *err);
 
-void model_free(struct model_spec *spec);
+void model_free(struct k3cache_model *spec);
 
 /* Computes the fingerprint of the spec's fields (also stored in
  * spec->fingerprint). 0, or -1 when OpenSSL cannot allocate its digest. */
-int model_fingerprint(const struct model_spec *spec, uint8_t out[MODEL_FINGERPRINT_LEN]);
+int model_fingerprint(const struct k3cache_model *spec, uint8_t out[MODEL_FINGERPRINT_LEN]);
 
 /* Serialises a spec to compact JSON (caller frees). NULL on allocation failure. */
-char *model_to_json(const struct model_spec *spec);
+char *model_to_json(const struct k3cache_model *spec);
 
 /* Bytes of one layer's blob for an entry of prefix_len tokens. */
 uint64_t model_layer_blob_size(const struct model_layer *layer, uint32_t prefix_len);

@@ -26,7 +26,7 @@ static void fail_oom(frame_response *resp)
 
 /* ---- model specs ---------------------------------------------------------- */
 
-struct model_spec *service_spec_from_wire(const K3cache__V1__ModelSpec *w, char *err)
+struct k3cache_model *service_spec_from_wire(const K3cache__V1__ModelSpec *w, char *err)
 {
 	if (!w || !w->n_layers) {
 		snprintf(err, MODEL_ERROR_MAX, "the model has no layers");
@@ -50,13 +50,13 @@ struct model_spec *service_spec_from_wire(const K3cache__V1__ModelSpec *w, char 
 		l[i].k_row = ls->k_row;
 		l[i].v_row = ls->v_row;
 	}
-	struct model_spec *m =
+	struct k3cache_model *m =
 	        model_new(w->name, w->revision, w->state_layout, l, (uint32_t)w->n_layers, err);
 	free(l);
 	return m;
 }
 
-K3cache__V1__ModelSpec *service_spec_to_wire(const struct model_spec *m)
+K3cache__V1__ModelSpec *service_spec_to_wire(const struct k3cache_model *m)
 {
 	K3cache__V1__ModelSpec *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -104,7 +104,7 @@ void service_put_model(struct store *s, const K3cache__V1__PutModel *op, frame_r
 {
 	char err[MODEL_ERROR_MAX];
 	struct status st;
-	struct model_spec *m = service_spec_from_wire(op->model, err);
+	struct k3cache_model *m = service_spec_from_wire(op->model, err);
 	if (!m) {
 		status_set(&st, STATUS_INVALID, "model spec: %s", err);
 		service_fail(resp, &st);
@@ -172,7 +172,7 @@ static K3cache__V1__EntryInfo *entry_to_wire(struct store *s, const struct store
 	w->last_used = e->last_used;
 	w->hits = e->hits;
 	w->quarantined = e->quarantined;
-	struct model_spec *m = store_get_model(s, e->fingerprint, NULL);
+	struct k3cache_model *m = store_get_model(s, e->fingerprint, NULL);
 	w->model_name = strdup(m ? m->name : "?");
 	model_free(m);
 	if (!w->model_name) {
@@ -284,7 +284,7 @@ void service_resolve(struct store *s, const K3cache__V1__Resolve *op, frame_resp
 		fail_oom(resp);
 }
 
-static int models_cb(const struct model_spec *spec, void *arg)
+static int models_cb(const struct k3cache_model *spec, void *arg)
 {
 	frame_response *r = arg;
 	K3cache__V1__ModelSpec **n = realloc(r->models, (r->n_models + 1) * sizeof(*n));

@@ -9,8 +9,8 @@
 #include "store.h"
 
 /* Model specs between the wire and model.h. */
-struct model_spec *service_spec_from_wire(const K3cache__V1__ModelSpec *w, char *err);
-K3cache__V1__ModelSpec *service_spec_to_wire(const struct model_spec *m);
+struct k3cache_model *service_spec_from_wire(const K3cache__V1__ModelSpec *w, char *err);
+K3cache__V1__ModelSpec *service_spec_to_wire(const struct k3cache_model *m);
 void service_free_spec(K3cache__V1__ModelSpec *w);
 
 /* Each fills resp's code, message and results; what they allocate is freed by

@@ -80,16 +80,16 @@ void store_close(struct store *s);
 
 /* Stores a spec (idempotent by fingerprint). *created (may be NULL) says
  * whether it was new. */
-enum status_code store_put_model(struct store *s, const struct model_spec *spec, int *created,
+enum status_code store_put_model(struct store *s, const struct k3cache_model *spec, int *created,
                                  struct status *st);
 /* Returns a copy of the spec (caller frees with model_free), or NULL with
  * UNKNOWN_MODEL. */
-struct model_spec *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN],
-                                   struct status *st);
+struct k3cache_model *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN],
+                                      struct status *st);
 /* Calls fn for every stored spec; stops early when fn returns non-zero. */
 enum status_code store_list_models(struct store *s,
-                                   int (*fn)(const struct model_spec *spec, void *ctx), void *ctx,
-                                   struct status *st);
+                                   int (*fn)(const struct k3cache_model *spec, void *ctx),
+                                   void *ctx, struct status *st);
 
 /* ---- publish ---- */
 

@@ -21,13 +21,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
 #include "units.h"
 #include "worker_model.h"
 
 struct worker {
 	const struct worker_model *m;
-	struct model_spec *spec;
+	struct k3cache_model *spec;
 	struct worker_state *state;
 	struct k3cache *cache; /* NULL: no cache (or it failed) */
 	struct k3cache_record record;
@@ -165,7 +165,7 @@ static uint32_t restore(struct worker *w, const uint32_t *prompt, uint32_t n, ui
 			drop_cache(w, err.message);
 		else
 			warn(w, "restore of %u tokens refused (%s: %s); recomputing", lr.prefix_len,
-			     status_code_name(err.code), err.message);
+			     k3cache_code_name(err.code), err.message);
 		return 0;
 	}
 	memcpy(w->base_key, lr.key, sizeof(w->base_key));

@@ -206,7 +206,7 @@ void worker_model_free(struct worker_model *m)
 	free(m);
 }
 
-struct model_spec *worker_model_spec(const struct worker_model *m)
+struct k3cache_model *worker_model_spec(const struct worker_model *m)
 {
 	const struct worker_geometry *g = &m->g;
 	struct model_layer layers[WORKER_LAYERS];

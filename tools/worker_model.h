@@ -54,7 +54,7 @@ void worker_model_free(struct worker_model *m);
 
 /* The model spec the cache sees: name, revision (the weight seed) and the
  * state layout; two workers share state only when all of it agrees. */
-struct model_spec *worker_model_spec(const struct worker_model *m);
+struct k3cache_model *worker_model_spec(const struct worker_model *m);
 
 /* The sequence state: per layer the KDA conv window and S, or the MLA cache. */
 struct worker_state;

@@ -6,7 +6,7 @@
 #include "models.h"
 #include "prefix.h"
 
-int store_check_layer(const struct store_publish_req *r, const struct model_spec *m, uint32_t i,
+int store_check_layer(const struct store_publish_req *r, const struct k3cache_model *m, uint32_t i,
                       uint64_t *sum, char message[STATUS_MESSAGE_MAX])
 {
 	const struct store_blob *b = &r->blobs[i];
@@ -30,7 +30,7 @@ int store_check_layer(const struct store_publish_req *r, const struct model_spec
 }
 
 enum status_code store_check_publish(struct store *s, const struct store_publish_req *r,
-                                     struct model_spec **model, uint64_t *total_out,
+                                     struct k3cache_model **model, uint64_t *total_out,
                                      uint8_t key[STORE_KEY_LEN], struct status *st)
 {
 	*model = NULL;
@@ -41,7 +41,7 @@ enum status_code store_check_publish(struct store *s, const struct store_publish
 		return status_set(st, STATUS_INVALID,
 		                  "the salt is %zu bytes; at most %u are allowed", r->salt_len,
 		                  STORE_MAX_SALT);
-	struct model_spec *m = store_get_model(s, r->fingerprint, st);
+	struct k3cache_model *m = store_get_model(s, r->fingerprint, st);
 	if (!m)
 		return st && st->code != STATUS_OK ? st->code : STATUS_UNKNOWN_MODEL;
 	if (r->n_blobs != m->n_layers) {

@@ -10,14 +10,14 @@
  * its layer count, the size against the capacity. Fills *model (the caller
  * frees it), *total and the key. */
 enum status_code store_check_publish(struct store *s, const struct store_publish_req *r,
-                                     struct model_spec **model, uint64_t *total,
+                                     struct k3cache_model **model, uint64_t *total,
                                      uint8_t key[STORE_KEY_LEN], struct status *st);
 
 /* Checks layer i of a publish against the model (slot, shape, seq_len, finite;
  * blob_check_sum) and against its given checksum, if any. 0 with *sum set, or
  * -1 with the message naming the layer. A layer a delta assembled in pieces
  * (store_blob.rows) was checked then: its xxh3 is the sum. */
-int store_check_layer(const struct store_publish_req *r, const struct model_spec *m, uint32_t i,
+int store_check_layer(const struct store_publish_req *r, const struct k3cache_model *m, uint32_t i,
                       uint64_t *sum, char message[STATUS_MESSAGE_MAX]);
 
 /* A layer's tag (its first byte; a delta's assembled layer is MLA). */

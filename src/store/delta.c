@@ -94,7 +94,7 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 {
 	memset(out, 0, sizeof(*out));
 	*refused = 0;
-	struct model_spec *m = store_get_model(s, req->fingerprint, st);
+	struct k3cache_model *m = store_get_model(s, req->fingerprint, st);
 	if (!m)
 		return st && st->code != STATUS_OK ? st->code : STATUS_UNKNOWN_MODEL;
 	uint32_t p = req->n_tokens, n = req->n_blobs;

@@ -183,8 +183,8 @@ static int plan_mla(const struct store_publish_req *r, const struct model_layer 
 	return rc;
 }
 
-int store_entry_plan(struct store *s, const struct store_publish_req *r, const struct model_spec *m,
-                     struct store_entry_plan *plan)
+int store_entry_plan(struct store *s, const struct store_publish_req *r,
+                     const struct k3cache_model *m, struct store_entry_plan *plan)
 {
 	memset(plan, 0, sizeof(*plan));
 	size_t cap = 0;

@@ -55,8 +55,8 @@ struct store_entry_plan {
  * MLA layer of at least B rows keeps its header words and tail rows in the
  * stream and lists its full blocks to be placed. The stream points into the
  * blobs; the entry is stored only once every blob has passed its check. */
-int store_entry_plan(struct store *s, const struct store_publish_req *r, const struct model_spec *m,
-                     struct store_entry_plan *plan);
+int store_entry_plan(struct store *s, const struct store_publish_req *r,
+                     const struct k3cache_model *m, struct store_entry_plan *plan);
 void store_entry_plan_free(struct store_entry_plan *plan);
 
 /* Places blocks [plan->done.placed, to) inside txn, first undoing whatever

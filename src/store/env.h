@@ -44,7 +44,7 @@ struct store_touch {
 
 struct model_cache_entry {
 	uint8_t fp[MODEL_FINGERPRINT_LEN];
-	struct model_spec *spec;
+	struct k3cache_model *spec;
 };
 
 struct store {

@@ -5,13 +5,13 @@
 #include "models.h"
 #include "txn.h"
 
-static struct model_spec *copy_spec(const struct model_spec *m)
+static struct k3cache_model *copy_spec(const struct k3cache_model *m)
 {
 	char err[MODEL_ERROR_MAX];
 	return model_new(m->name, m->revision, m->state_layout, m->layers, m->n_layers, err);
 }
 
-enum status_code store_put_model(struct store *s, const struct model_spec *spec, int *created,
+enum status_code store_put_model(struct store *s, const struct k3cache_model *spec, int *created,
                                  struct status *st)
 {
 	if (s->opt.read_only)
@@ -35,10 +35,10 @@ enum status_code store_put_model(struct store *s, const struct model_spec *spec,
 	return STATUS_OK;
 }
 
-static struct model_spec *decode_model(const MDB_val *k, const MDB_val *v, struct status *st)
+static struct k3cache_model *decode_model(const MDB_val *k, const MDB_val *v, struct status *st)
 {
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = model_from_json(v->mv_data, v->mv_size, err);
+	struct k3cache_model *m = model_from_json(v->mv_data, v->mv_size, err);
 	if (!m) {
 		status_set(st, STATUS_CORRUPT, "a stored model spec is damaged: %s", err);
 		return NULL;
@@ -53,13 +53,13 @@ static struct model_spec *decode_model(const MDB_val *k, const MDB_val *v, struc
 	return m;
 }
 
-struct model_spec *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN],
-                                   struct status *st)
+struct k3cache_model *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN],
+                                      struct status *st)
 {
 	pthread_mutex_lock(&s->mu);
 	for (size_t i = 0; i < s->n_models_cached; i++) {
 		if (!memcmp(s->model_cache[i].fp, fp, MODEL_FINGERPRINT_LEN)) {
-			struct model_spec *m = copy_spec(s->model_cache[i].spec);
+			struct k3cache_model *m = copy_spec(s->model_cache[i].spec);
 			pthread_mutex_unlock(&s->mu);
 			if (!m)
 				status_set(st, STATUS_INTERNAL, "out of memory");
@@ -76,7 +76,7 @@ struct model_spec *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGE
 	}
 	MDB_val k = {MODEL_FINGERPRINT_LEN, (void *)fp}, v;
 	rc = mdb_get(txn, s->models, &k, &v);
-	struct model_spec *m = NULL;
+	struct k3cache_model *m = NULL;
 	if (rc == MDB_NOTFOUND)
 		status_set(st, STATUS_UNKNOWN_MODEL,
 		           "unknown model fingerprint; put the model spec first (k3cachectl model "
@@ -89,7 +89,7 @@ struct model_spec *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGE
 	if (!m)
 		return NULL;
 
-	struct model_spec *cached = copy_spec(m);
+	struct k3cache_model *cached = copy_spec(m);
 	pthread_mutex_lock(&s->mu);
 	struct model_cache_entry *nc =
 	        cached ? realloc(s->model_cache, (s->n_models_cached + 1) * sizeof(*nc)) : NULL;
@@ -105,8 +105,8 @@ struct model_spec *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGE
 }
 
 enum status_code store_list_models(struct store *s,
-                                   int (*fn)(const struct model_spec *spec, void *ctx), void *ctx,
-                                   struct status *st)
+                                   int (*fn)(const struct k3cache_model *spec, void *ctx),
+                                   void *ctx, struct status *st)
 {
 	MDB_txn *txn;
 	MDB_cursor *cur;
@@ -121,7 +121,7 @@ enum status_code store_list_models(struct store *s,
 	enum status_code code = STATUS_OK;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		struct model_spec *m = decode_model(&k, &v, st);
+		struct k3cache_model *m = decode_model(&k, &v, st);
 		if (!m) {
 			code = STATUS_CORRUPT;
 			break;

@@ -27,14 +27,14 @@ struct pending {
 	int staged;          /* larger than the stage size: store_staged.c */
 	int busy;            /* a staged publish of the same key is in progress */
 	uint32_t mismatched; /* blocks stored already with other bytes */
-	struct model_spec *m;
+	struct k3cache_model *m;
 };
 
 static enum status_code validate(struct store *s, struct pending *p)
 {
 	const struct store_publish_req *r = p->req;
 	struct status *st = p->st;
-	struct model_spec *m = NULL;
+	struct k3cache_model *m = NULL;
 	uint64_t total = 0;
 	enum status_code code = store_check_publish(s, r, &m, &total, p->res->key, st);
 	if (code != STATUS_OK)

@@ -42,7 +42,7 @@
 struct store_stage {
 	struct store *s;
 	struct store_publish_req r; /* blobs, tokens, salt: the caller's, until end */
-	struct model_spec *m;
+	struct k3cache_model *m;
 	uint8_t key[STORE_KEY_LEN];
 	uint64_t total;
 	uint32_t n_chunks, per; /* chunks in all, per stage transaction */
@@ -335,7 +335,7 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 	memset(res, 0, sizeof(*res));
 	if (s->opt.read_only)
 		return status_set(st, STATUS_UNSUPPORTED, "the store is open read-only");
-	struct model_spec *m = NULL;
+	struct k3cache_model *m = NULL;
 	uint64_t total = 0;
 	enum status_code code = store_check_publish(s, req, &m, &total, res->key, st);
 	if (code != STATUS_OK)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make install's layout: programs, header, library with a pkg-config file that
-# a program links against, and the systemd unit.
+# make install's layout: programs, the public header, libk3cache.so.0 and
+# libk3cache.a with a pkg-config file that a program links against both ways,
+# the shared library's exports, and the systemd unit.
 # usage: test_install.sh BUILD_DIR
 set -u
 build=$1
@@ -9,36 +10,75 @@ trap 'rm -rf "$dir"' EXIT
 pass=0 fail=0
 ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
 cmake --install "$build" --prefix "$dir/prefix" >/dev/null; ok "cmake --install" $?
+lib=$dir/prefix/lib
 for f in bin/k3cachectl bin/k3worker sbin/k3cached include/k3cache/k3cache.h \
+         lib/libk3cache.so lib/libk3cache.so.0 lib/libk3cache.a \
          lib/pkgconfig/k3cache.pc lib/systemd/system/k3cached.service; do
   [ -e "$dir/prefix/$f" ]; ok "installs $f" $?
 done
-cat > "$dir/use.c" <<'EOC'
-#include <k3cache.h>
+# only the public header: nothing of the project's internals beside it
+[ "$(ls "$dir/prefix/include/k3cache")" = k3cache.h ]; ok "one header in include/k3cache" $?
+
+so=$(readlink -f "$lib/libk3cache.so")
+objdump -p "$so" | grep -q 'SONAME *libk3cache.so.0$'; ok "SONAME libk3cache.so.0" $?
+bad=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^k3cache_')
+[ -z "$bad" ]; ok "nm -D: every exported symbol is k3cache_ (found: $(echo $bad | head -c 300))" $?
+nm -D --defined-only "$so" | grep -q ' k3cache_restore_arrays$'; ok "exports k3cache_restore_arrays" $?
+! nm -D --defined-only "$so" | grep -q ' k3cache_call$'; ok "the raw request call is not exported" $?
+! ldd "$so" | grep -q liblmdb; ok "no LMDB in ldd libk3cache.so" $?
+
+# a program of a user's: the header alone, with a model.h of its own beside it
+mkdir -p "$dir/app"
+cat > "$dir/app/model.h" <<'EOC'
+#define USERS_OWN_MODEL_H 1
+EOC
+cat > "$dir/app/use.c" <<'EOC'
+#include "model.h"
+#include <k3cache/k3cache.h>
 #include <stdio.h>
 int main(void)
 {
 	struct k3cache *c;
 	struct k3cache_error e;
 	int rc = k3cache_connect("unix:/nonexistent/k3.sock", &c, &e);
-	printf("%d %d\n", rc != 0, e.unreachable);
+	int unreachable = e.unreachable;
+	struct k3cache_layer l[2] = {{K3CACHE_MIXER_KDA, 4, 8, 0, 0}, {K3CACHE_MIXER_MLA, 0, 0, 2, 2}};
+	struct k3cache_model *m = k3cache_model_new("m", "r", "seed", l, 2, &e);
+	printf("%d %d %s %llu %d\n", rc != 0, unreachable, k3cache_code_name(K3CACHE_CORRUPT),
+	       (unsigned long long)k3cache_model_blob_size(m, 1, 3), USERS_OWN_MODEL_H);
+	k3cache_model_free(m);
 	return 0;
 }
 EOC
+want="1 1 CORRUPT 61 1"
 # a sanitized build installs sanitized libraries: link the same way
 san=
 grep -q '^K3_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" && san="-fsanitize=address,undefined"
-# the libraries are static archives only: a plain `pkg-config --libs` (what
-# a program's build runs) must name their dependencies too, not just --static
-for mode in dynamic static; do
-  static=
-  [ $mode = static ] && static=--static
-  flags=$(PKG_CONFIG_PATH=$dir/prefix/lib/pkgconfig pkg-config --cflags --libs $static k3cache)
-  ok "pkg-config --libs $static knows k3cache" $?
-  rm -f "$dir/use"
-  cc $san "$dir/use.c" $flags -o "$dir/use"
-  ok "a program builds against the installed library ($mode pkg-config)" $?
-  [ "$("$dir/use")" = "1 1" ]; ok "and runs ($mode pkg-config)" $?
-done
+export PKG_CONFIG_PATH=$lib/pkgconfig
+# dynamic: what a program's build runs
+flags=$(pkg-config --cflags --libs k3cache); ok "pkg-config --libs knows k3cache" $?
+cc $san -Wall -Werror "$dir/app/use.c" -I"$dir/app" $flags -Wl,-rpath,"$lib" -o "$dir/use-dyn"
+ok "a program builds against libk3cache.so (pkg-config)" $?
+ldd "$dir/use-dyn" | grep -q "$lib/libk3cache.so.0"; ok "and loads the installed libk3cache.so.0" $?
+[ "$("$dir/use-dyn")" = "$want" ]; ok "and runs (dynamic)" $?
+# static: libk3cache.a, with the private dependencies --static names
+flags=$(pkg-config --cflags --libs --static k3cache | sed 's/-lk3cache\b/-l:libk3cache.a/')
+ok "pkg-config --static --libs knows k3cache" $?
+cc $san -Wall -Werror "$dir/app/use.c" -I"$dir/app" $flags -o "$dir/use-static"
+ok "a program builds against libk3cache.a (pkg-config --static)" $?
+! ldd "$dir/use-static" | grep -q libk3cache; ok "and needs no libk3cache.so" $?
+[ "$("$dir/use-static")" = "$want" ]; ok "and runs (static)" $?
+# the Python package, beside the library it loads (no K3CACHE_LIBRARY)
+site=$(ls -d "$lib"/python3.*/dist-packages 2>/dev/null | head -1)
+[ -f "$site/k3cache/__init__.py" ]; ok "installs the Python package (lib/python3.X/dist-packages/k3cache)" $?
+if [ -z "$san" ]; then # an ASan library cannot be loaded into python3
+  got=$(cd "$dir" && env -u K3CACHE_LIBRARY PYTHONPATH="$site" /usr/bin/python3 -c '
+import k3cache, k3cache._lib as l
+try:
+    k3cache.Client("unix:/nonexistent/k3.sock")
+except k3cache.InternalError as e:
+    print(l.lib._name, e.unreachable)')
+  [ "$got" = "$lib/libk3cache.so.0 True" ]; ok "import k3cache loads the installed library ($got)" $?
+fi
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

@@ -33,7 +33,7 @@ struct last_turn {
 
 /* Publishes req as a delta of the turn lt: its KDA layers whole and its MLA
  * rows past lt->p. 0 when it was stored (lt then names it). */
-static int publish_delta(struct store *st, const struct model_spec *m,
+static int publish_delta(struct store *st, const struct k3cache_model *m,
                          const struct store_publish_req *req, const struct storeutil_snap *s,
                          struct last_turn *lt)
 {
@@ -80,8 +80,8 @@ static void child(const char *dir, uint32_t iter)
 	        .max_bytes = 48u << 20, .durability = STORE_SAFE, .stage_bytes = 1u << 20};
 	if (store_open(dir, &o, &st, NULL) != STATUS_OK)
 		_exit(2);
-	struct model_spec *small = storeutil_model("small", 64);
-	struct model_spec *big = storeutil_model("big", 400000); /* multi-chunk entries */
+	struct k3cache_model *small = storeutil_model("small", 64);
+	struct k3cache_model *big = storeutil_model("big", 400000); /* multi-chunk entries */
 	store_put_model(st, small, NULL, NULL);
 	store_put_model(st, big, NULL, NULL);
 	for (uint32_t k = 0;; k++) {
@@ -89,7 +89,7 @@ static void child(const char *dir, uint32_t iter)
 		for (uint32_t i = 0; i < 40; i++)
 			t[i] = iter * 1000 + k * 7 + i;
 		/* small first: an entry exists within ms even in a sanitizer build */
-		struct model_spec *m = (k % 3 == 2) ? big : small;
+		struct k3cache_model *m = (k % 3 == 2) ? big : small;
 		storeutil_publish(st, m, "", t, 20 + k % 20, iter + k, NULL);
 		/* turns of a few conversations, every kill's child going on with
 		 * them: their MLA rows are shared blocks (64 rows each). Under the
@@ -100,7 +100,7 @@ static void child(const char *dir, uint32_t iter)
 		for (uint32_t i = 0; i < 320; i++)
 			conv[i] = c * 100000 + i;
 		uint32_t p = 64 + ((iter * 7 + k * 13) % 256);
-		struct model_spec *cm = (k % 2) ? big : small;
+		struct k3cache_model *cm = (k % 2) ? big : small;
 		struct storeutil_snap s = storeutil_conv_snap(cm, p, c, iter + k);
 		struct store_publish_req req = {cm->fingerprint, "", 0, conv, p, s.blobs, s.n};
 		struct store_publish_res res;

@@ -4,7 +4,11 @@
  *  - a blob that parses re-encodes to exactly its input;
  *  - every rejection has a class and a non-empty message;
  *  - blob_stream, fed the blob in pieces (sizes drawn from the selector),
- *    gives exactly what blob_check_sum gives for the whole. */
+ *    gives exactly what blob_check_sum gives for the whole;
+ *  - scattered into two arrays (blob_stream_begin_parts, the client's
+ *    restore into component arrays), a blob of the model's length is
+ *    accepted exactly when the whole check accepts it, with the same
+ *    checksum and the floats in place; a refusal has a message. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +17,9 @@
 #include "blob_stream.h"
 #include "model.h"
 
-static struct model_spec *fuzz_model(void)
+static struct k3cache_model *fuzz_model(void)
 {
-	static struct model_spec *m;
+	static struct k3cache_model *m;
 	if (!m) {
 		const struct model_layer layers[] = {
 		        {.mixer = MODEL_MIXER_KDA, .conv_len = 12, .recurrent_len = 16},
@@ -80,5 +84,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    (whole != BLOB_OK && strcmp(stream_err.message, whole_err.message) != 0))
 		abort();
 	free(buf);
+
+	if (layer >= 4 || prefix == BLOB_PREFIX_ANY ||
+	    len != model_layer_blob_size(&fuzz_model()->layers[layer], prefix))
+		return 0;
+	const struct model_layer *l = &fuzz_model()->layers[layer];
+	size_t n0 = l->mixer == MODEL_MIXER_KDA ? l->conv_len : (size_t)prefix * l->k_row;
+	size_t n1 = l->mixer == MODEL_MIXER_KDA ? l->recurrent_len : (size_t)prefix * l->v_row;
+	float *a = malloc(n0 * 4 + 1), *b = malloc(n1 * 4 + 1);
+	if (!a || !b || blob_stream_begin_parts(&bs, a, b, fuzz_model(), layer, prefix) != 0)
+		abort();
+	piece = 1u + (sel % 7u);
+	for (size_t off = 0; off < len;) {
+		size_t run;
+		unsigned char *dst = blob_stream_dest(&bs, off, &run);
+		size_t n = run < piece ? run : piece;
+		if (!dst || n == 0 || n > len - off)
+			abort();
+		memcpy(dst, blob + off, n);
+		off += n;
+		blob_stream_feed(&bs, off);
+		piece = piece * 5u % 23u + 1u;
+	}
+	struct blob_error parts_err = {0};
+	uint64_t parts_sum = 0;
+	enum blob_class parts = blob_stream_end(&bs, &parts_sum, &parts_err);
+	if ((parts == BLOB_OK) != (whole == BLOB_OK) ||
+	    (parts != BLOB_OK && (parts_err.cls != parts || parts_err.message[0] == '\0')))
+		abort();
+	if (parts == BLOB_OK) {
+		size_t head = l->mixer == MODEL_MIXER_KDA ? 5 : 9;
+		if (parts_sum != whole_sum || memcmp(a, blob + head, n0 * 4) != 0 ||
+		    memcmp(b, blob + head + n0 * 4 + 4, n1 * 4) != 0)
+			abort();
+	}
+	free(a);
+	free(b);
 	return 0;
 }

@@ -8,13 +8,13 @@
 #include <string.h>
 
 #include "blob.h"
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
 #include "model.h"
 #include "prefix.h"
 #include "units.h"
 
 /* Publishes deterministic blobs for tokens; prints the key. Returns 0 or 1. */
-static int publish_one(const char *sock, const struct model_spec *m, const uint32_t *tokens,
+static int publish_one(const char *sock, const struct k3cache_model *m, const uint32_t *tokens,
                        uint32_t n, const char *salt, uint32_t seed)
 {
 	struct k3cache_buf *bufs = calloc(m->n_layers, sizeof(*bufs));
@@ -60,7 +60,7 @@ static int publish_one(const char *sock, const struct model_spec *m, const uint3
 }
 
 /* Finds two token lists {i,i,7,7} whose keys share their first 4 bytes. */
-static int find_collision(const struct model_spec *m, uint32_t *a, uint32_t *b)
+static int find_collision(const struct k3cache_model *m, uint32_t *a, uint32_t *b)
 {
 	enum { TRIES = 1 << 20 };
 	const uint32_t slots = (uint32_t)TRIES * 2u;
@@ -132,7 +132,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = model_load_file(argv[2], err);
+	struct k3cache_model *m = model_load_file(argv[2], err);
 	if (!m) {
 		fprintf(stderr, "k3pub: %s\n", err);
 		return 1;

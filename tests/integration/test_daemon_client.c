@@ -12,13 +12,14 @@
 #include "blob.h"
 #include "checksum.h"
 #include "daemonutil.h"
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
+#include "k3cache_raw.h"
 #include "model.h"
 #include "prefix.h"
 #include "tamperproxy.h"
 
 static struct daemonutil d;
-static struct model_spec *twin;
+static struct k3cache_model *twin;
 static const char *stage_size; /* argv: --stage-size SIZE streams publishes */
 
 struct snap {
@@ -26,7 +27,7 @@ struct snap {
 	struct k3cache_buf *bufs;
 };
 
-static struct snap make_snap(const struct model_spec *m, uint32_t p, uint32_t seed)
+static struct snap make_snap(const struct k3cache_model *m, uint32_t p, uint32_t seed)
 {
 	struct snap s = {m->n_layers, calloc(m->n_layers, sizeof(struct k3cache_buf))};
 	for (uint32_t i = 0; i < m->n_layers; i++) {
@@ -282,7 +283,7 @@ static void test_client_refuses_tampered_restore(void **state)
 	/* and a worker that asks with another model's spec gets nothing */
 	char path[1024], err[MODEL_ERROR_MAX];
 	snprintf(path, sizeof(path), "%s/models/tiny-hybrid.json", K3_SHARED_DIR);
-	struct model_spec *tiny = model_load_file(path, err);
+	struct k3cache_model *tiny = model_load_file(path, err);
 	memset(sums, 0, sizeof(sums));
 	assert_int_not_equal(k3cache_restore_each(c, tiny, res.key, collect_layer, sums, &p, &e),
 	                     0);

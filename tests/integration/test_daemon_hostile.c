@@ -246,7 +246,7 @@ static void test_bad_publish_content(void **state)
 	(void)state;
 	char path[1024], err[MODEL_ERROR_MAX];
 	snprintf(path, sizeof(path), "%s/models/tiny-hybrid.json", K3_SHARED_DIR);
-	struct model_spec *m = model_load_file(path, err);
+	struct k3cache_model *m = model_load_file(path, err);
 	assert_non_null(m);
 	uint32_t tokens[3] = {1, 2, 3};
 	/* unknown model */

@@ -16,7 +16,7 @@
 #include "store.h"
 
 /* A small hybrid: KDA, KDA, MLA, KDA of the given KDA recurrent size. */
-static inline struct model_spec *storeutil_model(const char *name, uint32_t recurrent)
+static inline struct k3cache_model *storeutil_model(const char *name, uint32_t recurrent)
 {
 	const struct model_layer layers[] = {
 	        {.mixer = MODEL_MIXER_KDA, .conv_len = 12, .recurrent_len = recurrent},
@@ -25,7 +25,7 @@ static inline struct model_spec *storeutil_model(const char *name, uint32_t recu
 	        {.mixer = MODEL_MIXER_KDA, .conv_len = 12, .recurrent_len = recurrent},
 	};
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = model_new(name, "test", "test-layout", layers, 4, err);
+	struct k3cache_model *m = model_new(name, "test", "test-layout", layers, 4, err);
 	if (!m)
 		abort();
 	return m;
@@ -38,7 +38,7 @@ struct storeutil_snap {
 };
 
 /* Blobs for every layer of m at prefix length p; values depend on seed. */
-static inline struct storeutil_snap storeutil_snap(const struct model_spec *m, uint32_t p,
+static inline struct storeutil_snap storeutil_snap(const struct k3cache_model *m, uint32_t p,
                                                    uint32_t seed)
 {
 	struct storeutil_snap s = {m->n_layers, calloc(m->n_layers, sizeof(unsigned char *)),
@@ -74,7 +74,7 @@ static inline struct storeutil_snap storeutil_snap(const struct model_spec *m, u
 /* A turn of a conversation: MLA rows depend only on (rows_seed, layer, row,
  * column), so turns of one prompt hold the same rows and share blocks; the
  * KDA state depends on the seed. */
-static inline struct storeutil_snap storeutil_conv_snap(const struct model_spec *m, uint32_t p,
+static inline struct storeutil_snap storeutil_conv_snap(const struct k3cache_model *m, uint32_t p,
                                                         uint32_t rows_seed, uint32_t seed)
 {
 	struct storeutil_snap s = storeutil_snap(m, p, seed);
@@ -138,7 +138,7 @@ static inline void storeutil_rmdir(char *dir)
 }
 
 /* Publishes a snapshot of tokens[0..p) (seed = seed). Returns the status code. */
-static inline enum status_code storeutil_publish(struct store *st, const struct model_spec *m,
+static inline enum status_code storeutil_publish(struct store *st, const struct k3cache_model *m,
                                                  const char *salt, const uint32_t *tokens,
                                                  uint32_t p, uint32_t seed,
                                                  struct store_publish_res *res)
@@ -155,7 +155,7 @@ static inline enum status_code storeutil_publish(struct store *st, const struct 
 	return code;
 }
 
-static inline uint32_t storeutil_lookup(struct store *st, const struct model_spec *m,
+static inline uint32_t storeutil_lookup(struct store *st, const struct k3cache_model *m,
                                         const char *salt, const uint32_t *tokens, uint32_t n,
                                         uint32_t limit, struct store_lookup_res *res)
 {

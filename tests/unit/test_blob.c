@@ -54,7 +54,7 @@ static void test_semantic_vectors(void **state)
 	for (int i = 0; i < n; i++) {
 		char path[1024], merr[MODEL_ERROR_MAX];
 		snprintf(path, sizeof(path), "%s/%s", K3_SHARED_DIR, rows[i][1]);
-		struct model_spec *m = model_load_file(path, merr);
+		struct k3cache_model *m = model_load_file(path, merr);
 		assert_non_null(m);
 		uint32_t layer = (uint32_t)strtoul(rows[i][2], NULL, 10);
 		uint32_t plen = (uint32_t)strtoul(rows[i][3], NULL, 10);
@@ -109,7 +109,7 @@ static void test_messages_name_numbers(void **state)
 	(void)state;
 	char path[1024], merr[MODEL_ERROR_MAX];
 	snprintf(path, sizeof(path), "%s/models/tiny-hybrid.json", K3_SHARED_DIR);
-	struct model_spec *m = model_load_file(path, merr);
+	struct k3cache_model *m = model_load_file(path, merr);
 	assert_non_null(m);
 	size_t len;
 	struct blob_error err;
@@ -148,11 +148,11 @@ static void test_huge_counts(void **state)
 
 /* ---- the seed's known-bad mutants ---------------------------------------- */
 
-static struct model_spec *twin(void)
+static struct k3cache_model *twin(void)
 {
 	char path[1024], merr[MODEL_ERROR_MAX];
 	snprintf(path, sizeof(path), "%s/models/kimi-k3-0.40b-twin.json", K3_SHARED_DIR);
-	struct model_spec *m = model_load_file(path, merr);
+	struct k3cache_model *m = model_load_file(path, merr);
 	assert_non_null(m);
 	return m;
 }
@@ -200,7 +200,7 @@ static unsigned char *make_mla(const struct model_layer *l, uint32_t tokens, siz
 static void test_mutant_kda_in_mla_slot(void **state)
 {
 	(void)state;
-	struct model_spec *m = twin();
+	struct k3cache_model *m = twin();
 	size_t len;
 	unsigned char *b = make_kda(&m->layers[0], 0.5f, &len);
 	struct blob_error err;
@@ -215,7 +215,7 @@ static void test_mutant_kda_in_mla_slot(void **state)
 static void test_mutant_swapped_mla_row(void **state)
 {
 	(void)state;
-	struct model_spec *m = twin();
+	struct k3cache_model *m = twin();
 	const struct model_layer *l = &m->layers[3];
 	size_t len;
 	unsigned char *b = make_mla(l, 4, &len);
@@ -240,7 +240,7 @@ static void test_mutant_swapped_mla_row(void **state)
 static void test_mutant_swapped_kda_layers(void **state)
 {
 	(void)state;
-	struct model_spec *m = twin();
+	struct k3cache_model *m = twin();
 	size_t l0, l1;
 	unsigned char *b0 = make_kda(&m->layers[0], 0.25f, &l0);
 	unsigned char *b1 = make_kda(&m->layers[1], 0.75f, &l1);
@@ -264,7 +264,7 @@ static void test_mutant_swapped_kda_layers(void **state)
 static void test_nonfinite_positions(void **state)
 {
 	(void)state;
-	struct model_spec *m = twin();
+	struct k3cache_model *m = twin();
 	size_t len;
 	unsigned char *b = make_kda(&m->layers[0], 0.1f, &len);
 	struct blob_view v;
@@ -282,7 +282,7 @@ static void test_nonfinite_positions(void **state)
 
 /* blob_stream over pieces of `step` bytes (0: random sizes) gives exactly
  * what blob_check_sum gives for the whole. */
-static void expect_stream_same(const unsigned char *b, size_t len, const struct model_spec *m,
+static void expect_stream_same(const unsigned char *b, size_t len, const struct k3cache_model *m,
                                uint32_t layer, uint32_t plen, size_t step, const char *what)
 {
 	struct blob_error want_err = {0}, got_err = {0};
@@ -330,7 +330,7 @@ static void test_stream_matches_whole_on_vectors(void **state)
 	for (int i = 0; i < n; i++) {
 		char path[1024], merr[MODEL_ERROR_MAX];
 		snprintf(path, sizeof(path), "%s/%s", K3_SHARED_DIR, rows[i][1]);
-		struct model_spec *m = model_load_file(path, merr);
+		struct k3cache_model *m = model_load_file(path, merr);
 		assert_non_null(m);
 		uint32_t layer = (uint32_t)strtoul(rows[i][2], NULL, 10);
 		uint32_t plen = (uint32_t)strtoul(rows[i][3], NULL, 10);
@@ -353,7 +353,7 @@ static void test_stream_matches_whole_on_vectors(void **state)
 static void test_stream_matches_whole_on_large_blobs(void **state)
 {
 	(void)state;
-	struct model_spec *m = twin();
+	struct k3cache_model *m = twin();
 	size_t klen, mlen;
 	unsigned char *k = make_kda(&m->layers[0], 0.25f, &klen);
 	unsigned char *v = make_mla(&m->layers[3], 37, &mlen);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "k3cache.h"
+#include "k3cache/k3cache.h"
 
 #define N 8
 
@@ -195,7 +195,7 @@ static void test_publish_refuses_tainted_record(void **state)
 	struct k3cache_record r;
 	record_filled(&r);
 	k3cache_record_taint(&r);
-	uint8_t fp[MODEL_FINGERPRINT_LEN] = {1};
+	uint8_t fp[K3CACHE_FP_LEN] = {1};
 	unsigned char blob[16] = {1};
 	struct k3cache_buf bufs[1] = {{blob, sizeof(blob)}};
 	struct k3cache_publish_result res;
@@ -203,8 +203,8 @@ static void test_publish_refuses_tainted_record(void **state)
 	struct k3cache_error err;
 	/* a NULL connection: the record is checked before the connection */
 	int rc = k3cache_publish_record(NULL, fp, "", 0, &r, bufs, 1, &res, &err);
-	assert_int_equal(rc, STATUS_INVALID);
-	assert_int_equal(err.code, STATUS_INVALID);
+	assert_int_equal(rc, K3CACHE_INVALID);
+	assert_int_equal(err.code, K3CACHE_INVALID);
 	assert_false(err.unreachable);
 	assert_non_null(strstr(err.message, "tainted"));
 	assert_int_equal(res.created, 0);
@@ -214,22 +214,22 @@ static void test_publish_refuses_tainted_record(void **state)
 static void test_publish_refuses_empty_or_null_record(void **state)
 {
 	(void)state;
-	uint8_t fp[MODEL_FINGERPRINT_LEN] = {1};
+	uint8_t fp[K3CACHE_FP_LEN] = {1};
 	unsigned char blob[16] = {1};
 	struct k3cache_buf bufs[1] = {{blob, sizeof(blob)}};
 	struct k3cache_error err;
 	assert_int_equal(k3cache_publish_record(NULL, fp, "", 0, NULL, bufs, 1, NULL, &err),
-	                 STATUS_INVALID);
+	                 K3CACHE_INVALID);
 	assert_non_null(strstr(err.message, "no record"));
 	struct k3cache_record r;
 	k3cache_record_init(&r);
 	assert_int_equal(k3cache_publish_record(NULL, fp, "", 0, &r, bufs, 1, NULL, &err),
-	                 STATUS_INVALID);
+	                 K3CACHE_INVALID);
 	assert_non_null(strstr(err.message, "empty"));
 	/* a good record gets past the record checks to the connection check */
 	record_filled(&r);
 	assert_int_equal(k3cache_publish_record(NULL, fp, "", 0, &r, bufs, 1, NULL, &err),
-	                 STATUS_INVALID);
+	                 K3CACHE_INVALID);
 	assert_non_null(strstr(err.message, "no connection"));
 	k3cache_record_free(&r);
 }
@@ -240,7 +240,7 @@ static void test_connect_failure_names_the_address(void **state)
 	struct k3cache *c = (struct k3cache *)&c; /* must be overwritten */
 	struct k3cache_error err;
 	const char *path = "/nonexistent-k3cache-dir/k3cached.sock";
-	assert_int_equal(k3cache_connect(path, &c, &err), STATUS_INTERNAL);
+	assert_int_equal(k3cache_connect(path, &c, &err), K3CACHE_INTERNAL);
 	assert_null(c);
 	assert_true(err.unreachable);
 	assert_non_null(strstr(err.message, "cannot connect to unix:/nonexistent-k3cache-dir/"

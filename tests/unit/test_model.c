@@ -21,7 +21,7 @@ static void test_fingerprints_match_fixture(void **state)
 			continue;
 		char path[1024], err[MODEL_ERROR_MAX], hex[65];
 		snprintf(path, sizeof(path), "%s/models/%s", K3_SHARED_DIR, rows[i][1]);
-		struct model_spec *m = model_load_file(path, err);
+		struct k3cache_model *m = model_load_file(path, err);
 		assert_non_null(m);
 		hexutil_encode(m->fingerprint, 32, hex);
 		assert_string_equal(hex, rows[i][4]);
@@ -37,7 +37,7 @@ static void test_twin_layout(void **state)
 	(void)state;
 	char path[1024], err[MODEL_ERROR_MAX];
 	snprintf(path, sizeof(path), "%s/models/kimi-k3-0.40b-twin.json", K3_SHARED_DIR);
-	struct model_spec *m = model_load_file(path, err);
+	struct k3cache_model *m = model_load_file(path, err);
 	assert_non_null(m);
 	assert_int_equal(m->n_layers, 8);
 	for (uint32_t i = 0; i < 8; i++)
@@ -55,11 +55,11 @@ static void test_json_roundtrip(void **state)
 	(void)state;
 	char path[1024], err[MODEL_ERROR_MAX];
 	snprintf(path, sizeof(path), "%s/models/tiny-hybrid.json", K3_SHARED_DIR);
-	struct model_spec *m = model_load_file(path, err);
+	struct k3cache_model *m = model_load_file(path, err);
 	assert_non_null(m);
 	char *js = model_to_json(m);
 	assert_non_null(js);
-	struct model_spec *back = model_from_json(js, strlen(js), err);
+	struct k3cache_model *back = model_from_json(js, strlen(js), err);
 	assert_non_null(back);
 	assert_memory_equal(back->fingerprint, m->fingerprint, 32);
 	free(js);
@@ -120,7 +120,7 @@ static void test_bad_specs_rejected(void **state)
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char err[MODEL_ERROR_MAX] = "";
-		struct model_spec *m = model_from_json(bad[i].json, strlen(bad[i].json), err);
+		struct k3cache_model *m = model_from_json(bad[i].json, strlen(bad[i].json), err);
 		if (m)
 			fail_msg("accepted: %s", bad[i].json);
 		if (!strstr(err, bad[i].message_part))
@@ -130,7 +130,7 @@ static void test_bad_specs_rejected(void **state)
 	/* and a good one with the same head is accepted */
 	const char *good = "{" HEAD "\"layers\":[" KDA "]}";
 	char err[MODEL_ERROR_MAX];
-	struct model_spec *m = model_from_json(good, strlen(good), err);
+	struct k3cache_model *m = model_from_json(good, strlen(good), err);
 	assert_non_null(m);
 	model_free(m);
 }

@@ -43,7 +43,7 @@ static void test_keys_match_fixture(void **state)
 			continue;
 		char path[1024], err[MODEL_ERROR_MAX], hex[65];
 		snprintf(path, sizeof(path), "%s/models/%s", K3_SHARED_DIR, rows[i][1]);
-		struct model_spec *m = model_load_file(path, err);
+		struct k3cache_model *m = model_load_file(path, err);
 		assert_non_null(m);
 		uint32_t toks[1024];
 		uint32_t nt = parse_tokens(rows[i][3], toks, 1024);
@@ -136,7 +136,7 @@ static void test_out_of_memory_is_an_error(void **state)
 	char err[MODEL_ERROR_MAX];
 	crypto_oom = 1;
 	assert_int_equal(prefix_key(fp, "", 0, toks, 40, key), -1);
-	struct model_spec *m = model_new("oom", "r", "l", layers, 1, err);
+	struct k3cache_model *m = model_new("oom", "r", "l", layers, 1, err);
 	/* the chained block hashes allocate nothing, so they cannot fail */
 	assert_int_equal(prefix_block_hashes(fp, "", 0, toks, 40, h), 2);
 	crypto_oom = 0;

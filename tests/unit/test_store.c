@@ -24,8 +24,8 @@
 struct fixture {
 	char *dir;
 	struct store *st;
-	struct model_spec *m;
-	struct model_spec *m2;
+	struct k3cache_model *m;
+	struct k3cache_model *m2;
 };
 
 static uint64_t fake_now = 1000000;
@@ -157,7 +157,7 @@ static uint32_t expect_same_layers(const struct store_snapshot *snap,
 static void test_large_entry_spans_chunks(void **state)
 {
 	struct fixture *f = *state;
-	struct model_spec *big = storeutil_model("big", 700000); /* 2.8 MB per KDA layer */
+	struct k3cache_model *big = storeutil_model("big", 700000); /* 2.8 MB per KDA layer */
 	store_put_model(f->st, big, NULL, NULL);
 	uint32_t t[20];
 	seq(t, 20, 5);
@@ -202,7 +202,7 @@ static void test_staged_publish_restores_identical(void **state)
 {
 	struct fixture *f = *state;
 	assert_int_equal(reopen_staged(f, 0), 0);
-	struct model_spec *big = storeutil_model("big", 700000); /* ~8.4 MB entries */
+	struct k3cache_model *big = storeutil_model("big", 700000); /* ~8.4 MB entries */
 	store_put_model(f->st, big, NULL, NULL);
 	uint32_t t[20];
 	seq(t, 20, 5);
@@ -246,7 +246,7 @@ static void test_staged_invalid_stores_nothing(void **state)
 {
 	struct fixture *f = *state;
 	assert_int_equal(reopen_staged(f, 0), 0);
-	struct model_spec *big = storeutil_model("big", 700000);
+	struct k3cache_model *big = storeutil_model("big", 700000);
 	store_put_model(f->st, big, NULL, NULL);
 	uint32_t t[20];
 	seq(t, 20, 5);
@@ -294,7 +294,7 @@ static void test_staged_capacity_evicts(void **state)
 {
 	struct fixture *f = *state;
 	assert_int_equal(reopen_staged(f, 20u << 20), 0); /* room for two */
-	struct model_spec *big = storeutil_model("big", 700000);
+	struct k3cache_model *big = storeutil_model("big", 700000);
 	store_put_model(f->st, big, NULL, NULL);
 	uint8_t keys[4][STORE_KEY_LEN];
 	for (uint32_t k = 0; k < 4; k++) {
@@ -324,7 +324,7 @@ static void test_staged_existing_evicts_nothing(void **state)
 {
 	struct fixture *f = *state;
 	assert_int_equal(reopen_staged(f, 20u << 20), 0); /* room for two */
-	struct model_spec *big = storeutil_model("big", 700000);
+	struct k3cache_model *big = storeutil_model("big", 700000);
 	store_put_model(f->st, big, NULL, NULL);
 	uint32_t a[20], b[20];
 	seq(a, 20, 100);
@@ -351,7 +351,7 @@ static void test_own_dead_pending_row_is_replaced(void **state)
 {
 	struct fixture *f = *state;
 	assert_int_equal(reopen_staged(f, 0), 0);
-	struct model_spec *big = storeutil_model("big", 700000);
+	struct k3cache_model *big = storeutil_model("big", 700000);
 	store_put_model(f->st, big, NULL, NULL);
 	uint32_t t[20];
 	seq(t, 20, 300);
@@ -399,7 +399,7 @@ static void test_one_commit_publish_waits_for_staged_key(void **state)
 {
 	struct fixture *f = *state;
 	assert_int_equal(reopen_staged(f, 0), 0);
-	struct model_spec *big = storeutil_model("big", 700000);
+	struct k3cache_model *big = storeutil_model("big", 700000);
 	store_put_model(f->st, big, NULL, NULL);
 	uint32_t t[20];
 	seq(t, 20, 400);
@@ -638,7 +638,7 @@ static void check_collisions(struct fixture *f, unsigned bits)
 		if (next_rand(&rng) % 2)
 			p[next_rand(&rng) % 64] = 9000;
 		int si = next_rand(&rng) % 2;
-		struct model_spec *m = si ? f->m2 : f->m;
+		struct k3cache_model *m = si ? f->m2 : f->m;
 		struct store_lookup_res res;
 		uint32_t got = storeutil_lookup(f->st, m, salts[si], p, 64, 0, &res);
 		if (!got)
@@ -675,7 +675,7 @@ static void test_reopen_keeps_everything(void **state)
 	store_close(f->st);
 	assert_int_equal(open_store(f, 0, 0), 0);
 	assert_int_equal(storeutil_lookup(f->st, f->m, "s", t, 40, 0, NULL), 33);
-	struct model_spec *back = store_get_model(f->st, f->m->fingerprint, NULL);
+	struct k3cache_model *back = store_get_model(f->st, f->m->fingerprint, NULL);
 	assert_non_null(back);
 	assert_string_equal(back->name, "test-a");
 	model_free(back);
@@ -702,7 +702,7 @@ static double open_seconds(const char *dir)
 	return best;
 }
 
-static void fill(struct store *st, const struct model_spec *m, uint32_t n)
+static void fill(struct store *st, const struct k3cache_model *m, uint32_t n)
 {
 	enum { BATCH = 250 };
 	struct storeutil_snap s = storeutil_snap(m, 3, 1); /* MLA seq_len 3 */
@@ -811,7 +811,7 @@ static void test_format_version_checked(void **state)
 static void test_flipped_chunk_quarantines(void **state)
 {
 	struct fixture *f = *state;
-	struct model_spec *big = storeutil_model("big", 300000);
+	struct k3cache_model *big = storeutil_model("big", 300000);
 	store_put_model(f->st, big, NULL, NULL);
 	uint32_t t[3][20];
 	struct store_publish_res res[3];
@@ -1029,7 +1029,7 @@ static double now_seconds(void)
 static void test_deferred_restore_takes_no_write(void **state)
 {
 	struct fixture *f = *state;
-	struct model_spec *big = storeutil_model("big", 300000);
+	struct k3cache_model *big = storeutil_model("big", 300000);
 	store_put_model(f->st, big, NULL, NULL);
 	uint32_t t[20];
 	seq(t, 20, 7000);
@@ -1140,7 +1140,7 @@ static void expect_conv(struct fixture *f, const uint8_t *key, uint32_t p, uint3
 }
 
 /* What an entry keeps in its own chunks with every full block shared. */
-static uint64_t own_bytes(const struct model_spec *m, uint32_t p, uint32_t rb)
+static uint64_t own_bytes(const struct k3cache_model *m, uint32_t p, uint32_t rb)
 {
 	uint64_t b = 0;
 	for (uint32_t i = 0; i < m->n_layers; i++) {
@@ -1152,7 +1152,7 @@ static uint64_t own_bytes(const struct model_spec *m, uint32_t p, uint32_t rb)
 	return b;
 }
 
-static uint64_t block_bytes(const struct model_spec *m, uint32_t rb)
+static uint64_t block_bytes(const struct k3cache_model *m, uint32_t rb)
 {
 	uint64_t b = 0;
 	for (uint32_t i = 0; i < m->n_layers; i++)
@@ -1782,7 +1782,7 @@ static void test_verify_checks_blocks(void **state)
  * see make.c there): read as it is when opened read-only, upgraded in place
  * when opened to write, never wiped, and every entry restores byte for byte
  * either way. */
-static void check_v1_entries(struct store *st, const struct model_spec *m)
+static void check_v1_entries(struct store *st, const struct k3cache_model *m)
 {
 	uint32_t t[200];
 	for (uint32_t i = 0; i < 200; i++)
@@ -1822,7 +1822,7 @@ static void test_v1_store_upgraded(void **state)
 		assert_int_equal(fwrite(buf, 1, n, out), n);
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	struct model_spec *m = storeutil_model("v1-fixture", 16);
+	struct k3cache_model *m = storeutil_model("v1-fixture", 16);
 	struct store_options ro = {.read_only = 1};
 	struct status st;
 	assert_int_equal(store_open(f->dir, &ro, &f->st, &st), STATUS_OK);
@@ -1862,7 +1862,7 @@ static void test_v1_store_upgraded(void **state)
 
 /* ---- eviction and capacity ------------------------------------------------ */
 
-static uint64_t entry_bytes(const struct model_spec *m, uint32_t p)
+static uint64_t entry_bytes(const struct k3cache_model *m, uint32_t p)
 {
 	uint64_t b = 0;
 	for (uint32_t i = 0; i < m->n_layers; i++)
@@ -1898,7 +1898,7 @@ static void test_lru_order_and_capacity(void **state)
 	assert_true(stats.bytes <= one * 3);
 	assert_int_equal(stats.evictions, 2);
 	/* an entry larger than the whole capacity is refused, and evicts nothing */
-	struct model_spec *big = storeutil_model("big", 100000);
+	struct k3cache_model *big = storeutil_model("big", 100000);
 	store_put_model(f->st, big, NULL, NULL);
 	assert_int_equal(storeutil_publish(f->st, big, "", t[0], 20, 1, NULL), STATUS_TOO_LARGE);
 	store_get_stats(f->st, &stats, NULL);
@@ -2043,7 +2043,7 @@ static void map_full_evicts(struct fixture *f, uint64_t stage_bytes)
 	                          .stage_bytes = stage_bytes,
 	                          .clock = fake_clock};
 	assert_int_equal(store_open(f->dir, &o, &f->st, NULL), STATUS_OK);
-	struct model_spec *big = storeutil_model("big", 150000); /* ~1.8 MB per entry */
+	struct k3cache_model *big = storeutil_model("big", 150000); /* ~1.8 MB per entry */
 	store_put_model(f->st, big, NULL, NULL);
 	for (uint32_t e = 0; e < 12; e++) {
 		uint32_t t[20];
@@ -2081,7 +2081,7 @@ static void test_pinned_map_is_busy_not_wiped(void **state)
 	struct fixture *f = *state;
 	store_close(f->st);
 	assert_int_equal(open_store(f, UINT64_C(1) << 40, 6u << 20), 0);
-	struct model_spec *big = storeutil_model("big", 150000); /* ~1.8 MB per entry */
+	struct k3cache_model *big = storeutil_model("big", 150000); /* ~1.8 MB per entry */
 	store_put_model(f->st, big, NULL, NULL);
 	struct store_publish_res first;
 	uint32_t t0[20];

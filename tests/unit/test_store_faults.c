@@ -140,8 +140,8 @@ static int writer_lock_free(struct store *s)
 struct fixture {
 	char *dir;
 	struct store *st;
-	struct model_spec *m;        /* entries of a few KiB: one commit */
-	struct model_spec *big;      /* ~1.8 MB entries: staged (stage 256 KiB) */
+	struct k3cache_model *m;     /* entries of a few KiB: one commit */
+	struct k3cache_model *big;   /* ~1.8 MB entries: staged (stage 256 KiB) */
 	uint32_t next;               /* makes every publish a new entry */
 	uint8_t last[STORE_KEY_LEN]; /* the key of the last publish */
 };
@@ -190,7 +190,7 @@ static void toks(uint32_t *t, uint32_t n, uint32_t base)
 		t[i] = base + i;
 }
 
-static enum status_code publish(struct fixture *f, const struct model_spec *m,
+static enum status_code publish(struct fixture *f, const struct k3cache_model *m,
                                 struct store_publish_res *res)
 {
 	uint32_t t[40];
@@ -203,7 +203,7 @@ static enum status_code op_put_model(struct fixture *f)
 {
 	char name[32];
 	snprintf(name, sizeof(name), "faults-%u", ++f->next);
-	struct model_spec *m = storeutil_model(name, 8);
+	struct k3cache_model *m = storeutil_model(name, 8);
 	enum status_code code = store_put_model(f->st, m, NULL, NULL);
 	model_free(m);
 	return code;

@@ -1,0 +1,22 @@
+/* k3cache_raw: the raw request calls of libk3cache, for the project's own
+ * tools (k3cachectl). Not installed and not exported by libk3cache.so: the
+ * request and response are the protobuf-c types of proto/k3cache.proto
+ * (frame.h), which are not part of the public API. */
+#ifndef K3CACHE_RAW_H
+#define K3CACHE_RAW_H
+
+#include "k3cache/k3cache.h"
+
+/* Sends a request header (no payload) and returns the decoded response, which
+ * the caller frees with k3cache_response_free(). A daemon error answer is
+ * returned as a response with its code, and the function returns 0. */
+struct K3cache__V1__Request;
+struct K3cache__V1__Response;
+int k3cache_call(struct k3cache *c, struct K3cache__V1__Request *req,
+                 struct K3cache__V1__Response **resp, struct k3cache_error *err);
+void k3cache_response_free(struct K3cache__V1__Response *resp);
+
+/* Reads `len` payload bytes that follow the last response into buf. */
+int k3cache_read_payload(struct k3cache *c, void *buf, size_t len, struct k3cache_error *err);
+
+#endif

@@ -1,0 +1,103 @@
+"""A sketch of a k3cache connector in the shape of vLLM's KV-connector API
+(KVConnectorBase_V1), for a hybrid model whose per-layer state is a KDA
+(conv, recurrent) pair or an MLA (k, v) pair of float32 arrays.
+
+It runs over numpy buffers and needs no vLLM: python/tests/test_connector.py
+drives it the way the scheduler and the model runner would.
+
+    scheduler: get_num_new_matched_tokens(request, num_computed_tokens)
+               -> a lookup: how many prompt tokens the cache holds
+    worker:    start_load_kv(request)        -> a restore into the layers' buffers
+               wait_for_layer_load(layer)    -> returns once that layer is in place
+               save_kv_layer(layer, state)   -> collects the layer's arrays
+               wait_for_save()               -> one publish of the whole state
+
+A hybrid model's recurrent state exists only whole, at one position, so a
+load is of every layer at once (one restore), and a save is of the state
+after the last token of the prefill (one publish, a delta from the entry it
+was loaded from when there is one).
+"""
+import threading
+
+import k3cache
+
+
+class Request:
+    """What the connector needs of vLLM's Request."""
+
+    def __init__(self, request_id, prompt_token_ids):
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+
+
+class K3CacheConnector:
+    def __init__(self, model_spec, layer_names, buffers, addr=None, salt=b""):
+        """layer_names: the model's layers in order; buffers(P) -> the
+        engine's per-layer (a, b) arrays sized for P tokens, which restores
+        fill in place."""
+        self.client = k3cache.Client(addr)
+        self.fp = self.client.put_model(model_spec)
+        self.layer_names = list(layer_names)
+        self.buffers = buffers
+        self.salt = salt
+        self._hits = {}  # request_id -> LookupResult
+        self._loaded = {}  # request_id -> (key, P)
+        self._ready = threading.Event()
+        self._load_error = None
+        self._saved = {}
+        self._save_request = None
+
+    def close(self):
+        self.client.close()
+
+    # ---- scheduler side ----
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        """(tokens the cache can provide beyond num_computed_tokens, whether
+        they load asynchronously)."""
+        r = self.client.lookup(self.fp, request.prompt_token_ids, salt=self.salt)
+        if r.prefix_len <= num_computed_tokens:
+            return 0, False
+        self._hits[request.request_id] = r
+        return r.prefix_len - num_computed_tokens, False
+
+    # ---- worker side: load ----
+    def start_load_kv(self, request):
+        """Restores the entry found for the request into the engine's
+        buffers (all layers: one validated restore)."""
+        self._ready.clear()
+        self._load_error = None
+        hit = self._hits.pop(request.request_id, None)
+        if hit is None:
+            self._ready.set()
+            return None
+        layers = self.buffers(hit.prefix_len)
+        try:
+            p = self.client.restore_into(hit.key, layers, fp=self.fp)
+            self._loaded[request.request_id] = (hit.key, p)
+        except k3cache.Error as e:  # a miss after all: recompute
+            self._load_error = e
+        finally:
+            self._ready.set()
+        return layers
+
+    def wait_for_layer_load(self, layer_name):
+        self._ready.wait()
+        if self._load_error is not None:
+            raise self._load_error
+
+    # ---- worker side: save ----
+    def save_kv_layer(self, layer_name, state, request):
+        """state: the layer's (a, b) arrays after the request's prompt."""
+        self._save_request = request
+        self._saved[layer_name] = state
+
+    def wait_for_save(self):
+        """Publishes the collected layers: a delta from the loaded entry when
+        the state was restored from one. Returns the entry's key."""
+        req = self._save_request
+        layers = [self._saved[n] for n in self.layer_names]
+        base_key, base_rows = self._loaded.pop(req.request_id, (None, 0))
+        key = self.client.publish(self.fp, req.prompt_token_ids, layers, salt=self.salt,
+                                  base_key=base_key, base_rows=base_rows)
+        self._saved = {}
+        return key

@@ -1,0 +1,403 @@
+"""k3cache: the Python client of k3cached, over libk3cache.so.0 (ctypes).
+
+    import k3cache
+    with k3cache.Client() as c:                 # K3CACHE_SOCKET, else the default socket
+        fp = c.put_model("shared/models/kimi-k3-0.40b-twin.json")
+        r = c.lookup(fp, tokens)                 # r.prefix_len, r.key (None on a miss), r.hint
+        key = c.publish(fp, tokens, layers)      # per layer (conv, recurrent) or (k, v)
+        n = c.restore_into(key, layers)          # into float32 buffers, in place; returns P
+        layers = c.restore(key)                  # numpy arrays (array('f') without numpy)
+
+Every restore is validated by the library before it returns (tag, shape,
+seq_len, finite values, the layer's XXH3): on an error the buffers' contents
+are undefined and must not be used. Calls release the GIL; a Client is used
+from one thread at a time.
+"""
+import array
+import ctypes
+import json
+import os
+
+from . import _lib
+from ._buffers import Held
+
+__all__ = [
+    "Client", "LookupResult", "Error", "NotFoundError", "InvalidError", "CorruptError",
+    "UnknownModelError", "TooLargeError", "BusyError", "FullError", "UnsupportedError",
+    "InternalError", "ERRORS",
+]
+
+
+class Error(Exception):
+    """A failure: .code is the protocol code's name ("NOT_FOUND", "CORRUPT",
+    ...), .message what happened, .unreachable whether the daemon could not be
+    reached or went away."""
+
+    code = "INTERNAL"
+
+    def __init__(self, message, code=None, unreachable=False):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.unreachable = unreachable
+
+    def __str__(self):
+        return f"{self.code}: {self.message}"
+
+
+def _code_error(name, code, doc, *bases):
+    return type(name, (Error, *bases), {"code": code, "__doc__": doc,
+                                         "__module__": __name__})
+
+
+# one subclass per protocol code (enum k3cache_code)
+NotFoundError = _code_error("NotFoundError", "NOT_FOUND", "No such entry (or a miss).")
+InvalidError = _code_error("InvalidError", "INVALID",
+                           "Bad input, refused before anything was stored.", ValueError)
+CorruptError = _code_error("CorruptError", "CORRUPT", "Bytes failed their checksum.")
+UnknownModelError = _code_error("UnknownModelError", "UNKNOWN_MODEL",
+                                "The model's spec is not stored (put_model first).")
+TooLargeError = _code_error("TooLargeError", "TOO_LARGE", "Over a size limit.")
+BusyError = _code_error("BusyError", "BUSY", "The daemon is busy: retry shortly.")
+FullError = _code_error("FullError", "FULL", "The store is full.")
+UnsupportedError = _code_error("UnsupportedError", "UNSUPPORTED", "Not supported.")
+InternalError = _code_error("InternalError", "INTERNAL",
+                            "An I/O or internal failure (see .unreachable).")
+
+# the protocol's codes (enum k3cache_code), by name
+ERRORS = {cls.code: cls for cls in (NotFoundError, InvalidError, CorruptError,
+                                     UnknownModelError, TooLargeError, BusyError, FullError,
+                                     UnsupportedError, InternalError)}
+
+
+def _error(err):
+    name = _lib.code_name(err.code).decode()
+    cls = ERRORS.get(name, Error)
+    return cls(err.message.decode(errors="replace"), code=name,
+               unreachable=bool(err.unreachable))
+
+
+def _check(rc, err):
+    if rc != 0:
+        raise _error(err)
+
+
+class LookupResult:
+    """prefix_len: P, 0 on a miss; key: the entry's 32 bytes, None on a miss;
+    hint: where to snapshot so that the next prompt hits; bytes: the entry's
+    size."""
+
+    __slots__ = ("prefix_len", "key", "hint", "bytes")
+
+    def __init__(self, prefix_len, key, hint, nbytes):
+        self.prefix_len, self.key, self.hint, self.bytes = prefix_len, key, hint, nbytes
+
+    def __repr__(self):
+        key = self.key.hex()[:16] + "..." if self.key else None
+        return f"LookupResult(prefix_len={self.prefix_len}, key={key}, hint={self.hint})"
+
+
+class Restored(list):
+    """restore()'s layers, a (a, b) pair each; .prefix_len is P."""
+
+    prefix_len = 0
+
+
+def _tokens(tokens):
+    if isinstance(tokens, array.array) and tokens.typecode == "I" and tokens.itemsize == 4:
+        t = tokens
+    else:
+        t = array.array("I", tokens)
+    addr, n = t.buffer_info()
+    return t, ctypes.cast(addr, _lib.u32p), n
+
+
+def _salt(salt):
+    if isinstance(salt, str):
+        salt = salt.encode()
+    return bytes(salt or b"")
+
+
+def _key(key, what="key"):
+    if not isinstance(key, (bytes, bytearray)) or len(key) != _lib.KEY_LEN:
+        raise InvalidError(f"{what}: an entry key is {_lib.KEY_LEN} bytes")
+    return (ctypes.c_uint8 * _lib.KEY_LEN).from_buffer_copy(key)
+
+
+def _address(floats):
+    """The address of a float array made by _new_floats()."""
+    if isinstance(floats, array.array):
+        return floats.buffer_info()[0]
+    return floats.ctypes.data
+
+
+def _new_floats(n):
+    try:
+        import numpy
+        return numpy.empty(n, dtype=numpy.float32)
+    except ImportError:
+        return array.array("f", bytes(4 * n))
+
+
+class _Model:
+    def __init__(self, handle):
+        self.handle = handle
+        self.fp = ctypes.string_at(_lib.model_fingerprint(handle), _lib.FP_LEN)
+        self.layers = []
+        for i in range(_lib.model_layers(handle)):
+            l = _lib.layer_t()
+            _lib.model_layer(handle, i, ctypes.byref(l))
+            self.layers.append((l.mixer, l.conv_len, l.recurrent_len, l.k_row, l.v_row))
+
+    def shape(self, i, p):
+        """Floats of layer i's two arrays at P (p None: MLA rows per token)."""
+        mixer, conv, rec, k, v = self.layers[i]
+        if mixer == _lib.MIXER_KDA:
+            return conv, rec
+        return (k, v) if p is None else (p * k, p * v)
+
+
+class Client:
+    """A connection to k3cached. addr: "unix:PATH", "tcp:HOST:PORT" or a
+    socket path; None: $K3CACHE_SOCKET, then the default socket."""
+
+    def __init__(self, addr=None, timeout_ms=None):
+        self._c = ctypes.c_void_p()
+        self._models = {}
+        self._p = {}  # key -> P, from lookups and publishes, for early size checks
+        err = _lib.error_t()
+        a = None if addr is None else os.fsencode(addr)
+        _check(_lib.connect(a, ctypes.byref(self._c), ctypes.byref(err)), err)
+        if timeout_ms is not None:
+            _lib.set_timeout(self._c, int(timeout_ms))
+
+    # ---- lifetime ----
+    def close(self):
+        if self._c:
+            _lib.close(self._c)
+            self._c = ctypes.c_void_p()
+        for m in self._models.values():
+            _lib.model_free(m.handle)
+        self._models = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def _conn(self):
+        if not self._c:
+            raise InvalidError("the Client is closed")
+        return self._c
+
+    # ---- models ----
+    def put_model(self, spec):
+        """Stores a model spec on the daemon (idempotent) and returns its
+        32-byte fingerprint. spec: a dict in shared/models' JSON form, JSON
+        text, or a path to such a file."""
+        err = _lib.error_t()
+        if isinstance(spec, dict):
+            text = json.dumps(spec).encode()
+            h = _lib.model_parse(text, len(text), ctypes.byref(err))
+        elif isinstance(spec, (bytes, str)) and str(spec if isinstance(spec, str)
+                                                    else spec.decode()).lstrip().startswith("{"):
+            text = spec.encode() if isinstance(spec, str) else spec
+            h = _lib.model_parse(text, len(text), ctypes.byref(err))
+        elif isinstance(spec, (str, bytes, os.PathLike)):
+            h = _lib.model_load(os.fsencode(spec), ctypes.byref(err))
+        else:
+            raise InvalidError("put_model: spec is a dict, JSON text or a file path, "
+                               f"not a {type(spec).__name__}")
+        if not h:
+            raise _error(err)
+        m = _Model(h)
+        rc = _lib.put_model(self._conn(), h, None, ctypes.byref(err))
+        if rc != 0:
+            _lib.model_free(h)
+            raise _error(err)
+        if m.fp in self._models:
+            _lib.model_free(h)
+        else:
+            self._models[m.fp] = m
+        return m.fp
+
+    def _model(self, fp):
+        if fp is None:
+            if len(self._models) == 1:
+                return next(iter(self._models.values()))
+            raise InvalidError(f"{len(self._models)} models are known to this Client: "
+                               "name one with fp=")
+        m = self._models.get(bytes(fp))
+        if m is None:
+            raise UnknownModelError("model %s... is not known to this Client: call "
+                                    "put_model(spec) first" % bytes(fp).hex()[:16])
+        return m
+
+    # ---- lookup ----
+    def lookup(self, fp, tokens, salt=b"", limit=None):
+        """The longest stored prefix of tokens with P <= limit (None: N-1)."""
+        if not isinstance(fp, (bytes, bytearray)) or len(fp) != _lib.FP_LEN:
+            raise InvalidError(f"fp: a model fingerprint is {_lib.FP_LEN} bytes")
+        keep, tp, n = _tokens(tokens)
+        s = _salt(salt)
+        res, err = _lib.lookup_result_t(), _lib.error_t()
+        fpb = (ctypes.c_uint8 * _lib.FP_LEN).from_buffer_copy(fp)
+        _check(_lib.lookup(self._conn(), fpb, s, len(s), tp, n, int(limit or 0),
+                           ctypes.byref(res), ctypes.byref(err)), err)
+        key = bytes(res.key) if res.prefix_len else None
+        if key:
+            self._p[key] = res.prefix_len
+        return LookupResult(res.prefix_len, key, res.hint, res.bytes)
+
+    # ---- publish ----
+    def publish(self, fp, tokens, layers, salt=b"", base_key=None, base_rows=0):
+        """Publishes the state after tokens: layers[i] is a (conv, recurrent)
+        or (k, v) pair of float32 buffers, sent as they are. With base_key
+        (the entry this state was restored from) and base_rows (its P), only
+        the new MLA rows are sent. Returns the entry's key."""
+        m = self._model(fp)
+        keep, tp, n = _tokens(tokens)
+        s = _salt(salt)
+        if len(layers) != len(m.layers):
+            raise InvalidError(f"publish: {len(layers)} layers given, the model has "
+                               f"{len(m.layers)}")
+        arr = (_lib.arrays_t * len(layers))()
+        with Held() as held:
+            for i, got in enumerate(_hold_layers(held, m, layers, False)):
+                want = m.shape(i, n)
+                for j in range(2):
+                    if got[j][1] != want[j]:
+                        raise InvalidError(f"layer {i}: {_names(m, i)[j]} has {got[j][1]} "
+                                           f"floats, the model's layer at P={n} has "
+                                           f"{want[j]}")
+                arr[i] = _lib.arrays_t(got[0][0], got[0][1], got[1][0], got[1][1])
+            base = _key(base_key, "base_key") if base_key is not None else None
+            res, err = _lib.publish_result_t(), _lib.error_t()
+            _check(_lib.publish_arrays(self._conn(), m.handle, s, len(s), tp, n, arr,
+                                       len(layers), base, int(base_rows), ctypes.byref(res),
+                                       ctypes.byref(err)), err)
+        key = bytes(res.key)
+        self._p[key] = n
+        self.last_publish = {"created": bool(res.created), "bytes": res.bytes,
+                             "evicted": res.evicted, "delta_rows": res.delta_rows}
+        return key
+
+    # ---- restore ----
+    def restore_into(self, key, layers, fp=None):
+        """Fills the caller's float32 buffers in place: layers[i] is a
+        (conv, recurrent) or (k, v) pair, of the model's sizes at the entry's
+        P. Returns P. On an error their contents must not be used."""
+        m = self._model(fp)
+        kb = _key(key)
+        if len(layers) != len(m.layers):
+            raise InvalidError(f"restore_into: {len(layers)} layers given, the model has "
+                               f"{len(m.layers)}")
+        out = (_lib.arrays_out_t * len(layers))()
+        rows = None
+        known = self._p.get(bytes(key))
+        with Held() as held:
+            for i, got in enumerate(_hold_layers(held, m, layers, True)):
+                out[i] = _lib.arrays_out_t(got[0][0], got[0][1], got[1][0], got[1][1])
+                rows = _check_sizes(m, i, m.shape(i, None), [got[0][1], got[1][1]], rows,
+                                    known)
+            p, err = ctypes.c_uint32(0), _lib.error_t()
+            _check(_lib.restore_arrays(self._conn(), m.handle, kb, out, len(layers),
+                                       ctypes.byref(p), ctypes.byref(err)), err)
+        return p.value
+
+    def restore(self, key, fp=None):
+        """The entry's layers in new arrays (numpy when importable, else
+        array('f')): a list of (a, b) pairs with .prefix_len P."""
+        m = self._model(fp)
+        kb = _key(key)
+        got = Restored()
+        failure = []
+
+        def take(index, blob, length, ctx):
+            try:
+                mixer = m.layers[index][0]
+                head = 5 if mixer == _lib.MIXER_KDA else 9
+                raw = ctypes.string_at(blob, min(length, 16))
+                if mixer == _lib.MIXER_MLA:
+                    got.prefix_len = int.from_bytes(raw[1:5], "little")
+                n0 = int.from_bytes(raw[head - 4:head], "little")
+                n1 = (length - head - 4 * n0 - 4) // 4
+                a, b = _new_floats(n0), _new_floats(n1)
+                for dst, off, cnt in ((a, head, n0), (b, head + 4 * n0 + 4, n1)):
+                    if cnt:
+                        ctypes.memmove(_address(dst), blob + off, 4 * cnt)
+                got.append((a, b))
+                return 0
+            except Exception as e:  # reported after the call
+                failure.append(e)
+                return 1
+
+        cb = _lib.LAYER_FN(take)
+        p, err = ctypes.c_uint32(0), _lib.error_t()
+        rc = _lib.restore_each(self._conn(), m.handle, kb, cb, None, ctypes.byref(p),
+                               ctypes.byref(err))
+        if failure:
+            raise failure[0]
+        _check(rc, err)
+        got.prefix_len = p.value
+        return got
+
+
+def _hold_layers(held, m, layers, writable):
+    """Per layer, ((address, floats), (address, floats)) of its two buffers,
+    held by held; InvalidError naming the layer and array when one is not a
+    (writable) C-contiguous float32 buffer."""
+    for i, pair in enumerate(layers):
+        try:
+            bufs = tuple(pair)
+        except TypeError:
+            bufs = ()
+        if len(bufs) != 2:
+            raise InvalidError(f"layer {i}: a (conv, recurrent) or (k, v) pair of float32 "
+                               "buffers")
+        got = []
+        for j, buf in enumerate(bufs):
+            try:
+                got.append(held.take(buf, f"layer {i}: {_names(m, i)[j]}", writable))
+            except ValueError as e:
+                raise InvalidError(str(e)) from None
+        yield got
+
+
+def _names(m, i):
+    return ("conv", "recurrent") if m.layers[i][0] == _lib.MIXER_KDA else ("k", "v")
+
+
+def _check_sizes(m, i, per, got, rows, known):
+    """The buffers of layer i against the model before anything is sent: a
+    KDA layer's exactly, an MLA layer's whole rows, the same P in k, v and
+    every MLA layer, and at least the P a lookup or publish gave the key."""
+    names = _names(m, i)
+    if m.layers[i][0] == _lib.MIXER_KDA:
+        for j in range(2):
+            if got[j] != per[j]:
+                raise InvalidError(f"layer {i}: {names[j]} has {got[j]} floats, the model's "
+                                   f"KDA layer has {per[j]}")
+        return rows
+    ps = []
+    for j in range(2):
+        if per[j] and got[j] % per[j]:
+            raise InvalidError(f"layer {i}: {names[j]} has {got[j]} floats, not a whole "
+                               f"number of {per[j]}-float rows")
+        ps.append(got[j] // per[j] if per[j] else None)
+    p = ps[0] if ps[0] is not None else ps[1]
+    if ps[0] is not None and ps[1] is not None and ps[0] != ps[1]:
+        raise InvalidError(f"layer {i}: k holds {ps[0]} rows, v {ps[1]}")
+    if rows is not None and p != rows:
+        raise InvalidError(f"layer {i}: holds {p} rows, an earlier MLA layer {rows}")
+    if known is not None and p < known:
+        raise InvalidError(f"layer {i}: holds {p} rows, the entry has P={known}")
+    return p

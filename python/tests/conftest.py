@@ -1,0 +1,64 @@
+"""Fixtures: a real k3cached on a temporary store and socket.
+
+Paths come from the environment that `make test` (ctest) sets:
+K3CACHED (the daemon), K3CACHECTL, K3PUB (a C client that publishes
+synthetic snapshots), K3_SHARED_DIR, and K3CACHE_LIBRARY (libk3cache.so.0).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def _need(name):
+    v = os.environ.get(name)
+    if not v:
+        pytest.fail(f"${name} is not set: run these tests through `make test` (ctest)")
+    return v
+
+
+class Daemon:
+    def __init__(self, *flags):
+        self.dir = tempfile.mkdtemp(prefix="k3py-")
+        self.sock = os.path.join(self.dir, "k3.sock")
+        self.log = open(os.path.join(self.dir, "k3cached.log"), "w")
+        self.proc = subprocess.Popen(
+            [_need("K3CACHED"), "--db", os.path.join(self.dir, "db"), "--socket", self.sock,
+             *flags], stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(500):
+            if os.path.exists(self.sock):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        self.stop()
+        raise RuntimeError("k3cached did not start: " + open(self.log.name).read())
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.log.close()
+        subprocess.run(["rm", "-rf", self.dir], check=False)
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    d = Daemon("--max-bytes", "512MiB")
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def shared():
+    return _need("K3_SHARED_DIR")
+
+
+@pytest.fixture
+def twin_path(shared):
+    return os.path.join(shared, "models", "kimi-k3-0.40b-twin.json")
