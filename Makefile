@@ -47,6 +47,7 @@ bench: build
 	@build/bench/bench_blob
 	@build/bench/bench_store build/bench-store.tmp
 	@if [ -x build/bench/bench_wire ]; then build/bench/bench_wire build/bench-wire.tmp; fi
+	@/usr/bin/python3 bench/python_restore.py build
 	@bash bench/worker.sh build
 	@bash bench/conversation.sh build
 	@build/bench/bench_k3conv build/bench-k3conv.tmp

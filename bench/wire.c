@@ -5,10 +5,13 @@
  *     processes (1 MiB writes from a pre-built buffer into a pre-touched one).
  *  2. Publish of a K3-size snapshot (69 KDA layers of 6.5625 MiB + 24 MLA
  *     layers of 4,096 tokens x 2,304 bytes, ~669 MiB) through k3cache_publish,
- *     next to store_publish of the same bytes on a store opened here (safe).
+ *     next to store_publish of the same bytes on a store opened here (safe);
+ *     then k3cache_publish_arrays (the layers as their float arrays, views of
+ *     the same bytes) next to k3cache_publish, rounds alternating.
  *  3. Restore of it through k3cache_restore_into into pre-touched caller
- *     buffers, validation included; its rounds alternate with rounds of the
- *     raw socket with 4 MiB buffers (best of 5 each).
+ *     buffers, validation included, and through k3cache_restore_arrays into
+ *     the layers' arrays; its rounds alternate with rounds of the raw socket
+ *     with 4 MiB buffers (best of 5 each).
  *  4. Lookup latency p50/p99 of a 131,072-token prompt, idle and while two
  *     other processes publish K3-size snapshots in a loop (at nice 0, at nice
  *     10, and at nice 0 again with the daemon restarted with --yield-rate 0).
@@ -180,6 +183,27 @@ static void free_snap(struct snap *s)
 	free(s->k3);
 	free(s->sizes);
 	memset(s, 0, sizeof(*s));
+}
+
+/* The layers of blobs laid out at base (sizes[i] bytes each) as their two
+ * float arrays, views into the same bytes (k3cache_publish_arrays and
+ * k3cache_restore_arrays; no copy is made here either). */
+static void arrays_at(const struct k3cache_model *m, uint32_t p, unsigned char *const *base,
+                      struct k3cache_arrays *in, struct k3cache_arrays_out *out)
+{
+	for (uint32_t i = 0; i < m->n_layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		int kda = l->mixer == MODEL_MIXER_KDA;
+		size_t head = kda ? 5 : 9;
+		size_t n0 = kda ? l->conv_len : (size_t)p * l->k_row;
+		size_t n1 = kda ? l->recurrent_len : (size_t)p * l->v_row;
+		float *a = (float *)(void *)(base[i] + head);
+		float *b = (float *)(void *)(base[i] + head + n0 * 4 + 4);
+		if (in)
+			in[i] = (struct k3cache_arrays){a, n0, b, n1};
+		if (out)
+			out[i] = (struct k3cache_arrays_out){a, n0, b, n1};
+	}
 }
 
 /* Distinct token sequences per seed (the multiplier is odd: a bijection). */
@@ -819,6 +843,34 @@ int main(int argc, char **argv)
 	store_close(st);
 	benchutil_rm_rf(store_dir);
 
+	/* 2b. publish from component arrays (views into the same bytes) against
+	 * the whole-blob publish, rounds alternating, each after evicting the
+	 * previous one; the last (from arrays) is the entry restored below */
+	double best_blobpub = 1e9, best_arrpub = 1e9;
+	struct k3cache_arrays *arr_in = xmalloc(s.n * sizeof(*arr_in));
+	arrays_at(m, SNAP_P, s.bufs, arr_in, NULL);
+	for (uint32_t i = 0; i < 6; i++) {
+		int arrays = (int)((i % 2) ^ ((i / 2) % 2));
+		evict_model(c, m);
+		fill_tokens(tokens, SNAP_P, 300 + i);
+		struct k3cache_publish_result res;
+		double t0 = benchutil_now();
+		int rc = arrays ? k3cache_publish_arrays(c, m, NULL, 0, tokens, SNAP_P, arr_in, s.n,
+		                                         NULL, 0, &res, &e)
+		                : k3cache_publish(c, m->fingerprint, NULL, 0, tokens, SNAP_P, s.k3,
+		                                  s.n, &res, &e);
+		double t = benchutil_now() - t0;
+		if (rc != 0)
+			die_k3(arrays ? "publish_arrays" : "publish", &e);
+		if (!res.created || res.bytes != s.bytes)
+			fail("publish round %u: created %d, %llu bytes", i, res.created,
+			     (unsigned long long)res.bytes);
+		double *best = arrays ? &best_arrpub : &best_blobpub;
+		*best = t < *best ? t : *best;
+		memcpy(key, res.key, sizeof(key));
+	}
+	free(arr_in);
+
 	/* 3. restore into pre-touched caller buffers */
 	void **bufs = xmalloc(s.n * sizeof(void *));
 	size_t *lens = xmalloc(s.n * sizeof(size_t));
@@ -831,7 +883,11 @@ int main(int argc, char **argv)
 	}
 	/* rounds of the raw socket (4 MiB buffers) and of the restore alternate,
 	 * so that both meet the same moments of this VM; best of each */
-	double best_rst = 1e9, rst_cc = 0, rst_cd = 0;
+	double best_rst = 1e9, rst_cc = 0, rst_cd = 0, best_arr = 1e9;
+	struct k3cache_arrays_out *arr_out = xmalloc(s.n * sizeof(*arr_out));
+	struct k3cache_arrays *arr_in_check = xmalloc(s.n * sizeof(*arr_in_check));
+	arrays_at(m, SNAP_P, (unsigned char *const *)bufs, NULL, arr_out);
+	arrays_at(m, SNAP_P, s.bufs, arr_in_check, NULL);
 	/* BENCH_RESTORE_ROUNDS=N: more rounds, for a profiler to attach to */
 	const char *rounds_env = getenv("BENCH_RESTORE_ROUNDS");
 	long rounds = rounds_env ? strtol(rounds_env, NULL, 10) : 0;
@@ -841,6 +897,18 @@ int main(int argc, char **argv)
 	for (long r = 0; r < rounds; r++) {
 		double traw = raw_round(&rs, &s, dst);
 		raw_4m = traw < raw_4m ? traw : raw_4m;
+		/* into the layers' arrays (the header words are not written: the
+		 * bytes between the arrays stay zero), checked in the first round */
+		memset(dst, 0, s.bytes);
+		double ta = benchutil_now();
+		if (k3cache_restore_arrays(c, m, key, arr_out, s.n, NULL, &e) != 0)
+			die_k3("restore_arrays", &e);
+		ta = benchutil_now() - ta;
+		best_arr = ta < best_arr ? ta : best_arr;
+		for (uint32_t i = 0; r == 0 && i < s.n; i++)
+			if (memcmp(arr_out[i].a, arr_in_check[i].a, arr_in_check[i].a_len * 4) != 0 ||
+			    memcmp(arr_out[i].b, arr_in_check[i].b, arr_in_check[i].b_len * 4) != 0)
+				fail("restore_arrays: layer %u differs from what was published", i);
 		memset(dst, 0, s.bytes);
 		uint32_t p = 0;
 		double c0 = self_cpu(), d0 = proc_cpu(daemon_pid), t0 = benchutil_now();
@@ -855,6 +923,8 @@ int main(int argc, char **argv)
 			rst_cd = proc_cpu(daemon_pid) - d0;
 		}
 	}
+	free(arr_out);
+	free(arr_in_check);
 	raw_close(&rs);
 	/* the baseline: the raw rounds run beside the restore, in the same
 	 * conditions; the first ones are shown, and compared, too */
@@ -868,6 +938,7 @@ int main(int argc, char **argv)
 	free(lens);
 
 	double pub_ratio = best_store / best_pub, rst_ratio = raw / best_rst;
+	double arr_ratio = raw / best_arr, arrpub_ratio = best_blobpub / best_arrpub;
 	char r1[32], r2[32];
 	printf("%-46s %8s %7s %11s %11s %8s %8s\n", "operation", "ms", "GB/s", "vs socket",
 	       "vs store", "cpu ms", "daemon");
@@ -883,6 +954,11 @@ int main(int argc, char **argv)
 	row("k3cache_publish over the socket, safe", best_pub, s.bytes, r1, r2, pub_cc, pub_cd);
 	snprintf(r1, sizeof(r1), "%.2fx", rst_ratio);
 	row("k3cache_restore_into (validated)", best_rst, s.bytes, r1, "", rst_cc, rst_cd);
+	snprintf(r1, sizeof(r1), "%.2fx", arr_ratio);
+	row("k3cache_restore_arrays (validated)", best_arr, s.bytes, r1, "", -1, -1);
+	snprintf(r2, sizeof(r2), "%.2fx", arrpub_ratio);
+	row("k3cache_publish, whole blobs", best_blobpub, s.bytes, "", "", -1, -1);
+	row("k3cache_publish_arrays (vs whole blobs)", best_arrpub, s.bytes, "", r2, -1, -1);
 	printf("(cpu ms: this process during the best run; daemon: k3cached's, all threads, "
 	       "10 ms ticks)\n");
 	printf("(\"first\": measured first, on a quiet machine; \"beside the restore\": its rounds "
@@ -1083,11 +1159,15 @@ int main(int argc, char **argv)
 
 	printf("targets: publish over socket >= 0.7x store publish: %s (%.2fx); restore >= 0.8x "
 	       "raw socket: %s (%.2fx); lookup p99 < 5 ms under publishes: %s (%.3f ms); daemon "
-	       "RssAnon peak within 64 MiB + inflight: %s (%.0f of %.0f MiB)\n",
+	       "RssAnon peak within 64 MiB + inflight: %s (%.0f of %.0f MiB); publish from arrays "
+	       ">= 0.95x whole blobs: %s (%.2fx); restore into arrays >= 0.8x raw socket: %s "
+	       "(%.2fx)\n",
 	       pub_ratio >= 0.7 ? "met" : "NOT met", pub_ratio,
 	       rst_ratio >= 0.8 ? "met" : "NOT met", rst_ratio,
 	       p99_busy < 0.005 ? "met" : "NOT met", p99_busy * 1e3,
-	       peak <= bound ? "met" : "NOT met", peak, bound);
+	       peak <= bound ? "met" : "NOT met", peak, bound,
+	       arrpub_ratio >= 0.95 ? "met" : "NOT met", arrpub_ratio,
+	       arr_ratio >= 0.8 ? "met" : "NOT met", arr_ratio);
 	free(tokens);
 	model_free(m);
 	if (!getenv("BENCH_KEEP")) /* BENCH_KEEP=1 keeps the daemon's log and store */

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""bench/python_restore: the Python client's restore_into of a K3-shape
+snapshot (69 KDA x 6.5625 MiB + 24 MLA at 4,096 tokens, ~669 MiB) into numpy
+arrays, against the C client's k3cache_restore_into of the same entry into
+blob buffers, in the same process and run, rounds alternating (best of 5).
+
+usage: bench/python_restore.py BUILD_DIR [--quick]
+(uses BUILD_DIR/daemon/k3cached and BUILD_DIR/client/libk3cache.so.0)
+"""
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+quick = "--quick" in sys.argv
+os.environ.setdefault("K3CACHE_LIBRARY", os.path.join(build, "client", "libk3cache.so.0"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+import numpy as np  # noqa: E402
+
+import k3cache  # noqa: E402
+from k3cache import _lib  # noqa: E402
+
+P = 4096
+N_KDA, N_MLA = (9, 3) if quick else (69, 24)
+layers = []
+kda = mla = 0
+for i in range(N_KDA + N_MLA):  # as bench/k3shape.h: the MLA last in each block of four
+    if (i % 4 == 3 and mla < N_MLA) or kda == N_KDA:
+        layers.append({"mixer": "mla", "k_row": 512, "v_row": 64})
+        mla += 1
+    else:
+        layers.append({"mixer": "kda", "conv_len": 147456, "recurrent_len": 1572864})
+        kda += 1
+spec = {"name": "k3-pybench", "revision": "bench", "state_layout": "bench", "layers": layers}
+
+tmp = tempfile.mkdtemp(prefix="k3pybench-")
+sock = os.path.join(tmp, "s.sock")
+daemon = subprocess.Popen([os.path.join(build, "daemon", "k3cached"), "--db",
+                           os.path.join(tmp, "db"), "--socket", sock, "--max-bytes", "4GiB"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    for _ in range(500):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.01)
+    c = k3cache.Client(sock)
+    fp = c.put_model(spec)
+    rng = np.random.default_rng(1)
+
+    def arrays():
+        out = []
+        for l in layers:
+            if l["mixer"] == "kda":
+                out.append((l["conv_len"], l["recurrent_len"]))
+            else:
+                out.append((P * l["k_row"], P * l["v_row"]))
+        return out
+
+    state = [(rng.standard_normal(a, dtype=np.float32), rng.standard_normal(b, dtype=np.float32))
+             for a, b in arrays()]
+    total = sum(a.nbytes + b.nbytes for a, b in state)
+    key = c.publish(fp, list(range(1, P + 1)), state)
+    # the Python side's destination: numpy arrays, pre-touched
+    dst = [(np.ones(a, np.float32), np.ones(b, np.float32)) for a, b in arrays()]
+    # the C client's: one blob buffer per layer, pre-touched, through ctypes
+    m = c._model(fp)
+    n = len(layers)
+    sizes = [5 + 4 * a + 4 + 4 * b if l["mixer"] == "kda" else 9 + 4 * a + 4 + 4 * b
+             for l, (a, b) in zip(layers, arrays())]
+    blobs = [np.ones(s, np.uint8) for s in sizes]
+    bufs = (ctypes.c_void_p * n)(*[b.ctypes.data for b in blobs])
+    caps = (ctypes.c_size_t * n)(*sizes)
+    lens = (ctypes.c_size_t * n)()
+    restore_into = _lib.lib.k3cache_restore_into
+    restore_into.restype = ctypes.c_int
+    restore_into.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _lib.u8p, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_void_p, _lib.u32p, _lib.errp]
+    kb = (ctypes.c_uint8 * 32).from_buffer_copy(key)
+    best_c = best_py = 1e9
+    for r in range(5):
+        for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+            t0 = time.perf_counter()
+            if side == 0:
+                p, err = ctypes.c_uint32(), _lib.error_t()
+                if restore_into(c._conn(), m.handle, kb, bufs, caps, lens, ctypes.byref(p),
+                                ctypes.byref(err)) != 0:
+                    sys.exit("C restore_into: " + err.message.decode())
+                best_c = min(best_c, time.perf_counter() - t0)
+            else:
+                if c.restore_into(key, dst) != P:
+                    sys.exit("restore_into: wrong P")
+                best_py = min(best_py, time.perf_counter() - t0)
+    for (a, b), (x, y) in zip(state, dst):
+        if a.tobytes() != x.tobytes() or b.tobytes() != y.tobytes():
+            sys.exit("restore_into: the arrays differ from what was published")
+    c.close()
+    gb = total / 1e9
+    print(f"bench/python_restore{' (quick)' if quick else ''}: {n} layers, "
+          f"{total / 1048576:.1f} MiB, best of 5, rounds alternating")
+    print(f"C client k3cache_restore_into (blobs)         {best_c * 1e3:8.1f} ms  "
+          f"{gb / best_c:5.2f} GB/s  baseline")
+    print(f"Python Client.restore_into (numpy arrays)     {best_py * 1e3:8.1f} ms  "
+          f"{gb / best_py:5.2f} GB/s  {best_c / best_py:.2f}x")
+    ratio = best_c / best_py
+    print(f"target: Python restore_into >= 0.9x the C client: "
+          f"{'met' if ratio >= 0.9 else 'NOT met'} ({ratio:.2f}x)")
+finally:
+    daemon.terminate()
+    daemon.wait(30)
+    shutil.rmtree(tmp, ignore_errors=True)
