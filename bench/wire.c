@@ -906,7 +906,8 @@ int main(int argc, char **argv)
 		ta = benchutil_now() - ta;
 		best_arr = ta < best_arr ? ta : best_arr;
 		for (uint32_t i = 0; r == 0 && i < s.n; i++)
-			if (memcmp(arr_out[i].a, arr_in_check[i].a, arr_in_check[i].a_len * 4) != 0 ||
+			if (memcmp(arr_out[i].a, arr_in_check[i].a, arr_in_check[i].a_len * 4) !=
+			            0 ||
 			    memcmp(arr_out[i].b, arr_in_check[i].b, arr_in_check[i].b_len * 4) != 0)
 				fail("restore_arrays: layer %u differs from what was published", i);
 		memset(dst, 0, s.bytes);
