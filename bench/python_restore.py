@@ -108,7 +108,7 @@ try:
     c.close()
     gb = total / 1e9
     print(f"bench/python_restore{' (quick)' if quick else ''}: {n} layers, "
-          f"{total / 1048576:.1f} MiB, best of 5, rounds alternating")
+          f"{total / 1048576:.1f} MiB, best of {len(rounds_c)}, rounds alternating")
     print(f"C client k3cache_restore_into (blobs)         {best_c * 1e3:8.1f} ms  "
           f"{gb / best_c:5.2f} GB/s  baseline")
     print(f"Python Client.restore_into (numpy arrays)     {best_py * 1e3:8.1f} ms  "
