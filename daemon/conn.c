@@ -350,18 +350,17 @@ void k3d_stream_unref(struct k3d_stream *st)
 
 /* A chunk failed its check on the way out: the writer thread checks the
  * whole entry again and quarantines it (a write may wait there, not here). */
-static void damaged(struct k3d_conn *c, const struct status *st)
+/* Asks the writer to verify the whole restore (it quarantines the entry and,
+ * for a shared block, every entry that uses it). */
+static void verify_later(struct k3d_conn *c, struct k3d_stream *ref)
 {
-	c->send_damaged = 1;
-	k3d_log(K3D_LOG_WARN, "conn %llu (%s): restore: %s", (unsigned long long)c->id, c->peer,
-	        st->message);
 	struct k3d_job *job = calloc(1, sizeof(*job));
 	if (!job)
-		return; /* the client rejects the layer all the same */
+		return; /* the entry is damaged all the same: the next restore finds it */
 	k3cache__v1__response__init(&job->resp);
 	job->chore = K3D_CHORE_VERIFY;
-	job->stream = c->sending;
-	c->sending->refs++;
+	job->stream = ref;
+	ref->refs++;
 	k3d_writer_submit(c->srv->writer, job);
 }
 
@@ -372,11 +371,49 @@ static void release_snapshot(const void *data, size_t len, void *arg)
 	k3d_stream_unref(arg);
 }
 
+/* A piece of the restore failed its check: nothing known bad is sent. When
+ * no byte of the answer has gone out yet, the queued answer is taken back and
+ * CORRUPT goes instead. Otherwise the connection ends once the pieces queued
+ * before this one (all checked) are out, so that the client sees the payload
+ * cut short, never an OK with bad bytes. The writer quarantines the entry
+ * either way. */
+static void refuse_damaged(struct k3d_conn *c, struct k3d_stream *ref, struct status *st)
+{
+	verify_later(c, ref);
+	c->sending = NULL;
+	if (c->written <= c->send_from) {
+		uint64_t earlier = c->send_from - c->written; /* bytes of earlier answers */
+		struct evbuffer *head = evbuffer_new();
+		if (head && evbuffer_remove_buffer(c->out, head, (size_t)earlier) == (int)earlier) {
+			evbuffer_drain(c->out, evbuffer_get_length(c->out));
+			evbuffer_add_buffer(c->out, head);
+			evbuffer_free(head);
+			k3d_stream_unref(ref);
+			size_t n = strlen(st->message);
+			snprintf(st->message + n, sizeof(st->message) - n,
+			         "; the daemon takes the entry out of service");
+			k3d_conn_error(c, c->send_id, st);
+			return;
+		}
+		if (head)
+			evbuffer_free(head);
+	}
+	c->srv->restores_cut++;
+	k3d_log(K3D_LOG_WARN,
+	        "conn %llu (%s): restore: %s, after %llu bytes of the answer went out: "
+	        "closing the connection",
+	        (unsigned long long)c->id, c->peer, st->message,
+	        (unsigned long long)(c->written - c->send_from));
+	k3d_stream_unref(ref);
+	c->closing = 1;
+	set_reading(c, 0);
+}
+
 /* Queues the restore's next chunks until FEED_AHEAD bytes wait to be sent,
  * checking each just before it is queued: the check reads the chunk from the
- * map into the cache, and the send then copies it from there. When the last
- * chunk is queued the connection's reference goes with it, to be dropped once
- * it has been sent. */
+ * map into the cache, and the send then copies it from there. A chunk that
+ * fails is never queued (refuse_damaged). When the last chunk is queued the
+ * connection's reference goes with it, to be dropped once it has been sent. */
 static void feed_restore(struct k3d_conn *c)
 {
 	while (c->sending && evbuffer_get_length(c->out) < FEED_AHEAD) {
@@ -391,9 +428,10 @@ static void feed_restore(struct k3d_conn *c)
 		const void *data;
 		size_t len;
 		struct status st;
-		if (store_snapshot_chunk(ref->snap, i, &data, &len, &st) != STATUS_OK &&
-		    !c->send_damaged)
-			damaged(c, &st);
+		if (store_snapshot_chunk(ref->snap, i, &data, &len, &st) != STATUS_OK) {
+			refuse_damaged(c, ref, &st);
+			return;
+		}
 		int last = c->send_chunk == n;
 		if (last)
 			c->sending = NULL;
@@ -434,13 +472,14 @@ void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct s
 		k3d_conn_error(c, resp->id, &st);
 		return;
 	}
+	c->send_from = c->written + evbuffer_get_length(c->out);
 	if (!queue_response(c, resp)) {
 		k3d_stream_unref(ref); /* a short answer went instead: no payload */
 		return;
 	}
 	c->sending = ref;
 	c->send_chunk = 0;
-	c->send_damaged = 0;
+	c->send_id = resp->id;
 	feed_restore(c);
 	want_write(c);
 }
@@ -771,6 +810,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 		int n = evbuffer_write_atmost(c->out, fd, (ev_ssize_t)(1u << 20));
 		if (n > 0) {
 			srv->bytes_out += (uint64_t)n;
+			c->written += (uint64_t)n;
 			c->last_progress = srv->ticks;
 			budget = budget > (size_t)n ? budget - (size_t)n : 0;
 			continue;

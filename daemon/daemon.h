@@ -87,6 +87,7 @@ struct k3d_server {
 	double last_lookup;     /* k3d_now() of the last lookup answered */
 	uint64_t ingest_yields; /* pauses of uploads that let lookups run */
 	uint64_t timeouts, closed_mid_frame, busy_pauses;
+	uint64_t restores_cut; /* restores ended mid-payload: a piece failed its check */
 	uint64_t delta_publishes, delta_refused; /* publishes with a base; of them refused */
 	int chore_pending;                       /* a housekeeping job is with the writer */
 	int done_fd;                             /* eventfd: the writer has finished jobs */
@@ -145,7 +146,9 @@ struct k3d_conn {
 	struct k3d_job *ingest;     /* a publish written while its payload arrives */
 	struct k3d_stream *sending; /* a restore whose chunks are still to queue */
 	uint64_t send_chunk;        /* its next chunk */
-	int send_damaged;           /* a chunk failed its check: quarantine asked */
+	uint64_t send_id;           /* its request's id */
+	uint64_t send_from;         /* where its answer starts, counted as written */
+	uint64_t written;           /* bytes written to the socket, every answer */
 
 	double t_request;       /* when the current request's header completed */
 	struct event *yield_ev; /* ends a pause of this upload (--yield-rate) */

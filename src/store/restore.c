@@ -429,7 +429,7 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	}
 	if (r.flags & STORE_FLAG_QUARANTINED) {
 		store_snapshot_release(snap);
-		return status_set(st, STATUS_NOT_FOUND,
+		return status_set(st, STATUS_CORRUPT,
 		                  "the entry is quarantined (a checksum failed); evict it");
 	}
 	memcpy(snap->fingerprint, r.fingerprint, MODEL_FINGERPRINT_LEN);

@@ -1,8 +1,8 @@
 /* k3corrupt: a test helper that damages one stored entry the way a bad disk
- * would: it flips a byte inside the entry's first chunk through LMDB, leaving
- * the chunk's stored checksum as it was, or (drop) deletes that chunk. The
- * daemon must not be running.
- * usage: k3corrupt DBDIR KEYHEX [flip|drop] */
+ * would: it flips a byte inside one of the entry's chunks (the first unless
+ * CHUNK says) through LMDB, leaving the chunk's stored checksum as it was,
+ * or (drop) deletes that chunk. The daemon must not be running.
+ * usage: k3corrupt DBDIR KEYHEX [flip|drop] [CHUNK] */
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +13,19 @@
 int main(int argc, char **argv)
 {
 	uint8_t key[36] = {0};
-	int drop = argc == 4 && !strcmp(argv[3], "drop");
-	if (argc < 3 || argc > 4 || hexutil_decode(argv[2], key, 32) != 0 ||
-	    (argc == 4 && !drop && strcmp(argv[3], "flip") != 0)) {
-		fprintf(stderr, "usage: k3corrupt DBDIR KEYHEX [flip|drop]\n");
+	int drop = argc >= 4 && !strcmp(argv[3], "drop");
+	char *end = NULL;
+	unsigned long chunk = argc == 5 ? strtoul(argv[4], &end, 10) : 0;
+	if (argc < 3 || argc > 5 || hexutil_decode(argv[2], key, 32) != 0 ||
+	    (argc >= 4 && !drop && strcmp(argv[3], "flip") != 0) ||
+	    (argc == 5 && (!*argv[4] || *end || chunk >= 0x80000000ul))) {
+		fprintf(stderr, "usage: k3corrupt DBDIR KEYHEX [flip|drop] [CHUNK]\n");
 		return 2;
 	}
+	key[32] = (uint8_t)(chunk >> 24); /* the chunk number, big-endian */
+	key[33] = (uint8_t)(chunk >> 16);
+	key[34] = (uint8_t)(chunk >> 8);
+	key[35] = (uint8_t)chunk;
 	MDB_env *env;
 	MDB_txn *txn;
 	MDB_dbi dbi;
@@ -27,7 +34,7 @@ int main(int argc, char **argv)
 	    mdb_env_set_mapsize(env, (size_t)4 << 30) || mdb_env_open(env, argv[1], 0, 0640) ||
 	    mdb_txn_begin(env, NULL, 0, &txn) || mdb_dbi_open(txn, "chunks", 0, &dbi) ||
 	    mdb_get(txn, dbi, &k, &v)) {
-		fprintf(stderr, "k3corrupt: cannot find the entry's first chunk\n");
+		fprintf(stderr, "k3corrupt: cannot find chunk %lu of the entry\n", chunk);
 		return 1;
 	}
 	if (drop) {
@@ -37,7 +44,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "k3corrupt: delete failed\n");
 			return 1;
 		}
-		printf("deleted chunk 0 of %s\n", argv[2]);
+		printf("deleted chunk %lu of %s\n", chunk, argv[2]);
 		return 0;
 	}
 	unsigned char *copy = malloc(v.mv_size);
@@ -51,6 +58,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "k3corrupt: write failed\n");
 		return 1;
 	}
-	printf("flipped a byte of chunk 0 of %s\n", argv[2]);
+	printf("flipped a byte of chunk %lu of %s\n", chunk, argv[2]);
 	return 0;
 }

@@ -897,8 +897,10 @@ static void test_flipped_chunk_quarantines(void **state)
 	}
 	assert_int_equal(store_restore(f->st, res[1].key, &snap, &st), STATUS_CORRUPT);
 	assert_non_null(strstr(st.message, "quarantined"));
-	/* quarantined: no longer served, by restore or by lookup */
-	assert_int_equal(store_restore(f->st, res[1].key, &snap, &st), STATUS_NOT_FOUND);
+	/* quarantined: no longer served, by restore (CORRUPT, not NOT_FOUND) or by
+	 * lookup */
+	assert_int_equal(store_restore(f->st, res[1].key, &snap, &st), STATUS_CORRUPT);
+	assert_non_null(strstr(st.message, "the entry is quarantined"));
 	uint32_t p[21];
 	memcpy(p, t[1], sizeof(t[1]));
 	p[20] = 1;
@@ -1082,7 +1084,7 @@ static void test_deferred_restore_takes_no_write(void **state)
 	assert_int_equal(store_quarantine(f->st, gone), STORE_QUARANTINE_NONE);
 	store_get_stats(f->st, &stats, NULL);
 	assert_int_equal(stats.quarantined, q0 + 1);
-	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_NOT_FOUND);
+	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_CORRUPT);
 	model_free(big);
 }
 
@@ -1642,7 +1644,7 @@ static void test_delta_of_damaged_base_refused(void **state)
 	assert_int_equal(stats.blocks, 2);
 	/* and the base, found damaged by the check that followed, is out of service */
 	struct store_snapshot *snap;
-	assert_int_equal(store_restore(f->st, a.key, &snap, &st), STATUS_NOT_FOUND);
+	assert_int_equal(store_restore(f->st, a.key, &snap, &st), STATUS_CORRUPT);
 	assert_non_null(strstr(st.message, "quarantined"));
 }
 
@@ -1689,7 +1691,7 @@ static void test_damaged_block_refused(void **state)
 	assert_int_equal(store_inspect(f->st, b.key, &info, NULL), STATUS_OK);
 	assert_true(info->quarantined);
 	store_entry_info_free(info);
-	assert_int_equal(store_restore(f->st, b.key, &snap, &st), STATUS_NOT_FOUND);
+	assert_int_equal(store_restore(f->st, b.key, &snap, &st), STATUS_CORRUPT);
 	/* and neither is served any more */
 	uint32_t q[200];
 	memcpy(q, t, sizeof(q));
