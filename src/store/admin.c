@@ -14,6 +14,7 @@
 #include "hexutil.h"
 #include "index.h"
 #include "lru.h"
+#include "prefix.h"
 #include "record.h"
 #include "restore.h"
 #include "txn.h"
@@ -521,6 +522,22 @@ out:
 	return rc;
 }
 
+/* Whether an entry's key is the one its model, salt and tokens name: a flip
+ * in the record's fingerprint or salt, or in its token list, leaves the entry
+ * unreachable (no lookup computes that key), and only this finds it. */
+static int key_matches(const struct store_record *r, const MDB_val *tokens)
+{
+	uint32_t *t = malloc(tokens->mv_size ? tokens->mv_size : 1);
+	uint8_t want[PREFIX_KEY_LEN];
+	if (!t)
+		return 1;                            /* out of memory: not evidence of damage */
+	memcpy(t, tokens->mv_data, tokens->mv_size); /* LMDB values are not aligned */
+	int ok = prefix_key(r->fingerprint, r->salt, r->salt_len, t, r->prefix_len, want) != 0 ||
+	         memcmp(want, r->key, STORE_KEY_LEN) == 0;
+	free(t);
+	return ok;
+}
+
 enum status_code store_verify(struct store *s,
                               void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
                                          void *ctx),
@@ -540,6 +557,7 @@ enum status_code store_verify(struct store *s,
 	struct keylist bad = {0};
 	struct keylist held = {0};       /* quarantined before this verify */
 	struct keylist unreadable = {0}; /* records that do not decode */
+	struct keylist misnamed = {0};   /* key != SHA-256(model, salt, tokens) */
 	MDB_val k, v;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -557,6 +575,8 @@ enum status_code store_verify(struct store *s,
 		else if (mdb_get(txn, s->tokens, &k, &tv) != 0 ||
 		         tv.mv_size != (size_t)r.prefix_len * 4u)
 			keylist_add(&bad, r.key);
+		else if (!key_matches(&r, &tv))
+			keylist_add(&misnamed, r.key);
 		else
 			keylist_add(&keys, r.key);
 	}
@@ -576,6 +596,16 @@ enum status_code store_verify(struct store *s,
 		(*damaged)++;
 		if (fn)
 			fn(held.keys[i], QUARANTINED_EARLIER, ctx);
+	}
+	for (size_t i = 0; i < misnamed.n; i++) {
+		(*checked)++;
+		(*damaged)++;
+		snprintf(why, sizeof(why),
+		         "the entry's key is not the SHA-256 of its model, salt and tokens: its "
+		         "record or token list is damaged");
+		store_quarantine_say(s, misnamed.keys[i], why, sizeof(why));
+		if (fn)
+			fn(misnamed.keys[i], why, ctx);
 	}
 	for (size_t i = 0; i < bad.n; i++) {
 		(*checked)++;
@@ -633,6 +663,7 @@ enum status_code store_verify(struct store *s,
 	free(bad.keys);
 	free(held.keys);
 	free(unreadable.keys);
+	free(misnamed.keys);
 	/* the shared blocks: counts, parts, orphans */
 	uint64_t problems = 0;
 	if ((rc = verify_blocks(s, fn, ctx, &problems)) != 0)

@@ -994,6 +994,55 @@ static void test_verify_read_only_and_quarantined(void **state)
 	assert_non_null(strstr(why, "quarantined earlier"));
 }
 
+static void damage_record(struct fixture *f, const uint8_t *key, uint32_t salt_len, size_t cut);
+
+/* A flip in an entry's token list, or in its record's salt, leaves the entry
+ * under a key no lookup computes: verify recomputes each key from the model,
+ * salt and tokens, names the damage and quarantines the entry; the others
+ * are untouched. */
+static void test_verify_recomputes_keys(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[3][20];
+	uint8_t keys[3][STORE_KEY_LEN];
+	for (int e = 0; e < 3; e++) {
+		struct store_publish_res res;
+		seq(t[e], 20, 7000 + 100 * (uint32_t)e);
+		assert_int_equal(storeutil_publish(f->st, f->m, "", t[e], 20, 1, &res), STATUS_OK);
+		memcpy(keys[e], res.key, STORE_KEY_LEN);
+	}
+	/* entry 0: one token flipped */
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	MDB_val k = {STORE_KEY_LEN, keys[0]}, v;
+	assert_int_equal(mdb_get(txn, f->st->tokens, &k, &v), 0);
+	unsigned char *copy = malloc(v.mv_size);
+	memcpy(copy, v.mv_data, v.mv_size);
+	copy[4 * 7] ^= 0x01;
+	MDB_val nv = {v.mv_size, copy};
+	assert_int_equal(mdb_put(txn, f->st->tokens, &k, &nv, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	free(copy);
+	/* entry 1: a salt it was not published under */
+	damage_record(f, keys[1], 3, 0);
+	char why[4096] = "";
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, why_cb, why, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(checked, 3);
+	assert_int_equal(damaged, 2);
+	assert_non_null(strstr(why, "key is not the SHA-256 of its model, salt and tokens"));
+	for (int e = 0; e < 3; e++) {
+		struct store_entry_info *info;
+		assert_int_equal(store_inspect(f->st, keys[e], &info, NULL), STATUS_OK);
+		assert_int_equal(info->quarantined, e < 2);
+		store_entry_info_free(info);
+	}
+	struct store_snapshot *snap;
+	struct status st;
+	assert_int_equal(store_restore(f->st, keys[2], &snap, &st), STATUS_OK);
+	store_snapshot_release(snap);
+}
+
 /* A writer holding the lock for 3 s; the test's restore must not wait for it. */
 struct held_writer {
 	MDB_env *env;
@@ -2314,6 +2363,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_open_cost_flat, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_format_version_checked, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_flipped_chunk_quarantines, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_verify_recomputes_keys, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_read_only_and_quarantined, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_deferred_restore_takes_no_write, setup,
