@@ -74,7 +74,7 @@ class K3CacheConnector:
         try:
             p = self.client.restore_into(hit.key, layers, fp=self.fp)
             self._loaded[request.request_id] = (hit.key, p)
-        except k3cache.Error as e:  # a miss after all: recompute
+        except k3cache.Error as e:  # wait_for_layer_load raises it: recompute
             self._load_error = e
         finally:
             self._ready.set()

@@ -108,7 +108,10 @@ def _tokens(tokens):
     if isinstance(tokens, array.array) and tokens.typecode == "I" and tokens.itemsize == 4:
         t = tokens
     else:
-        t = array.array("I", tokens)
+        try:
+            t = array.array("I", tokens)
+        except (TypeError, OverflowError, ValueError) as e:
+            raise InvalidError(f"tokens: whole numbers from 0 to 2^32-1 ({e})") from None
     addr, n = t.buffer_info()
     return t, ctypes.cast(addr, _lib.u32p), n
 
@@ -243,11 +246,15 @@ class Client:
 
     # ---- lookup ----
     def lookup(self, fp, tokens, salt=b"", limit=None):
-        """The longest stored prefix of tokens with P <= limit (None: N-1)."""
+        """The longest stored prefix of tokens with P <= limit (None: N-1).
+        A model the daemon does not know is a miss like any other."""
         if not isinstance(fp, (bytes, bytearray)) or len(fp) != _lib.FP_LEN:
             raise InvalidError(f"fp: a model fingerprint is {_lib.FP_LEN} bytes")
         keep, tp, n = _tokens(tokens)
         s = _salt(salt)
+        if limit is not None and not 0 < limit < 2**32:
+            raise InvalidError(f"limit: None (the prompt's length - 1) or 1 to 2^32-1, "
+                               f"not {limit}")
         res, err = _lib.lookup_result_t(), _lib.error_t()
         fpb = (ctypes.c_uint8 * _lib.FP_LEN).from_buffer_copy(fp)
         _check(_lib.lookup(self._conn(), fpb, s, len(s), tp, n, int(limit or 0),
@@ -262,7 +269,10 @@ class Client:
         """Publishes the state after tokens: layers[i] is a (conv, recurrent)
         or (k, v) pair of float32 buffers, sent as they are. With base_key
         (the entry this state was restored from) and base_rows (its P), only
-        the new MLA rows are sent. Returns the entry's key."""
+        the new MLA rows are sent. Returns the entry's key; self.last_publish
+        then says whether it was created (or stored already), its bytes, the
+        entries evicted for it and delta_rows (0: the whole state was sent,
+        as when the daemon refused the base)."""
         m = self._model(fp)
         keep, tp, n = _tokens(tokens)
         s = _salt(salt)
@@ -314,8 +324,10 @@ class Client:
         return p.value
 
     def restore(self, key, fp=None):
-        """The entry's layers in new arrays (numpy when importable, else
-        array('f')): a list of (a, b) pairs with .prefix_len P."""
+        """The entry's layers in new one-dimensional float32 arrays (numpy
+        when importable, else array('f')): a list of (a, b) pairs with
+        .prefix_len P. An MLA layer's k holds P x k_row floats, row after
+        row (reshape(P, k_row) for the rows)."""
         m = self._model(fp)
         kb = _key(key)
         got = Restored()

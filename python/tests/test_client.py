@@ -163,6 +163,11 @@ def test_every_code_has_its_exception(daemon, twin_path):
         with pytest.raises(k3cache.InvalidError):
             c.lookup(fp[:31], [1, 2, 3])
         assert c.lookup(fp, []).prefix_len == 0  # an empty prompt: a miss
+        for bad in ([-1, 2], [2**32], [1.5]):
+            with pytest.raises(k3cache.InvalidError, match="tokens"):
+                c.lookup(fp, bad)
+        with pytest.raises(k3cache.InvalidError, match="limit"):
+            c.lookup(fp, [1, 2, 3], limit=-1)
 
 
 class FlipProxy:

@@ -61,6 +61,12 @@ cc $san -Wall -Werror "$dir/app/use.c" -I"$dir/app" $flags -Wl,-rpath,"$lib" -o 
 ok "a program builds against libk3cache.so (pkg-config)" $?
 ldd "$dir/use-dyn" | grep -q "$lib/libk3cache.so.0"; ok "and loads the installed libk3cache.so.0" $?
 [ "$("$dir/use-dyn")" = "$want" ]; ok "and runs (dynamic)" $?
+# C++: the header compiles as C++ and its functions link as extern "C"
+if command -v c++ >/dev/null; then
+  c++ $san -Wall -Werror -x c++ "$dir/app/use.c" -x none -I"$dir/app" $flags -Wl,-rpath,"$lib" -o "$dir/use-cxx"
+  ok "a C++ program builds against libk3cache.so" $?
+  [ "$("$dir/use-cxx")" = "$want" ]; ok "and runs (C++)" $?
+fi
 # static: libk3cache.a, with the private dependencies --static names
 flags=$(pkg-config --cflags --libs --static k3cache | sed 's/-lk3cache\b/-l:libk3cache.a/')
 ok "pkg-config --static --libs knows k3cache" $?

@@ -9,6 +9,19 @@
  * never prints, and reports every failure as a code (the wire's Code values,
  * enum k3cache_code) plus a message a person can act on.
  *
+ * Calls that return int return 0 on success and otherwise the failure's code
+ * (enum k3cache_code), with *err filled when err is not NULL (k3cache_model_layer
+ * and k3cache_record_append return -1 instead). Constructors return NULL on
+ * failure.
+ *
+ * A layer's state travels as a LayerCache blob ("the seed's format"), all
+ * little-endian:
+ *   KDA: u8 tag=1 | u32 n | n x f32 conv      | u32 m | m x f32 recurrent
+ *   MLA: u8 tag=2 | u32 P | u32 n | n x f32 k | u32 m | m x f32 v
+ * with n and m the model's counts (MLA: P x k_row and P x v_row, P the
+ * tokens the entry covers); k3cache_model_blob_size() gives its length. The
+ * _arrays calls take and give the two float vectors only.
+ *
  * The restore path is where a wrong answer would be born, so it checks every
  * blob before the worker sees any of it: no trailing bytes, nothing truncated,
  * the tag equal to the model's mixer for that slot, shapes, seq_len == P,
@@ -23,28 +36,20 @@
 
 #ifdef __cplusplus
 extern "C" {
-#ifdef __cplusplus
-}
-#endif
-
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
 #define K3CACHE_API __attribute__((visibility("default")))
 #else
 #define K3CACHE_API
-#ifdef __cplusplus
-}
-#endif
-
 #endif
 
 #define K3CACHE_KEY_LEN     32  /* an entry's key */
 #define K3CACHE_FP_LEN      32  /* a model's fingerprint (SHA-256 of its spec) */
 #define K3CACHE_MESSAGE_MAX 256 /* an error message, with its NUL */
-#define K3CACHE_PROTOCOL    1
+#define K3CACHE_PROTOCOL    1   /* the wire protocol's version (k3cache_hello) */
 
-/* Result codes: the wire's Code values (DESIGN.md), unchanged. */
+/* Result codes: the wire's Code values, unchanged. */
 enum k3cache_code {
 	K3CACHE_OK = 0,
 	K3CACHE_NOT_FOUND = 1,
@@ -70,7 +75,11 @@ struct k3cache_error {
 	char message[K3CACHE_MESSAGE_MAX];
 };
 
-/* ---- model specs (DESIGN.md "Model spec and fingerprint") ---- */
+/* ---- model specs ----
+ * A spec is JSON: {"name", "revision", "state_layout", "layers": [...]}, each
+ * layer {"mixer":"kda","conv_len":N,"recurrent_len":N} or
+ * {"mixer":"mla","k_row":N,"v_row":N}. Its fingerprint is a SHA-256 over all
+ * of its fields: workers share entries only when they agree on every one. */
 
 enum k3cache_mixer {
 	K3CACHE_MIXER_KDA = 1, /* a recurrent state: conv window + recurrent state */
@@ -166,7 +175,10 @@ K3CACHE_API int k3cache_publish(struct k3cache *c, const uint8_t fp[K3CACHE_FP_L
 
 struct k3cache_lookup_result {
 	uint32_t prefix_len; /* P; 0 on a miss */
-	uint32_t hint;       /* the junction: snapshot here so the next prompt hits */
+	uint32_t hint;       /* the junction: where the prompt leaves the stored paths,
+	                      * rounded down to a 16-token block; a snapshot
+	                      * published at this position lets the next prompt
+	                      * sharing it hit */
 	uint8_t key[K3CACHE_KEY_LEN];
 	uint64_t bytes;
 };
@@ -221,7 +233,7 @@ K3CACHE_API int k3cache_lookup_restore(struct k3cache *c, const struct k3cache_m
                                        void *ctx, struct k3cache_lookup_result *res,
                                        struct k3cache_error *err);
 
-/* ---- the seed-000 record: how much of a prompt can my live state reuse ---- */
+/* ---- the record: how much of a prompt can my live state reuse ---- */
 
 /* The tokens a worker's live state covers, recorded where they are fed. A
  * state is tainted when it no longer equals the prefill of its tokens (an
