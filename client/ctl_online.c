@@ -1031,8 +1031,8 @@ int ctl_cmd_verify(const struct ctl_globals *g, int argc, char **argv)
 	} else {
 		size_t blocks = 0;
 		for (size_t i = 0; i < resp->n_damaged; i++) {
-			if (resp->damaged[i]->key.len != 32) { /* the shared blocks */
-				printf("BLOCKS   %s\n", resp->damaged[i]->why);
+			if (resp->damaged[i]->key.len != 32) { /* blocks, indexes */
+				printf("STORE    %s\n", resp->damaged[i]->why);
 				blocks++;
 				continue;
 			}
@@ -1043,7 +1043,7 @@ int ctl_cmd_verify(const struct ctl_globals *g, int argc, char **argv)
 		printf("verified %" PRIu64 " entr%s: %zu damaged", resp->checked,
 		       resp->checked == 1 ? "y" : "ies", resp->n_damaged - blocks);
 		if (blocks)
-			printf(", %zu problem%s with the shared blocks", blocks,
+			printf(", %zu problem%s with the shared blocks or the indexes", blocks,
 			       blocks == 1 ? "" : "s");
 		printf("\n");
 	}

@@ -522,22 +522,6 @@ out:
 	return rc;
 }
 
-/* Whether an entry's key is the one its model, salt and tokens name: a flip
- * in the record's fingerprint or salt, or in its token list, leaves the entry
- * unreachable (no lookup computes that key), and only this finds it. */
-static int key_matches(const struct store_record *r, const MDB_val *tokens)
-{
-	uint32_t *t = malloc(tokens->mv_size ? tokens->mv_size : 1);
-	uint8_t want[PREFIX_KEY_LEN];
-	if (!t)
-		return 1;                            /* out of memory: not evidence of damage */
-	memcpy(t, tokens->mv_data, tokens->mv_size); /* LMDB values are not aligned */
-	int ok = prefix_key(r->fingerprint, r->salt, r->salt_len, t, r->prefix_len, want) != 0 ||
-	         memcmp(want, r->key, STORE_KEY_LEN) == 0;
-	free(t);
-	return ok;
-}
-
 enum status_code store_verify(struct store *s,
                               void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
                                          void *ctx),
@@ -575,7 +559,7 @@ enum status_code store_verify(struct store *s,
 		else if (mdb_get(txn, s->tokens, &k, &tv) != 0 ||
 		         tv.mv_size != (size_t)r.prefix_len * 4u)
 			keylist_add(&bad, r.key);
-		else if (!key_matches(&r, &tv))
+		else if (!store_index_key_matches(&r, &tv))
 			keylist_add(&misnamed, r.key);
 		else
 			keylist_add(&keys, r.key);
@@ -668,6 +652,12 @@ enum status_code store_verify(struct store *s,
 	uint64_t problems = 0;
 	if ((rc = verify_blocks(s, fn, ctx, &problems)) != 0)
 		return store_mdb_error(st, rc, "verify: the shared blocks");
+	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0)
+		return store_mdb_error(st, rc, "verify");
+	rc = store_index_verify(s, txn, fn, ctx, &problems);
+	mdb_txn_abort(txn);
+	if (rc)
+		return store_mdb_error(st, rc, "verify: the indexes");
 	*damaged += problems;
 	return STATUS_OK;
 }

@@ -39,6 +39,23 @@ uint32_t store_index_find(struct store *s, MDB_txn *txn, const struct store_look
 /* The stored tokens of key (P x u32; the caller checks the length). */
 int store_index_tokens(struct store *s, MDB_txn *txn, const uint8_t *key, MDB_val *v);
 
+/* Whether record r's key is the SHA-256 of its model, salt and tokens (its
+ * stored token list, P x u32): a flip in the record's fingerprint or salt,
+ * or in the token list, leaves the entry under a key no lookup computes. */
+int store_index_key_matches(const struct store_record *r, const MDB_val *tokens);
+
+/* Checks the indexes against the entries, in txn (read-only), for what hides
+ * an entry: a missing LRU row (eviction cannot reach it), a missing attach
+ * row, or a node missing or counting fewer entries than pass through it
+ * (lookups cannot find it). Left-overs that lookups and eviction skip (rows
+ * of entries that are gone, counts too high) are not reported. Entries whose
+ * record, tokens or key are damaged are left to the entries' own check.
+ * Each problem goes to fn with a NULL key and is counted in *problems
+ * (index_verify.c). Returns an LMDB code. */
+int store_index_verify(struct store *s, MDB_txn *txn,
+                       void (*fn)(const uint8_t *key, const char *why, void *ctx), void *ctx,
+                       uint64_t *problems);
+
 /* LRU rows. */
 int store_index_lru_add(struct store *s, MDB_txn *txn, uint64_t seq, const uint8_t *key);
 int store_index_lru_del(struct store *s, MDB_txn *txn, uint64_t seq, const uint8_t *key);

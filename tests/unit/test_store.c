@@ -1043,6 +1043,83 @@ static void test_verify_recomputes_keys(void **state)
 	store_snapshot_release(snap);
 }
 
+/* Collects every message (ctx: a 4096-byte buffer). */
+static void why_all_cb(const uint8_t *key, const char *why, void *ctx)
+{
+	(void)key;
+	size_t n = strlen(ctx);
+	snprintf((char *)ctx + n, 4096 - n, "%s\n", why);
+}
+
+/* Deletes, through LMDB, the row of dbi whose key (at koff) or value (at
+ * voff; -1: not the value) holds key. */
+static void drop_index_row(struct fixture *f, MDB_dbi dbi, const uint8_t *key, int koff, int voff)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_cursor_open(txn, dbi, &cur), 0);
+	MDB_val k, v;
+	int found = 0;
+	for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && !found;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		const unsigned char *at = voff >= 0 ? (const unsigned char *)v.mv_data + voff
+		                                    : (const unsigned char *)k.mv_data + koff;
+		if (!memcmp(at, key, STORE_KEY_LEN)) {
+			assert_int_equal(mdb_cursor_del(cur, 0), 0);
+			found = 1;
+		}
+	}
+	mdb_cursor_close(cur);
+	assert_true(found);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
+/* verify walks the indexes against the entries: an entry with no LRU row
+ * (eviction cannot reach it), one with no attach row, and a node counting
+ * fewer entries than pass through it (lookups cannot find them) are named;
+ * a clean store has no such line. */
+static void test_verify_finds_index_damage(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[3][40];
+	uint8_t keys[3][STORE_KEY_LEN];
+	for (int e = 0; e < 3; e++) {
+		struct store_publish_res res;
+		seq(t[e], 40, 9000 + 100 * (uint32_t)e);
+		assert_int_equal(storeutil_publish(f->st, f->m, "", t[e], 40, 1, &res), STATUS_OK);
+		memcpy(keys[e], res.key, STORE_KEY_LEN);
+	}
+	char why[4096] = "";
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, why_all_cb, why, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(damaged, 0);
+	drop_index_row(f, f->st->lru, keys[0], 8, -1);
+	why[0] = 0;
+	assert_int_equal(store_verify(f->st, why_all_cb, why, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(damaged, 1);
+	assert_non_null(strstr(why, "the LRU index has no row for entry"));
+	drop_index_row(f, f->st->attach, keys[1], 0, 12);
+	why[0] = 0;
+	assert_int_equal(store_verify(f->st, why_all_cb, why, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(damaged, 2);
+	assert_non_null(strstr(why, "no attach row for entry"));
+	/* entry 2's first node: counted 0 */
+	uint8_t h[3][PREFIX_NODE_LEN];
+	prefix_block_hashes(f->m->fingerprint, "", 0, t[2], 40, h);
+	MDB_txn *txn;
+	unsigned char zero[4] = {0};
+	MDB_val nk = {PREFIX_NODE_LEN, h[1]}, nv = {4, zero};
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_put(txn, f->st->nodes, &nk, &nv, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	why[0] = 0;
+	assert_int_equal(store_verify(f->st, why_all_cb, why, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(damaged, 3);
+	assert_non_null(strstr(why, "1 count fewer entries than pass through them, 0 are missing"));
+	assert_int_equal(checked, 3);
+}
+
 /* A writer holding the lock for 3 s; the test's restore must not wait for it. */
 struct held_writer {
 	MDB_env *env;
@@ -2364,6 +2441,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_format_version_checked, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_flipped_chunk_quarantines, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_recomputes_keys, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_verify_finds_index_damage, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_read_only_and_quarantined, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_deferred_restore_takes_no_write, setup,
