@@ -328,14 +328,23 @@ void k3d_conn_respond(struct k3d_conn *c, frame_response *resp)
 	(void)queue_response(c, resp);
 }
 
+enum k3d_log k3d_status_level(enum status_code code)
+{
+	/* the daemon's own trouble (a full disk or store, damage, a failure) is
+	 * the operator's business; a client's bad request is not */
+	return code == STATUS_FULL || code == STATUS_CORRUPT || code == STATUS_INTERNAL
+	               ? K3D_LOG_WARN
+	               : K3D_LOG_INFO;
+}
+
 void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st)
 {
 	frame_response resp = K3CACHE__V1__RESPONSE__INIT;
 	resp.id = id;
 	resp.code = (K3cache__V1__Code)st->code;
 	resp.message = (char *)st->message;
-	k3d_log(K3D_LOG_INFO, "conn %llu (%s): %s: %s", (unsigned long long)c->id, c->peer,
-	        status_code_name(st->code), st->message);
+	k3d_log(k3d_status_level(st->code), "conn %llu (%s): %s: %s", (unsigned long long)c->id,
+	        c->peer, status_code_name(st->code), st->message);
 	(void)queue_response(c, &resp);
 }
 

@@ -159,6 +159,9 @@ struct k3d_conn {
 
 /* logging */
 void k3d_log(enum k3d_log level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The level an error answer is logged at: warn for the daemon's own trouble
+ * (FULL, CORRUPT, INTERNAL), info for a client's bad request (conn.c). */
+enum k3d_log k3d_status_level(enum status_code code);
 void k3d_set_log_level(enum k3d_log level);
 
 /* server.c */

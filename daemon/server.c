@@ -100,7 +100,7 @@ static void answer_job(struct k3d_job *job)
 		if (job->st.code != STATUS_OK) {
 			service_fail(r, &job->st);
 			r->delta_refused = job->delta_refused != 0;
-			k3d_log(K3D_LOG_INFO, "conn %llu (%s): publish: %s: %s",
+			k3d_log(k3d_status_level(job->st.code), "conn %llu (%s): publish: %s: %s",
 			        (unsigned long long)c->id, c->peer, status_code_name(job->st.code),
 			        job->st.message);
 		} else {

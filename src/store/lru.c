@@ -1,6 +1,9 @@
 /* lru: last uses and the eviction policy (lru.h). */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "chunks.h"
 #include "entry.h"
@@ -9,6 +12,8 @@
 #include "txn.h"
 
 #define TOUCH_CAP 65536u
+/* Free space under which an I/O error on a write is taken for a full disk. */
+#define STORE_DISK_LOW (UINT64_C(64) << 20)
 
 void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN], uint64_t hits)
 {
@@ -255,5 +260,23 @@ enum status_code store_lru_write_status(struct store *s, int rc, struct status *
 	if (rc == MDB_MAP_FULL)
 		return status_set(st, STATUS_FULL,
 		                  "publish: the store is full and nothing is left to evict");
+	if (rc == ENOSPC || rc == EDQUOT || rc == EIO) {
+		/* a write the disk refused: full when it says so, or when an I/O
+		 * error comes with the disk all but full (a write-back failing) */
+		struct statvfs fs;
+		int known = statvfs(s->dir, &fs) == 0;
+		uint64_t avail = known ? (uint64_t)fs.f_bavail * fs.f_frsize : 0;
+		if (rc != EIO || (known && avail < STORE_DISK_LOW)) {
+			char free_note[64] = "";
+			if (known)
+				snprintf(free_note, sizeof(free_note), " (%llu bytes free)",
+				         (unsigned long long)avail);
+			return status_set(
+			        st, STATUS_FULL,
+			        "publish: the disk holding the store (%s) is full%s: %s; "
+			        "nothing was stored. Free space there, or lower --max-bytes",
+			        s->dir, free_note, strerror(rc));
+		}
+	}
 	return store_mdb_error(st, rc, "publish");
 }

@@ -48,7 +48,9 @@ int store_lru_room_for(struct store *s, uint64_t need, uint32_t *evicted);
 int store_lru_write(struct store *s, uint64_t need, int (*op)(struct store *s, void *ctx),
                     void *ctx, uint32_t *evicted);
 
-/* The status of a failed write: STORE_MAP_PINNED is BUSY, MDB_MAP_FULL FULL. */
+/* The status of a failed write: STORE_MAP_PINNED is BUSY, MDB_MAP_FULL FULL,
+ * and so is a disk that refuses the write (ENOSPC, EDQUOT, or EIO with under
+ * 64 MiB free), with the free space named. */
 enum status_code store_lru_write_status(struct store *s, int rc, struct status *st);
 
 #endif

@@ -45,7 +45,7 @@ static int publish_one(const char *sock, const struct k3cache_model *m, const ui
 	if (k3cache_connect(sock, &c, &e) || k3cache_put_model(c, m, NULL, &e) ||
 	    k3cache_publish(c, m->fingerprint, salt, strlen(salt), tokens, n, bufs, m->n_layers,
 	                    &res, &e)) {
-		fprintf(stderr, "k3pub: %s\n", e.message);
+		fprintf(stderr, "k3pub: %s: %s\n", k3cache_code_name(e.code), e.message);
 		rc = 1;
 	} else {
 		for (int i = 0; i < 32; i++)
