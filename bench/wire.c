@@ -195,8 +195,9 @@ static void arrays_at(const struct k3cache_model *m, uint32_t p, unsigned char *
 		const struct model_layer *l = &m->layers[i];
 		int kda = l->mixer == MODEL_MIXER_KDA;
 		size_t head = kda ? 5 : 9;
-		size_t n0 = kda ? l->conv_len : (size_t)p * l->k_row;
-		size_t n1 = kda ? l->recurrent_len : (size_t)p * l->v_row;
+		uint64_t n[2];
+		model_layer_floats(l, p, n);
+		size_t n0 = (size_t)n[0], n1 = (size_t)n[1];
 		float *a = (float *)(void *)(base[i] + head);
 		float *b = (float *)(void *)(base[i] + head + n0 * 4 + 4);
 		if (in)

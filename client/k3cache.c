@@ -1075,25 +1075,25 @@ static int array_layer(const struct k3cache_model *model, uint32_t i, uint32_t p
 {
 	const struct model_layer *ml = &model->layers[i];
 	int kda = ml->mixer == MODEL_MIXER_KDA;
-	uint64_t want[2] = {kda ? ml->conv_len : (uint64_t)p * ml->k_row,
-	                    kda ? ml->recurrent_len : (uint64_t)p * ml->v_row};
+	uint64_t want[2];
+	model_layer_floats(ml, p, want);
 	size_t have[2] = {in->a_len, in->b_len};
 	const float *ptr[2] = {in->a, in->b};
-	const char *name[2] = {kda ? "conv" : "k", kda ? "recurrent" : "v"};
 	for (int v = 0; v < 2; v++) {
+		const char *name = model_layer_vector_name(ml, v);
 		if (have[v] != want[v])
 			return FAIL(err, STATUS_INVALID, 0,
 			            "layer %u: %s has %zu floats, the model's %s layer at P=%u has "
 			            "%" PRIu64 " (shape)",
-			            i, name[v], have[v], model_mixer_name(ml->mixer), p, want[v]);
+			            i, name, have[v], model_mixer_name(ml->mixer), p, want[v]);
 		if (want[v] > UINT32_MAX)
 			return FAIL(err, STATUS_INVALID, 0,
 			            "layer %u: %s has %" PRIu64 " floats; a blob vector holds at "
 			            "most 2^32-1",
-			            i, name[v], want[v]);
+			            i, name, want[v]);
 		if (want[v] && !ptr[v])
 			return FAIL(err, STATUS_INVALID, 0, "layer %u: its %s array is NULL", i,
-			            name[v]);
+			            name);
 		l->vec[v] = (const unsigned char *)ptr[v];
 		l->vec_len[v] = (size_t)want[v] * 4u;
 	}
@@ -1334,22 +1334,21 @@ static int check_arrays(const struct k3cache_model *model, const frame_response 
 	uint32_t p = r->prefix_len;
 	for (uint32_t i = 0; i < model->n_layers; i++) {
 		const struct model_layer *ml = &model->layers[i];
-		int kda = ml->mixer == MODEL_MIXER_KDA;
-		uint64_t n[2] = {kda ? ml->conv_len : (uint64_t)p * ml->k_row,
-		                 kda ? ml->recurrent_len : (uint64_t)p * ml->v_row};
-		const char *name[2] = {kda ? "conv" : "k", kda ? "recurrent" : "v"};
+		uint64_t n[2];
+		model_layer_floats(ml, p, n);
 		const void *ptr[2] = {a[i].a, a[i].b};
 		size_t cap[2] = {a[i].a_cap, a[i].b_cap};
 		for (int v = 0; v < 2; v++) {
+			const char *name = model_layer_vector_name(ml, v);
 			if (n[v] && !ptr[v])
 				return FAIL(err, STATUS_INVALID, 0,
-				            "layer %u: its %s array is NULL", i, name[v]);
+				            "layer %u: its %s array is NULL", i, name);
 			if (cap[v] < n[v])
 				return FAIL(
 				        err, STATUS_INVALID, 0,
 				        "layer %u: its %s array holds %zu floats, the entry's %s "
 				        "(P=%u) has %" PRIu64,
-				        i, name[v], cap[v], model_mixer_name(ml->mixer), p, n[v]);
+				        i, name, cap[v], model_mixer_name(ml->mixer), p, n[v]);
 		}
 	}
 	return 0;

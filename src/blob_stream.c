@@ -19,20 +19,14 @@ static int layout(struct blob_stream *s, size_t len, const struct k3cache_model 
 	s->prefix_len = prefix_len;
 	if (layer < model->n_layers) {
 		const struct model_layer *l = &model->layers[layer];
-		uint64_t n0, n1, head;
-		if (l->mixer == MODEL_MIXER_KDA) {
-			head = 1 + 4; /* tag, count */
-			n0 = (uint64_t)l->conv_len * 4u;
-			n1 = (uint64_t)l->recurrent_len * 4u;
-		} else {
-			head = 1 + 4 + 4; /* tag, seq_len, count */
-			n0 = (uint64_t)prefix_len * l->k_row * 4u;
-			n1 = (uint64_t)prefix_len * l->v_row * 4u;
-		}
+		uint64_t n[2];
+		model_layer_floats(l, prefix_len, n);
+		/* tag[, seq_len], count */
+		uint64_t head = l->mixer == MODEL_MIXER_KDA ? 1 + 4 : 1 + 4 + 4;
 		s->data_off[0] = (size_t)head;
-		s->data_len[0] = (size_t)n0;
-		s->data_off[1] = (size_t)(head + n0 + 4);
-		s->data_len[1] = (size_t)n1;
+		s->data_len[0] = (size_t)(n[0] * 4u);
+		s->data_off[1] = (size_t)(head + n[0] * 4u + 4);
+		s->data_len[1] = (size_t)(n[1] * 4u);
 	}
 	s->cs = checksum_begin(layer);
 	return s->cs ? 0 : -1;

@@ -412,9 +412,24 @@ char *model_to_json(const struct k3cache_model *spec)
 	return s;
 }
 
-uint64_t model_layer_blob_size(const struct model_layer *layer, uint32_t prefix_len)
+void model_layer_floats(const struct model_layer *layer, uint32_t prefix_len, uint64_t n[2])
+{
+	int kda = layer->mixer == MODEL_MIXER_KDA;
+	n[0] = kda ? layer->conv_len : (uint64_t)prefix_len * layer->k_row;
+	n[1] = kda ? layer->recurrent_len : (uint64_t)prefix_len * layer->v_row;
+}
+
+const char *model_layer_vector_name(const struct model_layer *layer, int v)
 {
 	if (layer->mixer == MODEL_MIXER_KDA)
-		return 1 + 8 + ((uint64_t)layer->conv_len + layer->recurrent_len) * 4u;
-	return 1 + 4 + 8 + (uint64_t)prefix_len * ((uint64_t)layer->k_row + layer->v_row) * 4u;
+		return v ? "recurrent" : "conv";
+	return v ? "v" : "k";
+}
+
+uint64_t model_layer_blob_size(const struct model_layer *layer, uint32_t prefix_len)
+{
+	uint64_t n[2];
+	model_layer_floats(layer, prefix_len, n);
+	uint64_t head = layer->mixer == MODEL_MIXER_KDA ? 1 : 1 + 4; /* tag[, seq_len] */
+	return head + 8 + (n[0] + n[1]) * 4u;
 }

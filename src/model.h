@@ -60,6 +60,13 @@ int model_fingerprint(const struct k3cache_model *spec, uint8_t out[MODEL_FINGER
 char *model_to_json(const struct k3cache_model *spec);
 
 /* Bytes of one layer's blob for an entry of prefix_len tokens. */
+/* The float counts of a layer's two vectors at prefix_len: KDA conv and
+ * recurrent, MLA k and v (prefix_len rows of k_row and v_row each). */
+void model_layer_floats(const struct model_layer *layer, uint32_t prefix_len, uint64_t n[2]);
+
+/* Vector v's name (0 or 1): "conv"/"recurrent" or "k"/"v". */
+const char *model_layer_vector_name(const struct model_layer *layer, int v);
+
 uint64_t model_layer_blob_size(const struct model_layer *layer, uint32_t prefix_len);
 
 const char *model_mixer_name(enum model_mixer mixer);

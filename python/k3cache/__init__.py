@@ -208,10 +208,8 @@ class Client:
         text, or a path to such a file."""
         err = _lib.error_t()
         if isinstance(spec, dict):
-            text = json.dumps(spec).encode()
-            h = _lib.model_parse(text, len(text), ctypes.byref(err))
-        elif isinstance(spec, (bytes, str)) and str(spec if isinstance(spec, str)
-                                                    else spec.decode()).lstrip().startswith("{"):
+            spec = json.dumps(spec)
+        if isinstance(spec, (str, bytes)) and spec.lstrip()[:1] in ("{", b"{"):
             text = spec.encode() if isinstance(spec, str) else spec
             h = _lib.model_parse(text, len(text), ctypes.byref(err))
         elif isinstance(spec, (str, bytes, os.PathLike)):

@@ -89,8 +89,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    len != model_layer_blob_size(&fuzz_model()->layers[layer], prefix))
 		return 0;
 	const struct model_layer *l = &fuzz_model()->layers[layer];
-	size_t n0 = l->mixer == MODEL_MIXER_KDA ? l->conv_len : (size_t)prefix * l->k_row;
-	size_t n1 = l->mixer == MODEL_MIXER_KDA ? l->recurrent_len : (size_t)prefix * l->v_row;
+	uint64_t counts[2];
+	model_layer_floats(l, prefix, counts);
+	size_t n0 = (size_t)counts[0], n1 = (size_t)counts[1];
 	float *a = malloc(n0 * 4 + 1), *b = malloc(n1 * 4 + 1);
 	if (!a || !b || blob_stream_begin_parts(&bs, a, b, fuzz_model(), layer, prefix) != 0)
 		abort();

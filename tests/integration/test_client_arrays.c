@@ -327,8 +327,11 @@ static void test_arrays_refused_first(void **state)
 	struct k3cache_arrays_out out[16] = {{0}};
 	for (uint32_t i = 0; i < o.n; i++)
 		out[i] = (struct k3cache_arrays_out){o.a[i], o.a_len[i], o.b[i], o.b_len[i]};
-	out[3].b_cap--; /* twin's layer 3 is MLA */
 	uint32_t p = 0;
+	assert_int_equal(k3cache_restore_arrays(c, twin, res.key, out, o.n - 1, &p, &e),
+	                 K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "layers given"));
+	out[3].b_cap--; /* twin's layer 3 is MLA */
 	assert_int_equal(k3cache_restore_arrays(c, twin, res.key, out, o.n, &p, &e),
 	                 K3CACHE_INVALID);
 	assert_non_null(strstr(e.message, "layer 3: its v array holds"));
