@@ -2,8 +2,10 @@
  * another, byte for byte; restarts; concurrent clients; a stalled client;
  * SIGTERM during a publish; in-flight memory backpressure; and the client's
  * own validation of what a daemon sends (the C4 mutant caught at the client). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -401,6 +403,29 @@ static uint64_t stat_counter(struct k3cache *c, const char *name)
 /* --yield-rate: an upload that arrives while lookups do is read in paced
  * slices (counted as ingest_yields) and still stored whole; with no lookup
  * in the last 50 ms it is read at full speed. */
+/* Looks up, on its own connection, until told to stop. */
+struct lookup_loop {
+	atomic_int stop;
+	int n;
+};
+
+static void *lookups_until_stopped(void *arg)
+{
+	struct lookup_loop *loop = arg;
+	struct k3cache *c = connect_ok();
+	uint32_t t[8];
+	tokens_for(t, 8, 3600000);
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	while (!atomic_load(&loop->stop)) {
+		if (k3cache_lookup(c, twin->fingerprint, "", 0, t, 8, 0, &lr, &e) == 0)
+			loop->n++;
+		daemonutil_sleep_ms(5);
+	}
+	k3cache_close(c);
+	return NULL;
+}
+
 static void test_upload_yields_to_lookups(void **state)
 {
 	(void)state;
@@ -413,7 +438,16 @@ static void test_upload_yields_to_lookups(void **state)
 	/* made first: under ASan making it takes longer than the 50 ms window */
 	struct snap s = make_snap(twin, 1000, 31); /* ~3 MiB */
 	assert_int_equal(k3cache_lookup(c, twin->fingerprint, "", 0, t, 8, 0, &lr, &e), 0);
+	/* lookups keep arriving from another client while the upload runs, so
+	 * that a busy machine stretching the gap past the window cannot hide
+	 * the yields */
+	struct lookup_loop loop = {.stop = 0};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, lookups_until_stopped, &loop), 0);
 	assert_int_equal(publish_snap(c, 1000, 3400000, &s, NULL), 0);
+	atomic_store(&loop.stop, 1);
+	pthread_join(th, NULL);
+	assert_true(loop.n > 0);
 	free_snap(&s);
 	uint64_t y1 = stat_counter(c, "ingest_yields");
 	assert_true(y1 > y0);
