@@ -115,5 +115,7 @@ int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv);
 int ctl_cmd_blob(const struct ctl_globals *g, int argc, char **argv);
 int ctl_cmd_model(const struct ctl_globals *g, int argc, char **argv);
 int ctl_cmd_key(const struct ctl_globals *g, int argc, char **argv);
+/* --db only (ctl_salvage.c). */
+int ctl_cmd_salvage(const struct ctl_globals *g, int argc, char **argv);
 
 #endif

@@ -26,6 +26,8 @@ static const char usage[] =
         "  blob FILE [--model SPEC --layer I [--prefix-len P]]  parse and validate a blob\n"
         "  model fingerprint SPEC.json            print a model's fingerprint\n"
         "  key --model SPEC [--salt S] --tokens 1,2,3  print an entry key\n"
+        "  --db DIR salvage --to NEWDIR           copy what verifies of a damaged store\n"
+        "                                         into a new one (DIR is not written)\n"
         "\n"
         "Global options:\n"
         "  --socket PATH  unix:PATH, tcp:HOST:PORT or a path (default $K3CACHE_SOCKET,\n"
@@ -89,7 +91,7 @@ int main(int argc, char **argv)
 	        {"ls", ctl_cmd_ls},         {"inspect", ctl_cmd_inspect},
 	        {"evict", ctl_cmd_evict},   {"verify", ctl_cmd_verify},
 	        {"models", ctl_cmd_models}, {"export", ctl_cmd_export},
-	        {"import", ctl_cmd_import},
+	        {"import", ctl_cmd_import}, {"salvage", ctl_cmd_salvage},
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(cmd, cmds[i].name))

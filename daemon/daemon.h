@@ -47,6 +47,7 @@ struct k3d_config {
 	uint64_t stall_timeout; /* seconds without progress mid-frame or mid-send */
 	uint64_t sync_interval; /* seconds, durability fast */
 	enum store_durability durability;
+	enum store_check check; /* the structural walk at open */
 	enum k3d_log log_level;
 };
 
@@ -165,6 +166,11 @@ enum k3d_log k3d_status_level(enum status_code code);
 void k3d_set_log_level(enum k3d_log level);
 
 /* server.c */
+/* The exit code of a daemon that will not open a damaged store (the unit's
+ * RestartPreventExitStatus, so that systemd does not loop on it). */
+#define K3D_EXIT_DAMAGED 3
+/* Runs until SIGTERM or SIGINT. Returns the exit code: 0, 1 (a start-up
+ * failure) or K3D_EXIT_DAMAGED. */
 int k3d_server_run(const struct k3d_config *cfg);
 double k3d_now(void);
 int k3d_op_index(const frame_request *req);

@@ -49,6 +49,10 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "  --stall-timeout DUR   close connections stalled mid-frame or mid-reply\n"
 	        "                        this long (default 30s)\n"
 	        "  --sync-interval DUR   with --durability fast (default 1s)\n"
+	        "  --check-at-open WHEN  walk the store file's structure before opening it:\n"
+	        "                        always (default), unclean (only after a stop that\n"
+	        "                        was not clean) or never (a damaged file can then\n"
+	        "                        crash the daemon)\n"
 	        "  --metrics HOST:PORT   serve Prometheus text at http://HOST:PORT/metrics\n"
 	        "                        (HOST and PORT as for --listen)\n"
 	        "  --log-level LEVEL     error, warn, info (default) or debug\n"
@@ -56,7 +60,8 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "\n"
 	        "SIZE takes K/M/G/T or KiB/MiB/GiB/TiB; DUR takes s/m/h/d. SIGTERM or SIGINT\n"
 	        "stops the daemon cleanly; SIGHUP is logged and ignored (no configuration file\n"
-	        "to reload). A bad flag exits 2; a start-up failure exits 1.\n",
+	        "to reload). A bad flag exits 2; a start-up failure exits 1; a damaged store\n"
+	        "exits 3 (see k3cachectl salvage).\n",
 	        db, sock);
 }
 
@@ -151,6 +156,7 @@ int main(int argc, char **argv)
 		O_STALL,
 		O_SYNC,
 		O_LOG,
+		O_CHECK,
 		O_HELP
 	};
 	static const struct option opts[] = {
@@ -170,6 +176,7 @@ int main(int argc, char **argv)
 	        {"stall-timeout", required_argument, NULL, O_STALL},
 	        {"sync-interval", required_argument, NULL, O_SYNC},
 	        {"log-level", required_argument, NULL, O_LOG},
+	        {"check-at-open", required_argument, NULL, O_CHECK},
 	        {"help", no_argument, NULL, O_HELP},
 	        {NULL, 0, NULL, 0},
 	};
@@ -247,6 +254,10 @@ int main(int argc, char **argv)
 		case O_DUR:
 			if (store_durability_parse(optarg, &cfg.durability))
 				return bad("--durability", optarg, "safe, strict or fast");
+			break;
+		case O_CHECK:
+			if (store_check_parse(optarg, &cfg.check))
+				return bad("--check-at-open", optarg, "always, unclean or never");
 			break;
 		case O_LOG:
 			if (!strcmp(optarg, "error"))

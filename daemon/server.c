@@ -422,12 +422,14 @@ int k3d_server_run(const struct k3d_config *cfg)
 	struct store_options so = {.max_bytes = cfg->max_bytes,
 	                           .durability = cfg->durability,
 	                           .stage_bytes = cfg->stage_bytes,
-	                           .row_block = cfg->row_block};
+	                           .row_block = cfg->row_block,
+	                           .check = cfg->check};
 	struct status st;
-	if (store_open(cfg->db, &so, &srv->store, &st) != STATUS_OK) {
+	enum status_code code = store_open(cfg->db, &so, &srv->store, &st);
+	if (code != STATUS_OK) {
 		k3d_log(K3D_LOG_ERROR, "--db %s: %s", cfg->db, st.message);
 		free(srv);
-		return 1;
+		return code == STATUS_CORRUPT ? K3D_EXIT_DAMAGED : 1;
 	}
 	int rc = 1;
 	srv->base = event_base_new();
@@ -475,6 +477,14 @@ int k3d_server_run(const struct k3d_config *cfg)
 	        cfg->db, (unsigned long long)stats.entries, used, cap,
 	        store_durability_name(cfg->durability), cfg->metrics.text ? ", metrics " : "",
 	        srv->metrics_bound);
+	if (stats.unclean_stop)
+		k3d_log(K3D_LOG_WARN,
+		        "store %s: the last process to write it did not stop cleanly%s", cfg->db,
+		        stats.checked ? "; its structure checks sound" : "");
+	if (stats.checked)
+		k3d_log(K3D_LOG_INFO, "store %s: structure checked, %llu pages in %llu ms", cfg->db,
+		        (unsigned long long)stats.checked_pages,
+		        (unsigned long long)stats.check_ms);
 	if (cfg->row_block && stats.row_block != cfg->row_block)
 		k3d_log(K3D_LOG_WARN,
 		        "--row-block %u: store %s was made with blocks of %u rows and keeps them",

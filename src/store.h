@@ -47,6 +47,14 @@
 #define STORE_KEY_LEN        32
 #define STORE_FORMAT_VERSION 2u
 
+/* When store_open walks the data file's structure (store/walk.h) before
+ * LMDB reads a page of it. */
+enum store_check {
+	STORE_CHECK_ALWAYS = 0, /* at every open */
+	STORE_CHECK_UNCLEAN,    /* after an unclean stop only (a marker left behind) */
+	STORE_CHECK_NEVER,      /* not at all: a damaged file can crash the process */
+};
+
 enum store_durability {
 	STORE_SAFE = 0, /* MDB_NOMETASYNC: a power loss may drop the last commit */
 	STORE_STRICT,   /* full sync on every commit */
@@ -62,6 +70,7 @@ struct store_options {
 	int read_only;           /* open an existing store without writing */
 	uint32_t row_block;      /* rows per shared MLA block of a new store (a multiple of
 	                            16, at most 65536); 0: 64. A store keeps its own. */
+	enum store_check check;  /* the structural walk at open */
 	uint64_t (*clock)(void); /* unix seconds; NULL: the real clock (tests set it) */
 };
 
@@ -71,6 +80,19 @@ struct store;
 int store_durability_parse(const char *s, enum store_durability *out);
 const char *store_durability_name(enum store_durability d);
 
+/* Parses "always", "unclean" or "never". Returns 0 or -1. */
+int store_check_parse(const char *s, enum store_check *out);
+
+/* Opens (or, unless read_only, creates) the store in dir.
+ *
+ * Before LMDB reads a tree page, the structure of the snapshot it will open
+ * is walked in a child process (options.check; store/walk.h). A damaged
+ * file is refused with STATUS_CORRUPT and a message naming the problem and
+ * `k3cachectl --db DIR salvage --to NEWDIR`; nothing is written to it.
+ *
+ * An open to write leaves a marker, DIR/running.PID, that store_close
+ * removes. A marker of a process that is gone means an unclean stop: the
+ * open removes it, and checks the structure even under STORE_CHECK_UNCLEAN. */
 enum status_code store_open(const char *dir, const struct store_options *opt, struct store **out,
                             struct status *st);
 /* Writes batched last-used times, then closes. NULL is a no-op. */
@@ -407,12 +429,35 @@ enum status_code store_verify(struct store *s,
                                          void *ctx),
                               void *ctx, uint64_t *checked, uint64_t *damaged, struct status *st);
 
+/* ---- salvage (store/salvage.c) ---- */
+
+struct store_salvage_res {
+	uint64_t txnid;          /* of the snapshot read */
+	uint64_t problems;       /* damaged pages and nodes stepped around */
+	char first_problem[256]; /* the first of them */
+	uint64_t entries;        /* records found */
+	uint64_t saved;          /* entries copied */
+	uint64_t models;         /* model specs copied */
+};
+
+/* Copies every entry of the store in `from` that verifies (its record, its
+ * tokens, its key as the SHA-256 of its model, salt and tokens, every
+ * chunk's and block's XXH3, and each layer's checks as at publish) into a
+ * new store in `to`, which must not hold one. The damaged store is read
+ * without LMDB and never written. lost(key, why) is called for each record
+ * found that is not saved. Needs free space for about twice what is saved:
+ * a scratch copy, to/salvage.tmp, is removed at the end. */
+enum status_code store_salvage(const char *from, const char *to,
+                               void (*lost)(const uint8_t *key, const char *why, void *ctx),
+                               void *ctx, struct store_salvage_res *res, struct status *st);
+
 struct store_stats {
 	uint64_t entries;
 	uint64_t bytes;             /* stored: the entries' own chunks and the shared blocks */
 	uint64_t logical_bytes;     /* what the entries would take whole (restore payloads) */
 	uint64_t blocks;            /* shared MLA row blocks */
 	uint64_t blocks_mismatched; /* since open: blocks kept private, their bytes differing */
+	uint64_t models_repaired;   /* since open: damaged specs replaced by a put of the same */
 	uint32_t row_block;         /* rows per shared block */
 	uint64_t models;
 	uint64_t max_bytes;
@@ -425,6 +470,11 @@ struct store_stats {
 	uint64_t staging; /* in progress now */
 	uint64_t swept;   /* left unfinished by a dead process, removed at open */
 	uint64_t chunks;  /* chunk rows, staged or committed */
+	/* the open */
+	int unclean_stop;       /* the last process to write it did not close it */
+	int checked;            /* its structure was walked */
+	uint64_t check_ms;      /* how long the walk took */
+	uint64_t checked_pages; /* pages the snapshot has */
 };
 
 enum status_code store_get_stats(struct store *s, struct store_stats *out, struct status *st);

@@ -701,6 +701,10 @@ enum status_code store_get_stats(struct store *s, struct store_stats *out, struc
 	if (mdb_stat(txn, s->chunks, &ms) == 0)
 		out->chunks = ms.ms_entries;
 	out->swept = s->swept_at_open;
+	out->unclean_stop = s->unclean_stop;
+	out->checked = s->checked;
+	out->check_ms = s->check_ms;
+	out->checked_pages = s->checked_pages;
 	struct store_totals t;
 	if (store_totals_get(s, txn, &t) == 0) {
 		out->bytes = t.bytes;
@@ -710,6 +714,7 @@ enum status_code store_get_stats(struct store *s, struct store_stats *out, struc
 		out->blocks = ms.ms_entries;
 	out->row_block = s->row_block;
 	out->blocks_mismatched = atomic_load(&s->blocks_mismatched);
+	out->models_repaired = atomic_load(&s->models_repaired);
 	/* free pages: the free list (dbi 0) maps txn ids to page lists whose first
 	 * word is their length */
 	MDB_cursor *cur;

@@ -1,9 +1,38 @@
 /* env: the shared handle's helpers (env.h). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "blocks.h"
+#include "chunks.h"
 #include "env.h"
+#include "index.h"
+#include "pending.h"
+#include "record.h"
 #include "xxh_dispatch.h"
+
+#define T(name, flags, opt, kmin, kmax, vmin, vmax, unit)                                          \
+	{                                                                                          \
+#name, offsetof(struct store, name), flags, opt, kmin, kmax, vmin, vmax, unit      \
+	}
+
+const struct store_table store_tables[] = {
+        T(meta, 0, 0, 1, 64, 0, 4096, 1),
+        T(models, 0, 0, MODEL_FINGERPRINT_LEN, MODEL_FINGERPRINT_LEN, 2, 0, 1),
+        T(entries, 0, 0, STORE_KEY_LEN, STORE_KEY_LEN, STORE_RECORD_MIN, 0, 1),
+        T(tokens, 0, 0, STORE_KEY_LEN, STORE_KEY_LEN, 4, 0, 4),
+        T(chunks, 0, 0, STORE_CHUNK_KEY_LEN, STORE_CHUNK_KEY_LEN, 8, 0, 1),
+        T(nodes, 0, 0, PREFIX_NODE_LEN, PREFIX_NODE_LEN, 4, 4, 1),
+        T(attach, MDB_DUPSORT, 0, PREFIX_NODE_LEN, PREFIX_NODE_LEN, STORE_ATTACH_LEN,
+          STORE_ATTACH_LEN, 1),
+        T(lru, 0, 0, 8 + STORE_KEY_LEN, 8 + STORE_KEY_LEN, 0, 0, 1),
+        T(pending, 0, 1, STORE_KEY_LEN, STORE_KEY_LEN, PENDING_LEN, PENDING_LEN, 1),
+        T(blocks, 0, 1, STORE_BLOCK_KEY_LEN, STORE_BLOCK_KEY_LEN, 8, 0, 1),
+        T(blockrefs, 0, 1, STORE_BLOCK_REF_LEN, STORE_BLOCK_REF_LEN, 4, 4, 1),
+        T(held, 0, 1, STORE_BLOCK_HELD_LEN, STORE_BLOCK_HELD_LEN, 0, 0, 1),
+};
+const size_t store_n_tables = sizeof(store_tables) / sizeof(store_tables[0]);
 
 static uint64_t real_clock(void)
 {
@@ -100,4 +129,27 @@ int store_value_intact(const MDB_val *v, uint64_t seed)
 	memcpy(&sum, v->mv_data, 8);
 	return XXH3_64bits_withSeed((const unsigned char *)v->mv_data + 8, v->mv_size - 8, seed) ==
 	       sum;
+}
+
+/* Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
+ * or 0 when it does not exist. */
+uint64_t store_process_start(long pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+	if (!p)
+		return 0;
+	/* after ") " come fields 3.. ; the start time is field 22 */
+	int field = 2;
+	for (; *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	return strtoull(p, NULL, 10);
 }

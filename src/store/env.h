@@ -69,10 +69,14 @@ struct store {
 
 	atomic_uint_fast64_t lru_clock;
 	atomic_int open_snapshots;
-	uint32_t swept_at_open;             /* unfinished staged publishes removed at open */
+	uint32_t swept_at_open;    /* unfinished staged publishes removed at open */
+	char *marker;              /* DIR/running.PID of an open to write */
+	int unclean_stop, checked; /* the open's structural check (store_stats) */
+	uint64_t check_ms, checked_pages;
 	atomic_uint_fast64_t staging_bytes; /* chunks written by staged publishes in progress */
 	atomic_uint_fast64_t hits, misses, hit_tokens, publishes, publish_exists, evictions,
-	        quarantined, restores, corrupt, map_full_retries, blocks_mismatched;
+	        quarantined, restores, corrupt, map_full_retries, blocks_mismatched,
+	        models_repaired;
 };
 
 /* Now, in seconds (options.clock when set). */
@@ -101,6 +105,27 @@ int store_value_intact(const MDB_val *v, uint64_t seed);
  * mdb_put flags (MDB_RESERVE is added). */
 int store_value_put(MDB_txn *txn, MDB_dbi dbi, MDB_val *key, const void *data, size_t len,
                     uint64_t seed, unsigned flags);
+
+/* The named databases, in one table: open.c opens them, the walk (walk.h)
+ * checks their flags and the sizes of their keys and values (for a DUPSORT
+ * table, of each duplicate). A max of 0 is no limit; a value's size is
+ * val_min plus a multiple of val_unit. The optional ones may be missing
+ * from a store made by an older version. */
+struct store_table {
+	const char *name;
+	size_t dbi;     /* offsetof(struct store, the table's handle) */
+	unsigned flags; /* MDB_DUPSORT or 0 */
+	int optional;
+	uint32_t key_min, key_max;
+	uint32_t val_min, val_max;
+	uint32_t val_unit;
+};
+extern const struct store_table store_tables[];
+extern const size_t store_n_tables;
+
+/* Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
+ * or 0 when it does not exist: with the pid, it names a process for good. */
+uint64_t store_process_start(long pid);
 
 /* Big-endian helpers for keys that must sort. */
 void store_be32(unsigned char *p, uint32_t v);

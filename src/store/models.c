@@ -11,6 +11,8 @@ static struct k3cache_model *copy_spec(const struct k3cache_model *m)
 	return model_new(m->name, m->revision, m->state_layout, m->layers, m->n_layers, err);
 }
 
+static struct k3cache_model *decode_model(const MDB_val *k, const MDB_val *v, struct status *st);
+
 enum status_code store_put_model(struct store *s, const struct k3cache_model *spec, int *created,
                                  struct status *st)
 {
@@ -26,12 +28,27 @@ enum status_code store_put_model(struct store *s, const struct k3cache_model *sp
 		return store_mdb_error(st, rc, "put model");
 	}
 	MDB_val k = {MODEL_FINGERPRINT_LEN, (void *)spec->fingerprint}, v = {strlen(js), js};
-	rc = store_txn_end(txn, mdb_put(txn, s->models, &k, &v, MDB_NOOVERWRITE));
+	MDB_val old = v; /* MDB_KEYEXIST points it at the stored spec */
+	rc = mdb_put(txn, s->models, &k, &old, MDB_NOOVERWRITE);
+	int repaired = 0;
+	if (rc == MDB_KEYEXIST) {
+		/* A stored spec that no longer decodes to its fingerprint is
+		 * damaged: the caller's spec has that fingerprint, so it is the
+		 * spec, and it takes the damaged one's place. */
+		struct status ignored;
+		struct k3cache_model *m = decode_model(&k, &old, &ignored);
+		if (!m)
+			repaired = (rc = mdb_put(txn, s->models, &k, &v, 0)) == 0;
+		model_free(m);
+	}
+	rc = store_txn_end(txn, rc);
 	free(js);
 	if (created)
-		*created = rc == 0;
+		*created = rc == 0 && !repaired;
 	if (rc && rc != MDB_KEYEXIST)
 		return store_mdb_error(st, rc, "put model");
+	if (repaired)
+		atomic_fetch_add(&s->models_repaired, 1);
 	return STATUS_OK;
 }
 

@@ -1,14 +1,20 @@
 /* open: opening and closing a store, its durability and its sync (store.h). */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "lru.h"
 #include "pending.h"
 #include "record.h"
 #include "txn.h"
+#include "walk.h"
 
 #define DEFAULT_MAX_BYTES   (UINT64_C(1) << 30)
 #define DEFAULT_STAGE_BYTES (UINT64_C(32) << 20)
@@ -22,6 +28,19 @@ int store_durability_parse(const char *str, enum store_durability *out)
 		*out = STORE_STRICT;
 	else if (!strcmp(str, "fast"))
 		*out = STORE_FAST;
+	else
+		return -1;
+	return 0;
+}
+
+int store_check_parse(const char *str, enum store_check *out)
+{
+	if (!strcmp(str, "always"))
+		*out = STORE_CHECK_ALWAYS;
+	else if (!strcmp(str, "unclean"))
+		*out = STORE_CHECK_UNCLEAN;
+	else if (!strcmp(str, "never"))
+		*out = STORE_CHECK_NEVER;
 	else
 		return -1;
 	return 0;
@@ -127,6 +146,142 @@ static enum status_code check_row_block(struct store *s, MDB_txn *txn, struct st
 	return STATUS_OK;
 }
 
+/* ---- the unclean-stop marker: DIR/running.PID, holding the process's
+ * start time (store_process_start), from an open to write to its close ---- */
+
+#define MARKER "running."
+
+/* Whether a marker of a process that is gone is in dir; with remove, removes
+ * those markers. */
+static int stale_markers(const char *dir, int remove)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int unclean = 0;
+	const struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, MARKER, strlen(MARKER)) != 0)
+			continue;
+		char *end;
+		long pid = strtol(e->d_name + strlen(MARKER), &end, 10);
+		if (*end || pid <= 0)
+			continue;
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		uint64_t start = 0;
+		FILE *f = fopen(path, "r");
+		if (f) {
+			char b[32] = "";
+			if (fgets(b, sizeof(b), f))
+				start = strtoull(b, NULL, 10);
+			fclose(f);
+		}
+		if (start && store_process_start(pid) == start)
+			continue; /* a live process has it open */
+		unclean = 1;
+		if (remove)
+			unlink(path);
+	}
+	closedir(d);
+	return unclean;
+}
+
+/* Leaves this process's marker, on disk before the first write. */
+static void put_marker(struct store *s)
+{
+	char path[4096];
+	long pid = (long)getpid();
+	snprintf(path, sizeof(path), "%s/" MARKER "%ld", s->dir, pid);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+	if (fd < 0)
+		return;
+	char b[32];
+	int n = snprintf(b, sizeof(b), "%" PRIu64 "\n", store_process_start(pid));
+	int ok = write(fd, b, (size_t)n) == n && fsync(fd) == 0;
+	close(fd);
+	int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+	if (ok)
+		s->marker = strdup(path);
+	else
+		unlink(path);
+}
+
+static void drop_marker(struct store *s)
+{
+	if (s->marker)
+		unlink(s->marker);
+	free(s->marker);
+	s->marker = NULL;
+}
+
+static enum status_code damaged(struct store *s, struct status *st, const char *why)
+{
+	/* the hint first: a long directory must not cut it off (the message's
+	 * room is fixed) */
+	return status_set(st, STATUS_CORRUPT,
+	                  "damaged, not opened; copy what verifies with `k3cachectl --db %s "
+	                  "salvage --to NEWDIR`: %s",
+	                  s->dir, why);
+}
+
+/* The meta page, before LMDB maps the file at the size it states. */
+static enum status_code check_meta(struct store *s, struct status *st)
+{
+	char path[4096], why[256];
+	snprintf(path, sizeof(path), "%s/data.mdb", s->dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return STATUS_OK; /* none yet, or LMDB says why */
+	int bad = store_walk_meta(fd, why, sizeof(why));
+	close(fd);
+	return bad ? damaged(s, st, why) : STATUS_OK;
+}
+
+/* Walks the structure of the snapshot LMDB is about to open (walk.h), in a
+ * child process, pinned by a read transaction so that a writer in another
+ * process cannot reuse its pages meanwhile. */
+static enum status_code check_structure(struct store *s, struct status *st)
+{
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int fd, r = STORE_WALK_GONE;
+	struct store_walk_stats ws;
+	char why[512] = "";
+	if (mdb_env_get_fd(s->env, &fd) != 0)
+		return status_set(st, STATUS_INTERNAL, "%s: no data file to check", s->dir);
+	/* a snapshot can be gone by the time the child reads the file only when
+	 * another process commits twice meanwhile: take the newer one */
+	for (int tries = 0; tries < 8 && r == STORE_WALK_GONE; tries++) {
+		MDB_txn *txn;
+		int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+		if (rc)
+			return store_mdb_error(st, rc, "checking the store");
+		r = store_walk_child(fd, mdb_txn_id(txn), &ws, why, sizeof(why));
+		mdb_txn_abort(txn);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	s->check_ms = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000u +
+	              (uint64_t)((t1.tv_nsec - t0.tv_nsec) / 1000000);
+	if (r == STORE_WALK_GONE)
+		return STATUS_OK; /* another process is writing it, fast: it opened it */
+	s->checked = 1;
+	s->checked_pages = ws.pages;
+	if (r == 0)
+		return STATUS_OK;
+	if (r < 0)
+		return status_set(st, STATUS_CORRUPT,
+		                  "not opened: its structure could not be checked; if it is "
+		                  "damaged, copy what verifies with `k3cachectl --db %s salvage "
+		                  "--to NEWDIR`: %s",
+		                  s->dir, why);
+	return damaged(s, st, why);
+}
+
 /* Opens the named databases, checks the format and reads the LRU clock. */
 static enum status_code open_tables(struct store *s, MDB_txn *txn, struct status *st)
 {
@@ -210,10 +365,14 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		flags |= MDB_NOMETASYNC;
 	else if (s->opt.durability == STORE_FAST)
 		flags |= MDB_NOSYNC;
+	if (s->opt.check != STORE_CHECK_NEVER && (code = check_meta(s, st)) != STATUS_OK)
+		goto fail;
 	if ((rc = mdb_env_open(s->env, dir, flags, 0640)) != 0) {
 		if (rc == ENOENT && s->opt.read_only)
 			code = status_set(st, STATUS_NOT_FOUND,
 			                  "%s: not a k3cache store (no data.mdb)", dir);
+		else if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED)
+			code = damaged(s, st, mdb_strerror(rc));
 		else
 			code = status_set(st, STATUS_INTERNAL, "%s: cannot open the store: %s", dir,
 			                  mdb_strerror(rc));
@@ -221,6 +380,17 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 	}
 	int dead = 0;
 	mdb_reader_check(s->env, &dead);
+	/* the markers of a stop that was unclean stay until a check passes */
+	s->unclean_stop = stale_markers(dir, 0);
+	if (s->opt.check == STORE_CHECK_ALWAYS ||
+	    (s->opt.check == STORE_CHECK_UNCLEAN && s->unclean_stop)) {
+		if ((code = check_structure(s, st)) != STATUS_OK)
+			goto fail;
+	}
+	if (!s->opt.read_only) {
+		stale_markers(dir, 1);
+		put_marker(s);
+	}
 
 	MDB_txn *txn;
 	rc = s->opt.read_only ? mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)
@@ -249,6 +419,7 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 fail:
 	if (s->env)
 		mdb_env_close(s->env);
+	drop_marker(s);
 	pthread_mutex_destroy(&s->mu);
 	free(s->dir);
 	free(s);
@@ -264,6 +435,7 @@ void store_close(struct store *s)
 	if (s->opt.durability == STORE_FAST && !s->opt.read_only)
 		mdb_env_sync(s->env, 1);
 	mdb_env_close(s->env);
+	drop_marker(s); /* a clean stop: every commit is in the file */
 	for (size_t i = 0; i < s->n_models_cached; i++)
 		model_free(s->model_cache[i].spec);
 	free(s->model_cache);

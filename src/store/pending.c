@@ -9,34 +9,11 @@
 #include "chunks.h"
 #include "pending.h"
 
-/* Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
- * or 0 when it does not exist. */
-static uint64_t process_start(long pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-	if (!p)
-		return 0;
-	/* after ") " come fields 3.. ; the start time is field 22 */
-	int field = 2;
-	for (; *p && field < 22; p++)
-		if (*p == ' ')
-			field++;
-	return strtoull(p, NULL, 10);
-}
-
 void store_pending_encode(unsigned char *b, uint64_t created, uint64_t bytes)
 {
 	long pid = (long)getpid();
 	store_be32(b, (uint32_t)pid);
-	store_be64(b + 4, process_start(pid));
+	store_be64(b + 4, store_process_start(pid));
 	store_be64(b + 12, created);
 	store_be64(b + 20, bytes);
 }
@@ -93,7 +70,7 @@ int store_pending_alive(struct store *s, const uint8_t *key, const MDB_val *v)
 		return 0;
 	long pid = (long)store_get_be32(v->mv_data);
 	uint64_t start = store_get_be64((const unsigned char *)v->mv_data + 4);
-	if (start == 0 || process_start(pid) != start)
+	if (start == 0 || store_process_start(pid) != start)
 		return 0;
 	return pid != (long)getpid() || live_has(s, key);
 }

@@ -8,6 +8,7 @@
 #define REC_VERSION 2u /* 1: no tail (read as: every row in the stream) */
 #define OFF_FLAGS   (4 + 32 + 32 + 4 + 4)
 #define REC_FIXED   (OFF_FLAGS + 4 + 8 * 5 + 4)
+_Static_assert(REC_FIXED == STORE_RECORD_MIN, "the smallest record is a version-1 one");
 
 static void le32(unsigned char *p, uint32_t v)
 {

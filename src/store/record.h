@@ -61,6 +61,8 @@ uint64_t store_record_block_bytes(const struct store_record *r, uint64_t size);
 int store_record_shared(const struct store_record *r, uint32_t mla, uint32_t b);
 
 #define STORE_RECORD_LAYER_LEN 17u
+/* The smallest record: version 1, no salt, no layers. */
+#define STORE_RECORD_MIN 124u
 
 /* Encoded size of a record with these counts. */
 size_t store_record_size(uint32_t salt_len, uint32_t n_layers, uint32_t map_len);
