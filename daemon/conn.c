@@ -182,8 +182,17 @@ void k3d_pool_release_idle(struct k3d_server *srv)
 	malloc_trim(0);
 }
 
+/* A connection whose trial window is in and that waits for its whole
+ * payload's reservation stops waiting. */
+static void end_trial_wait(struct k3d_conn *c)
+{
+	if (c->trial && c->state == K3D_WAIT_MEMORY)
+		c->srv->waiting_trials -= c->reserved;
+}
+
 static void release_reservation(struct k3d_conn *c)
 {
+	end_trial_wait(c);
 	if (c->reserved) {
 		c->srv->inflight_bytes -= c->reserved;
 		c->reserved = 0;
@@ -202,6 +211,8 @@ void k3d_conn_reset(struct k3d_conn *c)
 	c->pcap = 0;
 	c->hlen = c->hgot = 0;
 	c->plen = c->pgot = 0;
+	c->trial = 0;
+	c->rate_mark = c->rate_ticks = 0;
 	set_state(c, K3D_READ_LEN);
 }
 
@@ -559,29 +570,75 @@ static void header_done(struct k3d_conn *c)
 }
 
 /* Reserves in-flight bytes and allocates the payload buffer; 0 when it must
- * wait. A payload larger than the whole cap is let through alone. */
+ * wait. A payload larger than the whole cap is let through alone. A payload
+ * over K3D_TRIAL_BYTES is reserved in two steps: its first K3D_TRIAL_BYTES
+ * into a buffer of that size, then, once they are in, the whole (those bytes
+ * copied over), so that uploads which send little hold little. */
 static int reserve_payload(struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
-	if (srv->inflight_bytes > 0 && srv->inflight_bytes + c->plen > srv->cfg.max_inflight) {
+	int trial = !c->trial && c->pgot == 0 && c->plen > K3D_TRIAL_BYTES;
+	uint64_t want = trial ? K3D_TRIAL_BYTES : c->plen;
+	uint64_t others = srv->inflight_bytes - c->reserved;
+	/* Trial windows that wait for their whole do not count against one
+	 * another: each would wait for the others for ever. (So the cap can
+	 * be passed by a trial window per waiting publish.) */
+	if (c->trial)
+		others -= srv->waiting_trials - c->reserved;
+	if (others > 0 && others + want > srv->cfg.max_inflight) {
 		srv->busy_pauses++;
 		return 0;
 	}
-	c->payload = k3d_pool_get(srv, c->plen, &c->pcap);
-	if (!c->payload) {
+	uint64_t cap;
+	unsigned char *buf = k3d_pool_get(srv, want, &cap);
+	if (!buf) {
 		struct status st;
 		status_set(&st, STATUS_BUSY, "cannot hold a payload of %llu bytes now; retry later",
 		           (unsigned long long)c->plen);
 		c->pending = st;
+		end_trial_wait(c);
+		c->trial = 0;
 		set_state(c, K3D_DISCARD);
 		return 1;
 	}
-	c->reserved = c->pcap; /* what is held, when a pooled buffer is larger */
-	srv->inflight_bytes += c->pcap;
+	if (c->trial) { /* its first bytes are in: move them to the whole */
+		memcpy(buf, c->payload, (size_t)c->pgot);
+		release_reservation(c); /* and ends the wait */
+		k3d_pool_put(srv, c->payload, c->pcap);
+	}
+	c->payload = buf;
+	c->pcap = cap;
+	c->trial = trial;
+	c->reserved = cap; /* what is held, when a pooled buffer is larger */
+	srv->inflight_bytes += cap;
 	srv->payload_tick = srv->ticks;
 	set_state(c, K3D_READ_PAYLOAD);
-	k3d_ingest_start(c); /* a large publish is written as it arrives */
+	if (!trial)
+		k3d_ingest_start(c); /* a large publish is written as it arrives */
 	return 1;
+}
+
+/* Where the payload buffer ends now: the trial's, or the whole. */
+static uint64_t payload_end(const struct k3d_conn *c)
+{
+	return c->trial ? K3D_TRIAL_BYTES : c->plen;
+}
+
+/* After payload bytes arrived: the request is whole, the trial is over, or
+ * a streamed publish has more to write. */
+static void payload_arrived(struct k3d_conn *c)
+{
+	if (c->pgot == c->plen) {
+		if (c->ingest)
+			k3d_ingest_complete(c);
+		else
+			k3d_handle(c);
+	} else if (c->trial && c->pgot == K3D_TRIAL_BYTES) {
+		set_state(c, K3D_WAIT_MEMORY);
+		c->srv->waiting_trials += c->reserved;
+	} else if (c->ingest) {
+		k3d_ingest_arrived(c);
+	}
 }
 
 void k3d_conn_resume_waiting(struct k3d_server *srv)
@@ -661,15 +718,8 @@ static void process(struct k3d_conn *c)
 				return;
 			}
 			c->pgot += (uint64_t)take(c, c->payload + c->pgot,
-			                          (size_t)(c->plen - c->pgot));
-			if (c->pgot == c->plen) {
-				if (c->ingest)
-					k3d_ingest_complete(c);
-				else
-					k3d_handle(c);
-			} else if (c->ingest) {
-				k3d_ingest_arrived(c);
-			}
+			                          (size_t)(payload_end(c) - c->pgot));
+			payload_arrived(c);
 			break;
 		case K3D_DISCARD:
 			if (c->pgot == c->plen) {
@@ -733,9 +783,9 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	for (int rounds = 0; rounds < 64 && budget > 0; rounds++) {
 		ssize_t n;
 		if (c->state == K3D_READ_PAYLOAD && c->in_end == c->in_start &&
-		    c->plen - c->pgot >= K3D_INBUF) {
+		    payload_end(c) - c->pgot >= K3D_INBUF) {
 			/* large payloads go straight into their buffer */
-			size_t want = (size_t)(c->plen - c->pgot);
+			size_t want = (size_t)(payload_end(c) - c->pgot);
 			if (want > budget)
 				want = budget;
 			n = recv(fd, c->payload + c->pgot, want, 0);
@@ -744,17 +794,12 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 				c->pgot += (uint64_t)n;
 				srv->bytes_in += (uint64_t)n;
 				c->last_progress = srv->ticks;
-				if (c->pgot == c->plen) {
-					if (c->ingest)
-						k3d_ingest_complete(c);
-					else
-						k3d_handle(c);
+				int whole = c->pgot == c->plen;
+				payload_arrived(c);
+				if (whole || c->state == K3D_WAIT_MEMORY)
 					process(c);
-				} else {
-					if (c->ingest)
-						k3d_ingest_arrived(c);
+				else
 					maybe_yield(c, (size_t)n);
-				}
 				if (!c->reading || c->dead || c->closing)
 					return;
 				continue;
@@ -838,6 +883,22 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 	process(c);
 }
 
+/* --min-upload-rate, once a second: a publish's upload is measured over
+ * K3D_RATE_WINDOW seconds in which the daemon was reading it (not while it
+ * waited for in-flight memory or was paused by --yield-rate). */
+static int upload_too_slow(struct k3d_conn *c)
+{
+	uint64_t rate = c->srv->cfg.min_upload_rate;
+	if (!rate || c->state != K3D_READ_PAYLOAD || c->yielding)
+		return 0;
+	if (++c->rate_ticks < K3D_RATE_WINDOW)
+		return 0;
+	int slow = c->pgot - c->rate_mark < rate * K3D_RATE_WINDOW;
+	c->rate_mark = c->pgot;
+	c->rate_ticks = 0;
+	return slow;
+}
+
 void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 {
 	struct k3d_conn *next;
@@ -860,6 +921,10 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 			why = sending ? "stalled reading its reply" : "stalled mid-frame";
 		if (!why && c->state == K3D_READ_LEN && !sending && idle >= srv->cfg.idle_timeout)
 			why = "idle";
+		if (!why && upload_too_slow(c)) {
+			why = "its upload is under --min-upload-rate";
+			srv->uploads_too_slow++;
+		}
 		if (why) {
 			k3d_log(K3D_LOG_INFO, "conn %llu (%s): closed: %s",
 			        (unsigned long long)c->id, c->peer, why);

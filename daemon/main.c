@@ -45,6 +45,9 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "  --yield-rate SIZE     while lookups arrive, read each publish upload at\n"
 	        "                        most SIZE per second, so that uploads do not crowd\n"
 	        "                        lookups off the CPU (default 1GiB; 0: no limit)\n"
+	        "  --min-upload-rate SIZE  close a publish whose upload falls under SIZE per\n"
+	        "                        second, averaged over 10 s of reading (default 1MiB;\n"
+	        "                        0: never)\n"
 	        "  --idle-timeout DUR    close connections idle this long (default 300s)\n"
 	        "  --stall-timeout DUR   close connections stalled mid-frame or mid-reply\n"
 	        "                        this long (default 30s)\n"
@@ -132,6 +135,7 @@ int main(int argc, char **argv)
 	        .max_payload = 2ull << 30,
 	        .max_inflight = 2ull << 30,
 	        .yield_rate = 1ull << 30,
+	        .min_upload_rate = 1ull << 20,
 	        .max_restores = 64,
 	        .idle_timeout = 300,
 	        .stall_timeout = 30,
@@ -157,6 +161,7 @@ int main(int argc, char **argv)
 		O_SYNC,
 		O_LOG,
 		O_CHECK,
+		O_MINRATE,
 		O_HELP
 	};
 	static const struct option opts[] = {
@@ -177,6 +182,7 @@ int main(int argc, char **argv)
 	        {"sync-interval", required_argument, NULL, O_SYNC},
 	        {"log-level", required_argument, NULL, O_LOG},
 	        {"check-at-open", required_argument, NULL, O_CHECK},
+	        {"min-upload-rate", required_argument, NULL, O_MINRATE},
 	        {"help", no_argument, NULL, O_HELP},
 	        {NULL, 0, NULL, 0},
 	};
@@ -254,6 +260,11 @@ int main(int argc, char **argv)
 		case O_DUR:
 			if (store_durability_parse(optarg, &cfg.durability))
 				return bad("--durability", optarg, "safe, strict or fast");
+			break;
+		case O_MINRATE:
+			if (units_parse_size(optarg, &cfg.min_upload_rate))
+				return bad("--min-upload-rate", optarg,
+				           "a size per second such as 1MiB, or 0");
 			break;
 		case O_CHECK:
 			if (store_check_parse(optarg, &cfg.check))

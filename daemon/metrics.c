@@ -42,6 +42,7 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 	service_add_counter(r, "ingest_yields", srv->ingest_yields);
 	service_add_counter(r, "timeouts", srv->timeouts);
 	service_add_counter(r, "closed_mid_frame", srv->closed_mid_frame);
+	service_add_counter(r, "uploads_too_slow", srv->uploads_too_slow);
 	service_add_counter(r, "restores_cut", srv->restores_cut);
 	service_add_counter(r, "delta_publishes", srv->delta_publishes);
 	service_add_counter(r, "delta_refused", srv->delta_refused);
