@@ -70,7 +70,11 @@ struct k3cache {
 	uint64_t pending;    /* payload bytes of the last response not read yet */
 	unsigned char *snap; /* restore buffer (restore_each, lookup_restore), reused */
 	size_t snap_cap;
-	char addr[ADDR_MAX]; /* "unix:PATH" or "tcp:HOST:PORT", for messages */
+	char addr[ADDR_MAX];   /* "unix:PATH" or "tcp:HOST:PORT", for messages */
+	char token[128];       /* TCP: $K3CACHE_TOKEN, sent in every Hello */
+	unsigned char ns[128]; /* the daemon's prefix for our salts (Hello's namespace) */
+	size_t ns_len;
+	int ns_known; /* a Hello has told it */
 	unsigned char hdr[HEADER_SMALL];
 };
 
@@ -91,7 +95,8 @@ SAME_CODE(BUSY);
 SAME_CODE(FULL);
 SAME_CODE(UNSUPPORTED);
 SAME_CODE(INTERNAL);
-_Static_assert(STATUS_N_CODES == K3CACHE_INTERNAL + 1, "every code is listed");
+SAME_CODE(DENIED);
+_Static_assert(STATUS_N_CODES == K3CACHE_DENIED + 1, "every code is listed");
 _Static_assert(K3CACHE_MESSAGE_MAX == STATUS_MESSAGE_MAX, "message length");
 
 const char *k3cache_code_name(int code)
@@ -661,6 +666,21 @@ int k3cache_connect(const char *addr, struct k3cache **out, struct k3cache_error
 		free(c);
 		return rc;
 	}
+	/* a TCP listener with --token-file answers nothing but Hello until a
+	 * Hello carries a token of it; the Unix socket knows the peer's uid */
+	const char *token = getenv("K3CACHE_TOKEN");
+	if (strncmp(c->addr, "tcp:", 4) == 0 && token && *token) {
+		if (strlen(token) >= sizeof(c->token)) {
+			k3cache_close(c);
+			return FAIL(err, STATUS_INVALID, 0, "$K3CACHE_TOKEN is over %zu bytes",
+			            sizeof(c->token) - 1);
+		}
+		snprintf(c->token, sizeof(c->token), "%s", token);
+		if ((rc = k3cache_hello(c, NULL, 0, err)) != 0) {
+			k3cache_close(c);
+			return rc;
+		}
+	}
 	*out = c;
 	return 0;
 }
@@ -693,6 +713,8 @@ int k3cache_hello(struct k3cache *c, char *server, size_t serversz, struct k3cac
 	K3cache__V1__Hello hello = K3CACHE__V1__HELLO__INIT;
 	hello.protocol = K3CACHE_PROTOCOL;
 	hello.client = (char *)CLIENT_NAME;
+	if (c->token[0])
+		hello.token = c->token;
 	frame_request req = K3CACHE__V1__REQUEST__INIT;
 	req.op_case = K3CACHE__V1__REQUEST__OP_HELLO;
 	req.hello = &hello;
@@ -710,7 +732,37 @@ int k3cache_hello(struct k3cache *c, char *server, size_t serversz, struct k3cac
 	}
 	if (server && serversz)
 		snprintf(server, serversz, "%s", r->server ? r->server : "");
+	if (r->code == K3CACHE__V1__CODE__OK && r->namespace_.len <= sizeof(c->ns)) {
+		memcpy(c->ns, r->namespace_.data, r->namespace_.len);
+		c->ns_len = r->namespace_.len;
+		c->ns_known = 1;
+	}
 	return finish(c, r, err);
+}
+
+/* The key of an entry as the daemon stores it: over the namespace it puts
+ * before this peer's salts (asked once per connection, by a Hello) and the
+ * salt. Returns 0 or an error code. */
+static int entry_key(struct k3cache *c, const uint8_t *fp, const void *salt, size_t salt_len,
+                     const uint32_t *tokens, uint32_t n, uint8_t key[K3CACHE_KEY_LEN],
+                     struct k3cache_error *err)
+{
+	int rc;
+	if (!c->ns_known && (rc = k3cache_hello(c, NULL, 0, err)) != 0)
+		return rc;
+	if (!c->ns_len)
+		return prefix_key(fp, salt, salt_len, tokens, n, key) != 0
+		               ? FAIL(err, STATUS_INTERNAL, 0, "out of memory computing a key")
+		               : 0;
+	unsigned char *full = malloc(c->ns_len + salt_len);
+	if (!full)
+		return FAIL(err, STATUS_INTERNAL, 0, "out of memory computing a key");
+	memcpy(full, c->ns, c->ns_len);
+	if (salt_len)
+		memcpy(full + c->ns_len, salt, salt_len);
+	rc = prefix_key(fp, full, c->ns_len + salt_len, tokens, n, key);
+	free(full);
+	return rc ? FAIL(err, STATUS_INTERNAL, 0, "out of memory computing a key") : 0;
 }
 
 int k3cache_put_model(struct k3cache *c, const struct k3cache_model *spec,
@@ -930,10 +982,8 @@ static int publish_one(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN
 	req.payload_len = total;
 	frame_response *r = NULL;
 	uint8_t key[K3CACHE_KEY_LEN];
-	if (prefix_key(fp, salt, salt_len, tokens, n_tokens, key) != 0) {
-		rc = FAIL(err, STATUS_INTERNAL, 0, "publish: out of memory computing the key");
+	if ((rc = entry_key(c, fp, salt, salt_len, tokens, n_tokens, key, err)) != 0)
 		goto out;
-	}
 	/* stored already (and served): nothing to send */
 	if ((rc = stored_already(c, key, res, err)) != 0) {
 		rc = rc > 0 ? 0 : -rc;
@@ -1167,8 +1217,10 @@ static int do_lookup(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN],
 	req.op_case = K3CACHE__V1__REQUEST__OP_LOOKUP;
 	req.lookup = &lk;
 	frame_response *r = NULL;
-	int rc = exchange(c, &req, NULL, 0, 0, &r, err);
-	if (rc)
+	/* the hit's key is checked against ours, over our namespace: know it
+	 * before the answer (and a restore's payload) is in flight */
+	int rc = c->ns_known ? 0 : k3cache_hello(c, NULL, 0, err);
+	if (rc || (rc = exchange(c, &req, NULL, 0, 0, &r, err)) != 0)
 		return rc;
 	uint32_t max = limit ? limit : n_tokens - 1;
 	if (max > n_tokens)
@@ -1183,11 +1235,8 @@ static int do_lookup(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN],
 	}
 	if (r->prefix_len > 0) {
 		uint8_t key[K3CACHE_KEY_LEN];
-		if (prefix_key(fp, salt, salt_len, tokens, r->prefix_len, key) != 0) {
-			rc = FAIL(err, STATUS_INTERNAL, 0,
-			          "lookup: out of memory computing the key of the hit");
+		if ((rc = entry_key(c, fp, salt, salt_len, tokens, r->prefix_len, key, err)) != 0)
 			goto bad;
-		}
 		if (r->key.len != K3CACHE_KEY_LEN ||
 		    memcmp(r->key.data, key, K3CACHE_KEY_LEN) != 0) {
 			char mine[17], theirs[17] = "none";

@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "model.h"
+#include "service.h"
 
 #define OUT_HIGH_WATER (8u << 20)
 #define READ_SLICE     (2u << 20)
@@ -78,6 +80,7 @@ void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer)
 	c->fd = fd;
 	c->id = ++srv->next_conn_id;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	k3d_peer_identify(&srv->tenancy, fd, strcmp(peer, "unix") != 0, &c->who);
 	c->out = evbuffer_new();
 	c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_read, c);
 	c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
@@ -530,6 +533,23 @@ static void fatal_frame(struct k3d_conn *c, const struct status *st)
 	want_write(c);
 }
 
+/* For a PutModel from a peer that is not an admin: whether the store holds
+ * the model already (a put of it is then answered as before). */
+static int model_stored(const struct k3d_conn *c)
+{
+	if (c->req->op_case != K3CACHE__V1__REQUEST__OP_PUT_MODEL || c->who.admin)
+		return 0;
+	char err[MODEL_ERROR_MAX];
+	struct k3cache_model *m = service_spec_from_wire(c->req->put_model->model, err);
+	if (!m)
+		return 1; /* let the put say what is wrong with it */
+	struct status st;
+	struct k3cache_model *have = store_get_model(c->srv->store, m->fingerprint, &st);
+	model_free(m);
+	model_free(have);
+	return have != NULL;
+}
+
 static void header_done(struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
@@ -545,6 +565,8 @@ static void header_done(struct k3d_conn *c)
 	c->last_request = srv->ticks;
 	srv->requests[k3d_op_index(c->req)]++;
 	enum status_code code = frame_check_request(c->req, srv->cfg.max_payload, &st);
+	if (code == STATUS_OK)
+		code = k3d_peer_admit(&c->who, c->req, model_stored(c), &st);
 	if (code == STATUS_TOO_LARGE) {
 		st.code = code;
 		k3d_conn_error(c, c->req->id, &st);

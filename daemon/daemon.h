@@ -13,6 +13,7 @@
 #include "frame.h"
 #include "status.h"
 #include "store.h"
+#include "tenancy.h"
 
 #define K3D_VERSION "k3cached 0.1.0"
 #define K3D_INBUF   65536u
@@ -50,6 +51,12 @@ struct k3d_config {
 	enum store_durability durability;
 	enum store_check check; /* the structural walk at open */
 	enum k3d_log log_level;
+	/* tenancy (tenancy.h) */
+	const char *admin_group;
+	const char *token_file;
+	int insecure_tcp;
+	const char *share_uids[16]; /* each a --share-uids list */
+	int n_share_uids;
 };
 
 /* Latency histogram bucket bounds, seconds. */
@@ -67,6 +74,7 @@ struct k3d_writer;
 
 struct k3d_server {
 	struct k3d_config cfg;
+	struct k3d_tenancy tenancy;
 	struct event_base *base;
 	struct store *store;
 	struct k3d_writer *writer;
@@ -134,6 +142,7 @@ struct k3d_conn {
 	int eof;     /* the client half-closed: answer what it sent, then close */
 	int dead;    /* closed while the writer holds a request of ours */
 	char peer[64];
+	struct k3d_peer who; /* its namespace and rights (tenancy.h) */
 
 	unsigned char in[K3D_INBUF];
 	size_t in_start, in_end;

@@ -95,6 +95,14 @@ static void op_hello(struct k3d_conn *c)
 		r.code = K3CACHE__V1__CODE__UNSUPPORTED;
 		r.message = (char *)"this daemon speaks protocol 1";
 	}
+	struct status st;
+	if (!r.code &&
+	    k3d_peer_hello(&c->srv->tenancy, &c->who, c->req->hello->token, &st) != STATUS_OK) {
+		k3d_conn_error(c, c->req->id, &st);
+		return;
+	}
+	r.namespace_.data = (uint8_t *)c->who.ns;
+	r.namespace_.len = c->who.ns_len;
 	k3d_conn_respond(c, &r);
 }
 
@@ -159,12 +167,31 @@ static void op_lookup(struct k3d_conn *c)
 	send_snapshot(c, &r, snap);
 }
 
+/* Restore by key serves a peer only its own entries (tenancy.h); to others
+ * the key does not exist. */
+static int owns_entry(struct k3d_conn *c, const uint8_t *key)
+{
+	if (c->who.admin)
+		return 1;
+	struct store_entry_info *info = NULL;
+	struct status st;
+	if (store_inspect(c->srv->store, key, &info, &st) != STATUS_OK)
+		return 1; /* the restore says what is wrong */
+	int own = k3d_peer_owns(&c->who, info->salt, info->salt_len);
+	store_entry_info_free(info);
+	return own;
+}
+
 static void op_restore(struct k3d_conn *c)
 {
 	if (!restore_slot(c))
 		return;
 	struct store_snapshot *snap;
 	struct status st;
+	if (c->req->restore->key.len == 32 && !owns_entry(c, c->req->restore->key.data)) {
+		respond_status(c, STATUS_NOT_FOUND, "no entry with this key");
+		return;
+	}
 	unsigned flags = STORE_RESTORE_DEFER | (c->req->restore->peek ? 0u : STORE_RESTORE_USE);
 	if (store_restore_opt(c->srv->store, c->req->restore->key.data, flags, &snap, &st) !=
 	    STATUS_OK) {
@@ -190,7 +217,9 @@ static void via_service(struct k3d_conn *c)
 		service_list(c->srv->store, c->req->list, &r);
 		break;
 	case K3CACHE__V1__REQUEST__OP_INSPECT:
-		service_inspect(c->srv->store, c->req->inspect, &r);
+		/* a brief Inspect from a tenant: another's entry is absent */
+		if (c->req->inspect->key.len != 32 || owns_entry(c, c->req->inspect->key.data))
+			service_inspect(c->srv->store, c->req->inspect, &r);
 		break;
 	case K3CACHE__V1__REQUEST__OP_RESOLVE:
 		service_resolve(c->srv->store, c->req->resolve, &r);

@@ -52,6 +52,16 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "  --stall-timeout DUR   close connections stalled mid-frame or mid-reply\n"
 	        "                        this long (default 30s)\n"
 	        "  --sync-interval DUR   with --durability fast (default 1s)\n"
+	        "  --admin-group GROUP   its members may run admin ops (ls, inspect, export,\n"
+	        "                        evict, verify, model add), as root and the daemon's\n"
+	        "                        own user may; other peers get DENIED for them\n"
+	        "  --share-uids U1,U2,.. these uids share one namespace (U1's): each sees\n"
+	        "                        the others' entries (repeatable, one group each)\n"
+	        "  --token-file FILE     lines \"NAME TOKEN [admin]\": a TCP client sends its\n"
+	        "                        TOKEN in Hello ($K3CACHE_TOKEN) and gets namespace NAME;\n"
+	        "                        required with --listen\n"
+	        "  --insecure-tcp        allow --listen without --token-file on a loopback\n"
+	        "                        address: every TCP client is then an admin\n"
 	        "  --check-at-open WHEN  walk the store file's structure before opening it:\n"
 	        "                        always (default), unclean (only after a stop that\n"
 	        "                        was not clean) or never (a damaged file can then\n"
@@ -66,6 +76,20 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "to reload). A bad flag exits 2; a start-up failure exits 1; a damaged store\n"
 	        "exits 3 (see k3cachectl salvage).\n",
 	        db, sock);
+}
+
+/* 127.0.0.0/8 or ::1 */
+static int is_loopback(const struct k3d_addr *a)
+{
+	if (a->sa.ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)&a->sa;
+		return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+	}
+	if (a->sa.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&a->sa;
+		return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+	}
+	return 0;
 }
 
 static int bad(const char *flag, const char *val, const char *want)
@@ -162,6 +186,10 @@ int main(int argc, char **argv)
 		O_LOG,
 		O_CHECK,
 		O_MINRATE,
+		O_ADMIN,
+		O_SHARE,
+		O_TOKENS,
+		O_INSECURE,
 		O_HELP
 	};
 	static const struct option opts[] = {
@@ -183,6 +211,10 @@ int main(int argc, char **argv)
 	        {"log-level", required_argument, NULL, O_LOG},
 	        {"check-at-open", required_argument, NULL, O_CHECK},
 	        {"min-upload-rate", required_argument, NULL, O_MINRATE},
+	        {"admin-group", required_argument, NULL, O_ADMIN},
+	        {"share-uids", required_argument, NULL, O_SHARE},
+	        {"token-file", required_argument, NULL, O_TOKENS},
+	        {"insecure-tcp", no_argument, NULL, O_INSECURE},
 	        {"help", no_argument, NULL, O_HELP},
 	        {NULL, 0, NULL, 0},
 	};
@@ -261,6 +293,26 @@ int main(int argc, char **argv)
 			if (store_durability_parse(optarg, &cfg.durability))
 				return bad("--durability", optarg, "safe, strict or fast");
 			break;
+		case O_ADMIN:
+			cfg.admin_group = optarg;
+			break;
+		case O_SHARE: {
+			struct k3d_tenancy probe = {0};
+			int bad_list = k3d_tenancy_share(&probe, optarg) != 0;
+			k3d_tenancy_free(&probe);
+			if (bad_list || cfg.n_share_uids == 16)
+				return bad(
+				        "--share-uids", optarg,
+				        "two or more uids separated by commas (at most 16 lists)");
+			cfg.share_uids[cfg.n_share_uids++] = optarg;
+			break;
+		}
+		case O_TOKENS:
+			cfg.token_file = optarg;
+			break;
+		case O_INSECURE:
+			cfg.insecure_tcp = 1;
+			break;
 		case O_MINRATE:
 			if (units_parse_size(optarg, &cfg.min_upload_rate))
 				return bad("--min-upload-rate", optarg,
@@ -294,6 +346,14 @@ int main(int argc, char **argv)
 	if (optind != argc) {
 		fprintf(stderr, "k3cached: unexpected argument \"%s\"\n", argv[optind]);
 		usage(stderr, cfg.db, cfg.socket);
+		return 2;
+	}
+	if (cfg.listen.text && !cfg.token_file && !(cfg.insecure_tcp && is_loopback(&cfg.listen))) {
+		fprintf(stderr,
+		        "k3cached: --listen %s: TCP clients have no uid to tell them apart: give "
+		        "--token-file FILE (lines NAME TOKEN [admin]), or, on a loopback address "
+		        "only, --insecure-tcp\n",
+		        cfg.listen.text);
 		return 2;
 	}
 	/* Keep freed payload memory in the heap: the VM hands pages back to the

@@ -419,6 +419,14 @@ int k3d_server_run(const struct k3d_config *cfg)
 		free(srv);
 		return 1;
 	}
+	int tenancy_ok = k3d_tenancy_load(&srv->tenancy, cfg->token_file, cfg->admin_group) == 0;
+	for (int i = 0; tenancy_ok && i < cfg->n_share_uids; i++)
+		tenancy_ok = k3d_tenancy_share(&srv->tenancy, cfg->share_uids[i]) == 0;
+	if (!tenancy_ok) {
+		k3d_tenancy_free(&srv->tenancy);
+		free(srv);
+		return 1;
+	}
 	struct store_options so = {.max_bytes = cfg->max_bytes,
 	                           .durability = cfg->durability,
 	                           .stage_bytes = cfg->stage_bytes,
@@ -428,6 +436,7 @@ int k3d_server_run(const struct k3d_config *cfg)
 	enum status_code code = store_open(cfg->db, &so, &srv->store, &st);
 	if (code != STATUS_OK) {
 		k3d_log(K3D_LOG_ERROR, "--db %s: %s", cfg->db, st.message);
+		k3d_tenancy_free(&srv->tenancy);
 		free(srv);
 		return code == STATUS_CORRUPT ? K3D_EXIT_DAMAGED : 1;
 	}
@@ -541,6 +550,7 @@ out:
 	for (int i = 0; i < srv->pool_n; i++)
 		free(srv->pool[i].data);
 	store_close(srv->store);
+	k3d_tenancy_free(&srv->tenancy);
 	free(srv);
 	return rc;
 }

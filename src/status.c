@@ -18,8 +18,8 @@ enum status_code status_set(struct status *st, enum status_code code, const char
 const char *status_code_name(enum status_code code)
 {
 	static const char *const names[STATUS_N_CODES] = {
-	        "OK",        "NOT_FOUND", "INVALID", "CORRUPT",     "UNKNOWN_MODEL",
-	        "TOO_LARGE", "BUSY",      "FULL",    "UNSUPPORTED", "INTERNAL",
+	        "OK",   "NOT_FOUND", "INVALID",     "CORRUPT",  "UNKNOWN_MODEL", "TOO_LARGE",
+	        "BUSY", "FULL",      "UNSUPPORTED", "INTERNAL", "DENIED",
 	};
 	if ((unsigned)code < STATUS_N_CODES)
 		return names[code];

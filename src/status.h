@@ -17,8 +17,9 @@ enum status_code {
 	STATUS_FULL = 7,
 	STATUS_UNSUPPORTED = 8,
 	STATUS_INTERNAL = 9,
+	STATUS_DENIED = 10, /* the peer may not do this (tenancy) */
 };
-#define STATUS_N_CODES 10
+#define STATUS_N_CODES 11
 
 struct status {
 	enum status_code code;

@@ -64,11 +64,14 @@ FullError = _code_error("FullError", "FULL", "The store is full.")
 UnsupportedError = _code_error("UnsupportedError", "UNSUPPORTED", "Not supported.")
 InternalError = _code_error("InternalError", "INTERNAL",
                             "An I/O or internal failure (see .unreachable).")
+DeniedError = _code_error("DeniedError", "DENIED",
+                          "Not allowed for this client (its uid, or its token): not its "
+                          "entry, or an admin operation.", PermissionError)
 
 # the protocol's codes (enum k3cache_code), by name
 ERRORS = {cls.code: cls for cls in (NotFoundError, InvalidError, CorruptError,
                                      UnknownModelError, TooLargeError, BusyError, FullError,
-                                     UnsupportedError, InternalError)}
+                                     UnsupportedError, InternalError, DeniedError)}
 
 
 def _error(err):

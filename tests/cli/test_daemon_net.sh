@@ -30,7 +30,7 @@ out=$("$daemon" --help); ok "--help lists the flags" $(for f in --db --socket --
 
 for try in 1 2 3 4 5; do
   p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
-  "$daemon" --db "$dir/db" --socket "$sock" --listen "127.0.0.1:$p1" --metrics "127.0.0.1:$p2" \
+  "$daemon" --db "$dir/db" --socket "$sock" --insecure-tcp --listen "127.0.0.1:$p1" --metrics "127.0.0.1:$p2" \
     --log-level warn 2>>"$dir/log" &
   pid=$!
   up "$sock" && break
@@ -88,6 +88,8 @@ refuse 'HOST:PORT' --metrics nohost
 refuse 'numeric' --metrics nohost:9100
 refuse 'numeric' --listen 300.1.2.3:7000
 refuse 'brackets' --listen ::1:7000
+refuse 'token-file' --listen 127.0.0.1:7000
+refuse 'token-file' --insecure-tcp --listen 0.0.0.0:7000
 refuse '1 to 100000' --max-restores 1.5
 refuse '1 to 100000' --max-restores 2K
 refuse 'at most' --max-bytes 8388609T
@@ -114,7 +116,7 @@ kill "$rbpid"; wait "$rbpid" 2>/dev/null
 log3=$dir/log3
 for try in 1 2 3 4 5; do
   p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
-  "$daemon" --db "$dir/db3" --socket "$dir/s3.sock" --listen ":$p1" --metrics "localhost:$p2" 2>"$log3" &
+  "$daemon" --db "$dir/db3" --socket "$dir/s3.sock" --insecure-tcp --listen ":$p1" --metrics "localhost:$p2" 2>"$log3" &
   pid=$!
   up "$dir/s3.sock" && break
   kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=
@@ -129,7 +131,7 @@ ok "no capacity warning for a store under --max-bytes" $(! grep -q 'max-bytes' "
 # --metrics on a port that is taken: the reason, exit 1 like --listen
 "$daemon" --db "$dir/db4" --socket "$dir/s4.sock" --metrics "127.0.0.1:$p1" 2>"$dir/m.err"; rc=$?
 ok "--metrics on a taken port: exit 1 and the reason" $([ $rc = 1 ] && grep -q -- "--metrics 127.0.0.1:$p1: .*Address already in use" "$dir/m.err"; echo $?)
-"$daemon" --db "$dir/db4" --socket "$dir/s4.sock" --listen "127.0.0.1:$p2" 2>"$dir/l.err"; rc=$?
+"$daemon" --db "$dir/db4" --socket "$dir/s4.sock" --insecure-tcp --listen "127.0.0.1:$p2" 2>"$dir/l.err"; rc=$?
 ok "--listen on a taken port: exit 1 and the reason" $([ $rc = 1 ] && grep -q -- "--listen 127.0.0.1:$p2: .*Address already in use" "$dir/l.err"; echo $?)
 
 kill -HUP "$pid"
@@ -142,7 +144,7 @@ ok "SIGTERM after SIGHUP: exit 0, socket removed" $([ $rc = 0 ] && [ ! -e "$dir/
 if [ -e /proc/net/if_inet6 ] && grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6; then
   for try in 1 2 3 4 5; do
     p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
-    "$daemon" --db "$dir/db3" --socket "$dir/s3.sock" --listen "[::1]:$p1" --metrics "[::1]:$p2" 2>"$log3" &
+    "$daemon" --db "$dir/db3" --socket "$dir/s3.sock" --insecure-tcp --listen "[::1]:$p1" --metrics "[::1]:$p2" 2>"$log3" &
     pid=$!
     up "$dir/s3.sock" && break
     kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=

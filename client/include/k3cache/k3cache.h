@@ -61,6 +61,7 @@ enum k3cache_code {
 	K3CACHE_FULL = 7,
 	K3CACHE_UNSUPPORTED = 8,
 	K3CACHE_INTERNAL = 9,
+	K3CACHE_DENIED = 10, /* not allowed for this peer (its uid or token) */
 };
 
 /* "OK", "NOT_FOUND", ...; "UNKNOWN" for a value not listed above. */
@@ -123,7 +124,13 @@ K3CACHE_API uint64_t k3cache_model_blob_size(const struct k3cache_model *model, 
 struct k3cache;
 
 /* addr: "unix:PATH", "tcp:HOST:PORT", or a plain PATH (a Unix socket). NULL:
- * $K3CACHE_SOCKET, else the default socket path (k3cache_default_socket()). */
+ * $K3CACHE_SOCKET, else the default socket path (k3cache_default_socket()).
+ * Over TCP, with $K3CACHE_TOKEN set, it sends the token in a Hello at once
+ * (a daemon with --token-file answers nothing else before it) and fails
+ * with DENIED when the daemon does not know it. On the Unix socket the
+ * daemon knows the peer by its uid, which is its namespace: entries are
+ * shared by processes of one uid (or of uids the daemon's --share-uids
+ * joins), never with others. */
 K3CACHE_API int k3cache_connect(const char *addr, struct k3cache **out, struct k3cache_error *err);
 K3CACHE_API void k3cache_close(struct k3cache *c);
 
