@@ -420,6 +420,7 @@ void service_store_counters(struct store *s, frame_response *resp)
 	service_add_counter(resp, "blocks", st.blocks);
 	service_add_counter(resp, "blocks_mismatched", st.blocks_mismatched);
 	service_add_counter(resp, "models_repaired", st.models_repaired);
+	service_add_counter(resp, "indexes_rebuilt", st.indexes_rebuilt);
 	service_add_counter(resp, "row_block", st.row_block);
 	service_add_counter(resp, "max_bytes", st.max_bytes);
 	service_add_counter(resp, "models", st.models);

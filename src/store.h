@@ -458,6 +458,7 @@ struct store_stats {
 	uint64_t blocks;            /* shared MLA row blocks */
 	uint64_t blocks_mismatched; /* since open: blocks kept private, their bytes differing */
 	uint64_t models_repaired;   /* since open: damaged specs replaced by a put of the same */
+	uint64_t indexes_rebuilt;   /* since open: verify made the indexes again */
 	uint32_t row_block;         /* rows per shared block */
 	uint64_t models;
 	uint64_t max_bytes;

@@ -1,6 +1,7 @@
 /* admin: list, inspect, resolve key prefixes, evict, verify, stats
  * (store.h, "administration"). */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -522,6 +523,33 @@ out:
 	return rc;
 }
 
+/* Repairs what the index check found: the touches batched in memory go
+ * out first, then the prefix and LRU indexes are made again from the
+ * entries, in one transaction. */
+static enum status_code rebuild_indexes(struct store *s,
+                                        void (*fn)(const uint8_t *key, const char *why, void *ctx),
+                                        void *ctx, struct status *st)
+{
+	store_flush(s, NULL);
+	MDB_txn *txn;
+	int rc = store_txn_write(s, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "verify: rebuilding the indexes");
+	uint64_t n = 0;
+	if ((rc = store_txn_end(txn, store_index_rebuild(s, txn, &n))) != 0)
+		return store_mdb_error(st, rc, "verify: rebuilding the indexes");
+	atomic_fetch_add(&s->indexes_rebuilt, 1);
+	if (fn) {
+		char why[STATUS_MESSAGE_MAX];
+		snprintf(why, sizeof(why),
+		         "repaired: the prefix and LRU indexes were made again from the entries "
+		         "(%" PRIu64 " served)",
+		         n);
+		fn(NULL, why, ctx);
+	}
+	return STATUS_OK;
+}
+
 enum status_code store_verify(struct store *s,
                               void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
                                          void *ctx),
@@ -654,11 +682,14 @@ enum status_code store_verify(struct store *s,
 		return store_mdb_error(st, rc, "verify: the shared blocks");
 	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0)
 		return store_mdb_error(st, rc, "verify");
-	rc = store_index_verify(s, txn, fn, ctx, &problems);
+	uint64_t index_problems = 0;
+	rc = store_index_verify(s, txn, fn, ctx, &index_problems);
 	mdb_txn_abort(txn);
 	if (rc)
 		return store_mdb_error(st, rc, "verify: the indexes");
-	*damaged += problems;
+	*damaged += problems + index_problems;
+	if (index_problems && !s->opt.read_only)
+		return rebuild_indexes(s, fn, ctx, st);
 	return STATUS_OK;
 }
 
@@ -715,6 +746,7 @@ enum status_code store_get_stats(struct store *s, struct store_stats *out, struc
 	out->row_block = s->row_block;
 	out->blocks_mismatched = atomic_load(&s->blocks_mismatched);
 	out->models_repaired = atomic_load(&s->models_repaired);
+	out->indexes_rebuilt = atomic_load(&s->indexes_rebuilt);
 	/* free pages: the free list (dbi 0) maps txn ids to page lists whose first
 	 * word is their length */
 	MDB_cursor *cur;

@@ -76,7 +76,7 @@ struct store {
 	atomic_uint_fast64_t staging_bytes; /* chunks written by staged publishes in progress */
 	atomic_uint_fast64_t hits, misses, hit_tokens, publishes, publish_exists, evictions,
 	        quarantined, restores, corrupt, map_full_retries, blocks_mismatched,
-	        models_repaired;
+	        models_repaired, indexes_rebuilt;
 };
 
 /* Now, in seconds (options.clock when set). */

@@ -56,6 +56,13 @@ int store_index_verify(struct store *s, MDB_txn *txn,
                        void (*fn)(const uint8_t *key, const char *why, void *ctx), void *ctx,
                        uint64_t *problems);
 
+/* Rebuilds the prefix index (nodes, attach) and the LRU index from the
+ * entries, in txn (a write): every readable record gets its LRU row, and
+ * every one served (not quarantined, its tokens and key sound) its path.
+ * *entries counts those. How verify repairs what store_index_verify finds
+ * (index_verify.c). Returns an LMDB code. */
+int store_index_rebuild(struct store *s, MDB_txn *txn, uint64_t *entries);
+
 /* LRU rows. */
 int store_index_lru_add(struct store *s, MDB_txn *txn, uint64_t seq, const uint8_t *key);
 int store_index_lru_del(struct store *s, MDB_txn *txn, uint64_t seq, const uint8_t *key);

@@ -214,3 +214,46 @@ int store_index_verify(struct store *s, MDB_txn *txn,
 	free(c.nodes);
 	return rc;
 }
+
+int store_index_rebuild(struct store *s, MDB_txn *txn, uint64_t *entries)
+{
+	*entries = 0;
+	int rc;
+	if ((rc = mdb_drop(txn, s->nodes, 0)) != 0 || (rc = mdb_drop(txn, s->attach, 0)) != 0 ||
+	    (rc = mdb_drop(txn, s->lru, 0)) != 0)
+		return rc;
+	MDB_cursor *cur;
+	if ((rc = mdb_cursor_open(txn, s->entries, &cur)) != 0)
+		return rc;
+	MDB_val k, v;
+	/* the entries table is only read here, so the cursor and the records'
+	 * salts stay where they are while the other tables are written */
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct store_record r;
+		if (k.mv_size != STORE_KEY_LEN ||
+		    store_record_decode(v.mv_data, v.mv_size, &r) != 0 ||
+		    memcmp(r.key, k.mv_data, STORE_KEY_LEN) != 0)
+			continue; /* verify names it; eviction cannot reach what it cannot read */
+		if ((rc = store_index_lru_add(s, txn, r.lru_seq, r.key)) != 0)
+			break;
+		MDB_val tv;
+		if (r.flags & STORE_FLAG_QUARANTINED || mdb_get(txn, s->tokens, &k, &tv) != 0 ||
+		    tv.mv_size != (size_t)r.prefix_len * 4u || !store_index_key_matches(&r, &tv))
+			continue; /* not served: no lookup needs to find it */
+		uint32_t *tokens = malloc(tv.mv_size ? tv.mv_size : 1);
+		if (!tokens) {
+			rc = ENOMEM;
+			break;
+		}
+		memcpy(tokens, tv.mv_data, tv.mv_size); /* the put below may move it */
+		rc = store_index_add(s, txn, r.fingerprint, r.salt, r.salt_len, tokens,
+		                     r.prefix_len, r.key);
+		free(tokens);
+		if (rc)
+			break;
+		(*entries)++;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
