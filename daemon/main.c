@@ -74,7 +74,8 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "SIZE takes K/M/G/T or KiB/MiB/GiB/TiB; DUR takes s/m/h/d. SIGTERM or SIGINT\n"
 	        "stops the daemon cleanly; SIGHUP is logged and ignored (no configuration file\n"
 	        "to reload). A bad flag exits 2; a start-up failure exits 1; a damaged store\n"
-	        "exits 3 (see k3cachectl salvage).\n",
+	        "exits 3 (see k3cachectl salvage). On the Unix socket each client's uid is\n"
+	        "its namespace: its entries are not seen by other uids (admins see all).\n",
 	        db, sock);
 }
 
