@@ -65,7 +65,15 @@ static void want_write(struct k3d_conn *c)
 	}
 }
 
-void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer)
+void k3d_conn_close_after_reply(struct k3d_conn *c)
+{
+	c->closing = 1;
+	c->in_start = c->in_end = 0;
+	set_reading(c, 0);
+	event_active(c->wev, EV_WRITE, 0);
+}
+
+void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer, int tcp)
 {
 	struct k3d_conn *c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -80,7 +88,7 @@ void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer)
 	c->fd = fd;
 	c->id = ++srv->next_conn_id;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
-	k3d_peer_identify(&srv->tenancy, fd, strcmp(peer, "unix") != 0, &c->who);
+	k3d_peer_identify(&srv->tenancy, fd, tcp, &c->who);
 	c->out = evbuffer_new();
 	c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_read, c);
 	c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
@@ -543,11 +551,9 @@ static int model_stored(const struct k3d_conn *c)
 	struct k3cache_model *m = service_spec_from_wire(c->req->put_model->model, err);
 	if (!m)
 		return 1; /* let the put say what is wrong with it */
-	struct status st;
-	struct k3cache_model *have = store_get_model(c->srv->store, m->fingerprint, &st);
+	int stored = store_model_stored(c->srv->store, m->fingerprint);
 	model_free(m);
-	model_free(have);
-	return have != NULL;
+	return stored;
 }
 
 static void header_done(struct k3d_conn *c)
@@ -746,6 +752,9 @@ static void process(struct k3d_conn *c)
 		case K3D_DISCARD:
 			if (c->pgot == c->plen) {
 				k3d_conn_error(c, c->req ? c->req->id : 0, &c->pending);
+				/* what it held (a trial window) goes to those waiting
+				 * at the next tick (on_tick): not from here, inside
+				 * another connection's processing */
 				k3d_conn_reset(c);
 				break;
 			}

@@ -209,7 +209,11 @@ void k3d_pool_put(struct k3d_server *srv, unsigned char *buf, uint64_t cap);
 void k3d_pool_release_idle(struct k3d_server *srv);
 
 /* conn.c */
-void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer);
+/* tcp: it came in on --listen (the listener's family says, not the peer's
+ * text, which may not resolve) */
+void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer, int tcp);
+/* Reads no more from c; closes it once the replies queued are out. */
+void k3d_conn_close_after_reply(struct k3d_conn *c);
 void k3d_conn_close(struct k3d_conn *c);
 /* Forgets the current request: frees it, returns its payload buffer to the
  * pool, releases its in-flight bytes; back to reading a length. */

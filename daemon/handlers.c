@@ -99,6 +99,7 @@ static void op_hello(struct k3d_conn *c)
 	if (!r.code &&
 	    k3d_peer_hello(&c->srv->tenancy, &c->who, c->req->hello->token, &st) != STATUS_OK) {
 		k3d_conn_error(c, c->req->id, &st);
+		k3d_conn_close_after_reply(c); /* one guess per connection */
 		return;
 	}
 	r.namespace_.data = (uint8_t *)c->who.ns;
@@ -175,8 +176,9 @@ static int owns_entry(struct k3d_conn *c, const uint8_t *key)
 		return 1;
 	struct store_entry_info *info = NULL;
 	struct status st;
-	if (store_inspect(c->srv->store, key, &info, &st) != STATUS_OK)
-		return 1; /* the restore says what is wrong */
+	enum status_code code = store_inspect(c->srv->store, key, &info, &st);
+	if (code != STATUS_OK) /* absent: the restore says so, as for anyone */
+		return code == STATUS_NOT_FOUND;
 	int own = k3d_peer_owns(&c->who, info->salt, info->salt_len);
 	store_entry_info_free(info);
 	return own;
@@ -189,7 +191,7 @@ static void op_restore(struct k3d_conn *c)
 	struct store_snapshot *snap;
 	struct status st;
 	if (c->req->restore->key.len == 32 && !owns_entry(c, c->req->restore->key.data)) {
-		respond_status(c, STATUS_NOT_FOUND, "no entry with this key");
+		respond_status(c, STATUS_NOT_FOUND, "no such entry"); /* the store's words */
 		return;
 	}
 	unsigned flags = STORE_RESTORE_DEFER | (c->req->restore->peek ? 0u : STORE_RESTORE_USE);

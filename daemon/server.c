@@ -191,7 +191,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		close(fd);
 		return;
 	}
-	k3d_conn_accept(srv, fd, peer);
+	k3d_conn_accept(srv, fd, peer, sa->sa_family != AF_UNIX);
 }
 
 static void on_accept_error(struct evconnlistener *l, void *arg)
@@ -283,6 +283,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	struct k3d_server *srv = arg;
 	srv->ticks++;
+	/* budget freed where waiters could not be woken at once (a discard) */
+	k3d_conn_resume_waiting(srv);
 	/* writes go through the writer thread: the loop never waits for a commit */
 	if (!srv->chore_pending && !srv->stopping) {
 		struct k3d_job *job = calloc(1, sizeof(*job));
@@ -420,6 +422,7 @@ int k3d_server_run(const struct k3d_config *cfg)
 		return 1;
 	}
 	int tenancy_ok = k3d_tenancy_load(&srv->tenancy, cfg->token_file, cfg->admin_group) == 0;
+	srv->tenancy.insecure_tcp = cfg->insecure_tcp;
 	for (int i = 0; tenancy_ok && i < cfg->n_share_uids; i++)
 		tenancy_ok = k3d_tenancy_share(&srv->tenancy, cfg->share_uids[i]) == 0;
 	if (!tenancy_ok) {

@@ -151,7 +151,7 @@ void k3d_peer_identify(const struct k3d_tenancy *t, int fd, int tcp, struct k3d_
 	memset(p, 0, sizeof(*p));
 	if (tcp) {
 		snprintf(p->who, sizeof(p->who), "tcp");
-		if (!t->tokens) { /* --insecure-tcp: every TCP peer is trusted */
+		if (!t->tokens && t->insecure_tcp) { /* every TCP peer is trusted */
 			p->authed = p->admin = 1;
 			return;
 		}

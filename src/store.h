@@ -108,6 +108,10 @@ enum status_code store_put_model(struct store *s, const struct k3cache_model *sp
  * UNKNOWN_MODEL. */
 struct k3cache_model *store_get_model(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN],
                                       struct status *st);
+/* Whether a spec is stored under this fingerprint, readable or not (a put
+ * of the spec repairs a damaged one). */
+int store_model_stored(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN]);
+
 /* Calls fn for every stored spec; stops early when fn returns non-zero. */
 enum status_code store_list_models(struct store *s,
                                    int (*fn)(const struct k3cache_model *spec, void *ctx),

@@ -111,30 +111,33 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 	/* deferred: no piece is checked here; the assembled blobs are, end to
 	 * end, against the sums the worker computed over them */
 	code = store_restore_opt(s, base, STORE_RESTORE_DEFER, &snap, &bst);
-	if (code != STATUS_OK) {
-		code = REFUSE(code == STATUS_NOT_FOUND ? STATUS_NOT_FOUND : code,
-		              "delta publish: the base entry cannot serve: %s", bst.message);
+	if (code != STATUS_OK && code != STATUS_NOT_FOUND) {
+		code = REFUSE(code, "delta publish: the base entry cannot serve: %s", bst.message);
 		goto out;
 	}
-	uint32_t pb = snap->prefix_len;
+	/* An entry that is not a prefix of this snapshot under its model and
+	 * salt (so, with tenancy, any entry of another tenant) is answered as
+	 * one that is not there, in the same words: nothing tells a publisher
+	 * whether a key it guessed exists. */
+	uint32_t pb = snap ? snap->prefix_len : 0;
 	uint8_t key[STORE_KEY_LEN];
-	if (pb > p || base_rows > pb) {
+	int mine = snap && pb <= p;
+	if (mine &&
+	    prefix_key(req->fingerprint, req->salt, req->salt_len, req->tokens, pb, key) != 0) {
+		code = status_set(st, STATUS_INTERNAL, "out of memory");
+		goto out;
+	}
+	if (!mine || memcmp(key, base, STORE_KEY_LEN) != 0) {
+		code = REFUSE(STATUS_NOT_FOUND,
+		              "delta publish: no base entry with this key is a prefix of this "
+		              "snapshot under this model and salt");
+		goto out;
+	}
+	if (base_rows > pb) {
 		code = REFUSE(
 		        STATUS_INVALID,
 		        "delta publish: the base holds %u tokens; this snapshot %u, from row %u",
 		        pb, p, base_rows);
-		goto out;
-	}
-	if (prefix_key(req->fingerprint, req->salt, req->salt_len, req->tokens, pb, key) != 0) {
-		code = status_set(st, STATUS_INTERNAL, "out of memory");
-		goto out;
-	}
-	if (memcmp(key, base, STORE_KEY_LEN) != 0) {
-		code = REFUSE(
-		        STATUS_INVALID,
-		        "delta publish: the base is not this snapshot's first %u tokens under "
-		        "this model and salt",
-		        pb);
 		goto out;
 	}
 	out->blobs = calloc(n ? n : 1, sizeof(*out->blobs));

@@ -152,3 +152,14 @@ enum status_code store_list_models(struct store *s,
 	mdb_txn_abort(txn);
 	return code;
 }
+
+int store_model_stored(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN])
+{
+	MDB_txn *txn;
+	if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
+		return 0;
+	MDB_val k = {MODEL_FINGERPRINT_LEN, (void *)fp}, v;
+	int rc = mdb_get(txn, s->models, &k, &v);
+	mdb_txn_abort(txn);
+	return rc == 0;
+}

@@ -151,6 +151,17 @@ static enum status_code check_row_block(struct store *s, MDB_txn *txn, struct st
 
 #define MARKER "running."
 
+/* This boot's id (/proc/sys/kernel/random/boot_id) with a newline, or 0. */
+static int boot_id(char out[40])
+{
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (!f)
+		return 0;
+	int ok = fgets(out, 40, f) != NULL;
+	fclose(f);
+	return ok;
+}
+
 /* Whether a marker of a process that is gone is in dir; with remove, removes
  * those markers. */
 static int stale_markers(const char *dir, int remove)
@@ -169,15 +180,19 @@ static int stale_markers(const char *dir, int remove)
 			continue;
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		uint64_t start = 0;
+		char b[96] = "", boot[40];
 		FILE *f = fopen(path, "r");
 		if (f) {
-			char b[32] = "";
-			if (fgets(b, sizeof(b), f))
-				start = strtoull(b, NULL, 10);
+			if (!fgets(b, sizeof(b), f))
+				b[0] = 0;
 			fclose(f);
 		}
-		if (start && store_process_start(pid) == start)
+		char *rest;
+		uint64_t start = strtoull(b, &rest, 10);
+		/* the same pid and start tick can come back after a reboot: the
+		 * boot id tells them apart */
+		if (start && store_process_start(pid) == start && boot_id(boot) &&
+		    !strcmp(rest + strspn(rest, " "), boot))
 			continue; /* a live process has it open */
 		unclean = 1;
 		if (remove)
@@ -196,8 +211,10 @@ static void put_marker(struct store *s)
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
 	if (fd < 0)
 		return;
-	char b[32];
-	int n = snprintf(b, sizeof(b), "%" PRIu64 "\n", store_process_start(pid));
+	char b[96], boot[40];
+	if (!boot_id(boot))
+		snprintf(boot, sizeof(boot), "-\n");
+	int n = snprintf(b, sizeof(b), "%" PRIu64 " %s", store_process_start(pid), boot);
 	int ok = write(fd, b, (size_t)n) == n && fsync(fd) == 0;
 	close(fd);
 	int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -273,6 +290,9 @@ static enum status_code check_structure(struct store *s, struct status *st)
 	s->checked_pages = ws.pages;
 	if (r == 0)
 		return STATUS_OK;
+	if (r == -1) /* could not run: not the file's fault; a restart may do */
+		return status_set(st, STATUS_INTERNAL, "%s: the structure check could not run: %s",
+		                  s->dir, why);
 	if (r < 0)
 		return status_set(st, STATUS_CORRUPT,
 		                  "not opened: its structure could not be checked; if it is "
@@ -388,7 +408,8 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 			goto fail;
 	}
 	if (!s->opt.read_only) {
-		stale_markers(dir, 1);
+		if (s->checked) /* an unclean stop's markers go once a walk has passed */
+			stale_markers(dir, 1);
 		put_marker(s);
 	}
 

@@ -46,8 +46,12 @@ static int copy_item(const char *table, const void *key, size_t klen, const void
 {
 	struct copy *c = ctx;
 	if (!strcmp(table, "meta")) {
-		if (klen == 8 && !memcmp(key, "rowblock", 8) && vlen == 4)
-			c->row_block = store_get_be32(val);
+		if (klen == 8 && !memcmp(key, "rowblock", 8) && vlen == 4) {
+			uint32_t b = store_get_be32(val);
+			/* a damaged value leaves the default */
+			c->row_block =
+			        b && b % PREFIX_BLOCK == 0 && b <= STORE_MAX_ROW_BLOCK ? b : 0;
+		}
 		return 0;
 	}
 	static const char *const keep[] = {"models", "entries", "tokens", "chunks", "blocks"};

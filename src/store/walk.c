@@ -8,6 +8,7 @@
  * leaf and, with flags, the child's page number on a branch. Pages 0 and 1
  * are the meta pages. */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,19 +241,22 @@ static const unsigned char *overflow(struct walker *w, struct tree *tr, uint64_t
 		problem(w, ov, "(%s) is not the overflow page its node names", tr->name);
 		return NULL;
 	}
-	if (u32at(p + 12) != n) {
+	/* LMDB keeps a run when it overwrites its value with a shorter one in
+	 * place, so a run may be longer than its value; never shorter */
+	if (u32at(p + 12) < n) {
 		problem(w, ov,
 		        "(%s) overflow run of %u pages holds a value of %llu bytes (%llu pages)",
 		        tr->name, u32at(p + 12), (unsigned long long)nd->dsize,
 		        (unsigned long long)n);
 		return NULL;
 	}
+	n = u32at(p + 12); /* a run too long reaches pages in use: mark() says so */
 	if (!page_at(w, ov, n)) {
 		problem(w, ov, "(%s) overflow run of %llu pages is outside the file", tr->name,
 		        (unsigned long long)n);
 		return NULL;
 	}
-	if (mark(w, ov, n, tr->name))
+	if (mark(w, ov, n, "an overflow run"))
 		return NULL;
 	tr->overflow += n;
 	w->st->overflow += n;
@@ -272,10 +276,12 @@ static int call_item(struct walker *w, const struct tree *tr, const unsigned cha
 static int free_item(struct walker *w, struct tree *tr, uint64_t pgno, const struct node *nd,
                      const unsigned char *v)
 {
-	if (nd->ksize != 8 || nd->dsize < 8 || nd->dsize % 8 || u64at(v) != nd->dsize / 8 - 1)
+	/* u64 n | n page numbers; a record LMDB reserved larger than it
+	 * filled has slack after them */
+	if (nd->ksize != 8 || nd->dsize < 8 || nd->dsize % 8 || u64at(v) > nd->dsize / 8 - 1)
 		return problem(w, pgno, "(free list) a record of %zu and %llu bytes is malformed",
 		               nd->ksize, (unsigned long long)nd->dsize);
-	for (uint64_t i = 1; i < nd->dsize / 8; i++) {
+	for (uint64_t i = 1; i <= u64at(v); i++) {
 		uint64_t f = u64at(v + 8 * i);
 		if (f < NUM_METAS || f > w->last_pg)
 			return problem(w, pgno, "(free list) lists page %llu, outside the file",
@@ -627,8 +633,14 @@ static int walk_file(const unsigned char *map, size_t size, int fd, uint64_t txn
 	w.seen[0] = 3; /* the meta pages */
 	struct tree fr = {.kind = TREE_FREE, .name = "free list"};
 	struct tree mn = {.kind = TREE_MAIN, .name = "main"};
-	if (walk_tree(&w, &fr, &m.free, 0) == 0 || item)
+	if (item) {
+		/* salvage: the trees first, so that a damaged free-list record
+		 * naming a live page cannot hide the subtree under it */
 		walk_tree(&w, &mn, &m.main, 1);
+		walk_tree(&w, &fr, &m.free, 0);
+	} else if (walk_tree(&w, &fr, &m.free, 0) == 0) {
+		walk_tree(&w, &mn, &m.main, 1);
+	}
 	/* every page reached once: by a tree or by the free list */
 	if (!stats->problems) {
 		for (uint64_t i = 0; i <= m.last_pg; i++)
@@ -731,11 +743,16 @@ int store_walk_child(int fd, uint64_t txnid, struct store_walk_stats *stats, cha
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
 	if (got != sizeof(r)) {
-		if (WIFSIGNALED(status))
-			return snprintf(why, whysz, "the check stopped on signal %d",
-			                WTERMSIG(status)),
-			       -1;
-		return snprintf(why, whysz, "the check ended without a report"), -1;
+		if (!WIFSIGNALED(status))
+			return snprintf(why, whysz, "the check ended without a report"), -1;
+		int sig = WTERMSIG(status);
+		snprintf(why, whysz, "the check stopped on signal %d", sig);
+		/* a fault is the file's doing (or the walk's bug); a kill (the OOM
+		 * killer, say) is not */
+		return sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGFPE ||
+		                       sig == SIGILL
+		               ? -2
+		               : -1;
 	}
 	r.why[sizeof(r.why) - 1] = 0;
 	*stats = r.stats;

@@ -74,8 +74,8 @@ int store_walk_meta(int fd, char *why, size_t whysz);
 
 /* Walks the data file open at fd (as store_walk, without item) in a child
  * process, so that a fault in the walk cannot reach the caller. Returns as
- * store_walk, or -1 when the walk could not run or did not finish (why says
- * how). */
+ * store_walk; -2 when the walk faulted (SIGSEGV, SIGBUS, ...); -1 when it
+ * could not run or was killed (why says how). */
 int store_walk_child(int fd, uint64_t txnid, struct store_walk_stats *stats, char *why,
                      size_t whysz);
 

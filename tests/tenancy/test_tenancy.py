@@ -167,6 +167,8 @@ def test_uids_never_see_each_other(model_added):
     # nor can B restore it by key: to B it does not exist
     got = as_uid(B, lambda: restore(d.sock, key_a))
     assert got.get("error") == "NotFoundError", got
+    absent = as_uid(B, lambda: restore(d.sock, "ab" * 32))
+    assert got["message"] == absent["message"], "a tenant can tell that the key exists"
     assert as_uid(A, lambda: restore(d.sock, key_a))["ok"] == len(TOKENS)
     # B publishes the same prompt: its own entry, under another key
     key_b = as_uid(B, lambda: publish(d.sock, seed=2))["ok"]

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "store/env.h"
 #include "store/walk.h"
 #include "storeutil.h"
 
@@ -218,6 +219,31 @@ static void test_overflow_count_refused(void **state)
 	assert_non_null(strstr(st.message, "overflow run"));
 }
 
+/* LMDB overwrites a large value with a smaller one in place, keeping its
+ * overflow run: a run longer than its value is sound. */
+static void test_longer_overflow_run_is_sound(void **state)
+{
+	struct fixture *f = *state;
+	struct status st;
+	struct store *s = open_at(f->dir, STORE_CHECK_ALWAYS, &st);
+	assert_non_null(s);
+	static unsigned char big[20000];
+	memset(big, 0x5a, sizeof(big));
+	unsigned char key[36] = {7};
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(s->env, NULL, 0, &txn), 0);
+	MDB_val k = {sizeof(key), key}, v = {sizeof(big), big};
+	assert_int_equal(mdb_put(txn, s->chunks, &k, &v, 0), 0);
+	v.mv_size = 5000;
+	assert_int_equal(mdb_put(txn, s->chunks, &k, &v, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	store_close(s);
+	s = open_at(f->dir, STORE_CHECK_ALWAYS, &st);
+	if (!s)
+		fail_msg("refused: %s", st.message);
+	store_close(s);
+}
+
 static void collect_lost(const uint8_t *key, const char *why, void *ctx)
 {
 	(void)key;
@@ -341,6 +367,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_sound_store_walks_clean, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_root_refused, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_overflow_count_refused, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_longer_overflow_run_is_sound, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_salvage, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_unclean_stop_marker, setup, teardown),
 	};
