@@ -13,8 +13,10 @@
  *     nodes take (LMDB packs them exactly), key order within the page,
  *     depth, and each tree's page and item counts as its MDB_db states them;
  *   - every overflow run's header: its page number, its flag, and a page
- *     count that matches its value's size (the data itself has its own
- *     XXH3, which store verify checks);
+ *     count that covers its value (LMDB keeps a longer run when it rewrites
+ *     a value shorter in place; the run's pages are all marked, so one that
+ *     claims pages in use is caught); the data itself has its own XXH3,
+ *     which store verify checks;
  *   - that every page up to the last is reached exactly once, by a tree or
  *     by the free list (a page reached twice is one LMDB would give out
  *     while it is still in use);
