@@ -733,7 +733,8 @@ int k3cache_hello(struct k3cache *c, char *server, size_t serversz, struct k3cac
 	if (server && serversz)
 		snprintf(server, serversz, "%s", r->server ? r->server : "");
 	if (r->code == K3CACHE__V1__CODE__OK && r->namespace_.len <= sizeof(c->ns)) {
-		memcpy(c->ns, r->namespace_.data, r->namespace_.len);
+		if (r->namespace_.len)
+			memcpy(c->ns, r->namespace_.data, r->namespace_.len);
 		c->ns_len = r->namespace_.len;
 		c->ns_known = 1;
 	}
