@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchk3.h"
 #include "benchutil.h"
 #include "frame.h"
 #include "k3cache/k3cache.h"
@@ -376,21 +377,11 @@ static void put_model(struct k3cache *c, const struct k3cache_model *m)
 /* Evicts every entry of a model; returns how many went. */
 static size_t evict_model(struct k3cache *c, const struct k3cache_model *m)
 {
-	frame_request req = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__Evict ev = K3CACHE__V1__EVICT__INIT;
-	ev.model.data = (uint8_t *)m->fingerprint;
-	ev.model.len = MODEL_FINGERPRINT_LEN;
-	req.op_case = K3CACHE__V1__REQUEST__OP_EVICT;
-	req.evict = &ev;
-	frame_response *r = NULL;
-	struct k3cache_error e;
-	if (k3cache_call(c, &req, &r, &e) != 0)
-		die_k3("evict", &e);
-	if (r->code != 0)
-		fail("evict: %s: %s", status_code_name((enum status_code)r->code), r->message);
-	size_t n = r->n_entries;
-	k3cache_response_free(r);
-	return n;
+	char why[512];
+	long n = benchk3_evict_model(c, m, why, sizeof(why));
+	if (n < 0)
+		fail("evict: %s", why);
+	return (size_t)n;
 }
 
 /* ---- 1: the raw socket baseline ------------------------------------------- */
