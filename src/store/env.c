@@ -17,20 +17,22 @@
 #name, offsetof(struct store, name), flags, opt, kmin, kmax, vmin, vmax, unit      \
 	}
 
+#define HAS(flag) offsetof(struct store, flag)
+
 const struct store_table store_tables[] = {
-        T(meta, 0, 0, 1, 64, 0, 4096, 1),
-        T(models, 0, 0, MODEL_FINGERPRINT_LEN, MODEL_FINGERPRINT_LEN, 2, 0, 1),
-        T(entries, 0, 0, STORE_KEY_LEN, STORE_KEY_LEN, STORE_RECORD_MIN, 0, 1),
-        T(tokens, 0, 0, STORE_KEY_LEN, STORE_KEY_LEN, 4, 0, 4),
-        T(chunks, 0, 0, STORE_CHUNK_KEY_LEN, STORE_CHUNK_KEY_LEN, 8, 0, 1),
-        T(nodes, 0, 0, PREFIX_NODE_LEN, PREFIX_NODE_LEN, 4, 4, 1),
-        T(attach, MDB_DUPSORT, 0, PREFIX_NODE_LEN, PREFIX_NODE_LEN, STORE_ATTACH_LEN,
+        T(meta, 0, STORE_REQUIRED, 1, 64, 0, 4096, 1),
+        T(models, 0, STORE_REQUIRED, MODEL_FINGERPRINT_LEN, MODEL_FINGERPRINT_LEN, 2, 0, 1),
+        T(entries, 0, STORE_REQUIRED, STORE_KEY_LEN, STORE_KEY_LEN, STORE_RECORD_MIN, 0, 1),
+        T(tokens, 0, STORE_REQUIRED, STORE_KEY_LEN, STORE_KEY_LEN, 4, 0, 4),
+        T(chunks, 0, STORE_REQUIRED, STORE_CHUNK_KEY_LEN, STORE_CHUNK_KEY_LEN, 8, 0, 1),
+        T(nodes, 0, STORE_REQUIRED, PREFIX_NODE_LEN, PREFIX_NODE_LEN, 4, 4, 1),
+        T(attach, MDB_DUPSORT, STORE_REQUIRED, PREFIX_NODE_LEN, PREFIX_NODE_LEN, STORE_ATTACH_LEN,
           STORE_ATTACH_LEN, 1),
-        T(lru, 0, 0, 8 + STORE_KEY_LEN, 8 + STORE_KEY_LEN, 0, 0, 1),
-        T(pending, 0, 1, STORE_KEY_LEN, STORE_KEY_LEN, PENDING_LEN, PENDING_LEN, 1),
-        T(blocks, 0, 1, STORE_BLOCK_KEY_LEN, STORE_BLOCK_KEY_LEN, 8, 0, 1),
-        T(blockrefs, 0, 1, STORE_BLOCK_REF_LEN, STORE_BLOCK_REF_LEN, 4, 4, 1),
-        T(held, 0, 1, STORE_BLOCK_HELD_LEN, STORE_BLOCK_HELD_LEN, 0, 0, 1),
+        T(lru, 0, STORE_REQUIRED, 8 + STORE_KEY_LEN, 8 + STORE_KEY_LEN, 0, 0, 1),
+        T(pending, 0, HAS(has_pending), STORE_KEY_LEN, STORE_KEY_LEN, PENDING_LEN, PENDING_LEN, 1),
+        T(blocks, 0, HAS(has_blocks), STORE_BLOCK_KEY_LEN, STORE_BLOCK_KEY_LEN, 8, 0, 1),
+        T(blockrefs, 0, HAS(has_blocks), STORE_BLOCK_REF_LEN, STORE_BLOCK_REF_LEN, 4, 4, 1),
+        T(held, 0, HAS(has_held), STORE_BLOCK_HELD_LEN, STORE_BLOCK_HELD_LEN, 0, 0, 1),
 };
 const size_t store_n_tables = sizeof(store_tables) / sizeof(store_tables[0]);
 

@@ -115,11 +115,12 @@ struct store_table {
 	const char *name;
 	size_t dbi;     /* offsetof(struct store, the table's handle) */
 	unsigned flags; /* MDB_DUPSORT or 0 */
-	int optional;
+	size_t has;     /* optional: offsetof(struct store, its has_ flag); else STORE_REQUIRED */
 	uint32_t key_min, key_max;
 	uint32_t val_min, val_max;
 	uint32_t val_unit;
 };
+#define STORE_REQUIRED SIZE_MAX
 extern const struct store_table store_tables[];
 extern const size_t store_n_tables;
 

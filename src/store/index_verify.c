@@ -188,11 +188,12 @@ static int check_nodes(struct index_check *c)
 	return 0;
 }
 
-int store_index_verify(struct store *s, MDB_txn *txn,
-                       void (*fn)(const uint8_t *key, const char *why, void *ctx), void *ctx,
-                       uint64_t *problems)
+/* Calls fn for every entry whose record decodes under its own key (the
+ * entries' own check reports the others); a nonzero return stops the walk
+ * and is returned. The entries table is only read: fn may write others. */
+static int each_record(struct store *s, MDB_txn *txn,
+                       int (*fn)(const struct store_record *r, void *ctx), void *ctx)
 {
-	struct index_check c = {.s = s, .txn = txn, .fn = fn, .ctx = ctx, .problems = problems};
 	MDB_cursor *cur;
 	int rc = mdb_cursor_open(txn, s->entries, &cur);
 	if (rc)
@@ -204,14 +205,56 @@ int store_index_verify(struct store *s, MDB_txn *txn,
 		if (k.mv_size != STORE_KEY_LEN ||
 		    store_record_decode(v.mv_data, v.mv_size, &r) != 0 ||
 		    memcmp(r.key, k.mv_data, STORE_KEY_LEN) != 0)
-			continue; /* the entry's own check reports its record */
-		if ((rc = check_entry(&c, &r)) != 0)
+			continue;
+		if ((rc = fn(&r, ctx)) != 0)
 			break;
 	}
 	mdb_cursor_close(cur);
-	if (rc == MDB_NOTFOUND)
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static int check_one(const struct store_record *r, void *ctx)
+{
+	return check_entry(ctx, r);
+}
+
+int store_index_verify(struct store *s, MDB_txn *txn,
+                       void (*fn)(const uint8_t *key, const char *why, void *ctx), void *ctx,
+                       uint64_t *problems)
+{
+	struct index_check c = {.s = s, .txn = txn, .fn = fn, .ctx = ctx, .problems = problems};
+	int rc = each_record(s, txn, check_one, &c);
+	if (!rc)
 		rc = check_nodes(&c);
 	free(c.nodes);
+	return rc;
+}
+
+struct rebuild {
+	struct store *s;
+	MDB_txn *txn;
+	uint64_t served;
+};
+
+/* One entry's LRU row, and its path when it is served. */
+static int rebuild_one(const struct store_record *r, void *ctx)
+{
+	struct rebuild *b = ctx;
+	int rc = store_index_lru_add(b->s, b->txn, r->lru_seq, r->key);
+	if (rc)
+		return rc;
+	MDB_val k = {STORE_KEY_LEN, (void *)r->key}, tv;
+	if (r->flags & STORE_FLAG_QUARANTINED || mdb_get(b->txn, b->s->tokens, &k, &tv) != 0 ||
+	    tv.mv_size != (size_t)r->prefix_len * 4u || !store_index_key_matches(r, &tv))
+		return 0; /* not served: no lookup needs to find it */
+	uint32_t *tokens = malloc(tv.mv_size ? tv.mv_size : 1);
+	if (!tokens)
+		return ENOMEM;
+	memcpy(tokens, tv.mv_data, tv.mv_size); /* the put below may move it */
+	rc = store_index_add(b->s, b->txn, r->fingerprint, r->salt, r->salt_len, tokens,
+	                     r->prefix_len, r->key);
+	free(tokens);
+	b->served += rc == 0;
 	return rc;
 }
 
@@ -222,38 +265,9 @@ int store_index_rebuild(struct store *s, MDB_txn *txn, uint64_t *entries)
 	if ((rc = mdb_drop(txn, s->nodes, 0)) != 0 || (rc = mdb_drop(txn, s->attach, 0)) != 0 ||
 	    (rc = mdb_drop(txn, s->lru, 0)) != 0)
 		return rc;
-	MDB_cursor *cur;
-	if ((rc = mdb_cursor_open(txn, s->entries, &cur)) != 0)
-		return rc;
-	MDB_val k, v;
-	/* the entries table is only read here, so the cursor and the records'
-	 * salts stay where they are while the other tables are written */
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		struct store_record r;
-		if (k.mv_size != STORE_KEY_LEN ||
-		    store_record_decode(v.mv_data, v.mv_size, &r) != 0 ||
-		    memcmp(r.key, k.mv_data, STORE_KEY_LEN) != 0)
-			continue; /* verify names it; eviction cannot reach what it cannot read */
-		if ((rc = store_index_lru_add(s, txn, r.lru_seq, r.key)) != 0)
-			break;
-		MDB_val tv;
-		if (r.flags & STORE_FLAG_QUARANTINED || mdb_get(txn, s->tokens, &k, &tv) != 0 ||
-		    tv.mv_size != (size_t)r.prefix_len * 4u || !store_index_key_matches(&r, &tv))
-			continue; /* not served: no lookup needs to find it */
-		uint32_t *tokens = malloc(tv.mv_size ? tv.mv_size : 1);
-		if (!tokens) {
-			rc = ENOMEM;
-			break;
-		}
-		memcpy(tokens, tv.mv_data, tv.mv_size); /* the put below may move it */
-		rc = store_index_add(s, txn, r.fingerprint, r.salt, r.salt_len, tokens,
-		                     r.prefix_len, r.key);
-		free(tokens);
-		if (rc)
-			break;
-		(*entries)++;
-	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : rc;
+	/* a record that does not read gets no row: verify names it */
+	struct rebuild b = {.s = s, .txn = txn};
+	rc = each_record(s, txn, rebuild_one, &b);
+	*entries = b.served;
+	return rc;
 }

@@ -58,25 +58,22 @@ const char *store_durability_name(enum store_durability d)
 	}
 }
 
-static int open_dbs(struct store *s, MDB_txn *txn, unsigned create)
+/* Opens the named tables of store_tables (env.c) that are required, or with
+ * optional the optional ones, which a read-only open of an older store may
+ * lack: their has_ flags say which are there (blocks and blockrefs share
+ * one, set when both are). */
+static int open_dbs(struct store *s, MDB_txn *txn, int optional)
 {
-	struct {
-		const char *name;
-		MDB_dbi *dbi;
-		unsigned flags;
-	} dbs[] = {
-	        {"meta", &s->meta, 0},
-	        {"models", &s->models, 0},
-	        {"entries", &s->entries, 0},
-	        {"tokens", &s->tokens, 0},
-	        {"chunks", &s->chunks, 0},
-	        {"nodes", &s->nodes, 0},
-	        {"attach", &s->attach, MDB_DUPSORT},
-	        {"lru", &s->lru, 0},
-	};
-	for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++) {
-		int rc = mdb_dbi_open(txn, dbs[i].name, dbs[i].flags | create, dbs[i].dbi);
-		if (rc)
+	unsigned create = s->opt.read_only ? 0 : MDB_CREATE;
+	for (size_t i = 0; i < store_n_tables; i++) {
+		const struct store_table *t = &store_tables[i];
+		if ((t->has != STORE_REQUIRED) != optional)
+			continue;
+		int rc = mdb_dbi_open(txn, t->name, t->flags | create,
+		                      (MDB_dbi *)(void *)((char *)s + t->dbi));
+		if (optional && rc == MDB_NOTFOUND)
+			*(int *)(void *)((char *)s + t->has) = 0;
+		else if (rc)
 			return rc;
 	}
 	return 0;
@@ -305,7 +302,7 @@ static enum status_code check_structure(struct store *s, struct status *st)
 /* Opens the named databases, checks the format and reads the LRU clock. */
 static enum status_code open_tables(struct store *s, MDB_txn *txn, struct status *st)
 {
-	int rc = open_dbs(s, txn, s->opt.read_only ? 0 : MDB_CREATE);
+	int rc = open_dbs(s, txn, 0);
 	if (rc)
 		return rc == MDB_NOTFOUND
 		               ? status_set(st, STATUS_INVALID, "%s: not a k3cache store", s->dir)
@@ -316,23 +313,9 @@ static enum status_code open_tables(struct store *s, MDB_txn *txn, struct status
 	if (code != STATUS_OK)
 		return code;
 	/* tables a read-only open of an older store may lack */
-	struct {
-		const char *name;
-		MDB_dbi *dbi;
-		int *has;
-	} optional[] = {
-	        {"pending", &s->pending, &s->has_pending},
-	        {"blocks", &s->blocks, &s->has_blocks},
-	        {"blockrefs", &s->blockrefs, &s->has_blocks},
-	        {"held", &s->held, &s->has_held},
-	};
-	for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
-		rc = mdb_dbi_open(txn, optional[i].name, s->opt.read_only ? 0 : MDB_CREATE,
-		                  optional[i].dbi);
-		if (rc && rc != MDB_NOTFOUND)
-			return store_mdb_error(st, rc, "opening the databases");
-		*optional[i].has = rc == 0 && (i != 2 || *optional[i].has);
-	}
+	s->has_pending = s->has_blocks = s->has_held = 1;
+	if ((rc = open_dbs(s, txn, 1)) != 0)
+		return store_mdb_error(st, rc, "opening the databases");
 	struct store_totals t;
 	if ((rc = store_totals_get(s, txn, &t)) != 0)
 		return store_mdb_error(st, rc, "reading the totals");

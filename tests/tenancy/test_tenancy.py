@@ -264,3 +264,18 @@ def test_tcp_tokens(tmp_path):
     finally:
         os.environ.pop("K3CACHE_TOKEN", None)
         d.stop()
+
+
+def test_bad_tenancy_flags(tmp_path):
+    """A token file with a malformed line, or a share list of one uid, keeps
+    the daemon from starting, with the reason."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice %s\nbob short\n" % ("a" * 32))
+    db, sock = str(tmp_path / "db"), str(tmp_path / "k3.sock")
+    r = subprocess.run([env("K3CACHED"), "--db", db, "--socket", sock, "--token-file",
+                        str(tokens), "--insecure-tcp", "--listen", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "tokens:2: expected NAME TOKEN [admin]" in r.stderr, r.stderr
+    r = subprocess.run([env("K3CACHED"), "--db", db, "--socket", sock, "--share-uids", "1000"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "two or more uids" in r.stderr, r.stderr

@@ -189,6 +189,24 @@ static void test_damaged_root_refused(void **state)
 	assert_true(res.saved >= 5); /* the older snapshot may lack the last entry */
 }
 
+/* Both meta pages damaged: there is no snapshot to read, and salvage says
+ * so without making anything of it. */
+static void test_salvage_of_nothing(void **state)
+{
+	struct fixture *f = *state;
+	struct file file = map_file(f->dir, 1);
+	uint32_t psize;
+	memcpy(&psize, file.p + 16 + 24, 4);
+	file.p[16] ^= 0xff;         /* meta 0's magic */
+	file.p[psize + 16] ^= 0xff; /* meta 1's */
+	unmap_file(&file);
+	struct store_salvage_res res;
+	struct status st;
+	assert_int_equal(store_salvage(f->dir, f->newdir, NULL, NULL, &res, &st), STATUS_CORRUPT);
+	assert_non_null(strstr(st.message, "nothing can be read"));
+	assert_int_equal(res.saved, 0);
+}
+
 /* A chunk's overflow run claiming more pages than its value takes: freeing
  * it would hand out pages still in use. */
 static void test_overflow_count_refused(void **state)
@@ -369,6 +387,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_overflow_count_refused, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_longer_overflow_run_is_sound, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_salvage, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_salvage_of_nothing, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_unclean_stop_marker, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
