@@ -65,15 +65,39 @@ static void store_u32(unsigned char *p, uint32_t v)
 	p[3] = (unsigned char)(v >> 24);
 }
 
+/* Where blob_parse() reads the words of a blob: the bytes whole (base), or
+ * only the words a parse reads, kept by a caller that saw each byte once
+ * (blob_parse_sparse). */
+struct words {
+	const unsigned char *base;
+	const unsigned char *head; /* sparse: bytes [0, head_len) */
+	size_t head_len;
+	const unsigned char *c1; /* sparse: the 4 bytes at c1_pos */
+	size_t c1_pos;
+};
+
+/* The word at pos (pos + 4 <= the blob's length); 0 for a sparse blob that
+ * did not keep it (never for a parse of what blob_stream kept). */
+static uint32_t word_at(const struct words *w, size_t pos)
+{
+	if (w->base)
+		return load_u32(w->base + pos);
+	if (pos + 4 <= w->head_len)
+		return load_u32(w->head + pos);
+	if (w->c1 && pos == w->c1_pos)
+		return load_u32(w->c1);
+	return 0;
+}
+
 /* Takes one f32vec from [*pos, len). `what` names it in messages. */
-static enum blob_class take_vec(const unsigned char *base, size_t len, size_t *pos, const char *tag,
+static enum blob_class take_vec(const struct words *w, size_t len, size_t *pos, const char *tag,
                                 const char *what, struct blob_f32vec *out, struct blob_error *err)
 {
 	size_t left = len - *pos;
 	if (left < 4)
 		return fail(err, BLOB_ERR_TRUNCATED,
 		            "%s %s count truncated: %zu of 4 bytes present", tag, what, left);
-	uint32_t count = load_u32(base + *pos);
+	uint32_t count = word_at(w, *pos);
 	uint64_t need = (uint64_t)count * 4u; /* cannot wrap: count < 2^32 */
 	left -= 4;
 	if (need > left)
@@ -81,42 +105,40 @@ static enum blob_class take_vec(const unsigned char *base, size_t len, size_t *p
 		            "%s %s says %" PRIu32 " floats (%" PRIu64
 		            " bytes), only %zu bytes follow",
 		            tag, what, count, need, left);
-	out->data = base + *pos + 4;
+	out->data = w->base ? w->base + *pos + 4 : NULL;
 	out->count = count;
 	*pos += 4 + (size_t)need;
 	return BLOB_OK;
 }
 
-enum blob_class blob_parse(const void *bytes, size_t len, struct blob_view *out,
-                           struct blob_error *err)
+static enum blob_class parse_words(const struct words *w, unsigned tag, size_t len,
+                                   struct blob_view *out, struct blob_error *err)
 {
-	const unsigned char *b = bytes;
 	if (len == 0)
 		return fail(err, BLOB_ERR_EMPTY, "empty blob: zero bytes");
-	struct blob_view v = {.tag = b[0]};
+	struct blob_view v = {.tag = tag};
 	size_t pos = 1;
 	enum blob_class rc;
-	switch (b[0]) {
+	switch (tag) {
 	case BLOB_TAG_KDA:
-		if ((rc = take_vec(b, len, &pos, "KDA", "conv", &v.v0, err)) != BLOB_OK)
+		if ((rc = take_vec(w, len, &pos, "KDA", "conv", &v.v0, err)) != BLOB_OK)
 			return rc;
-		if ((rc = take_vec(b, len, &pos, "KDA", "recurrent", &v.v1, err)) != BLOB_OK)
+		if ((rc = take_vec(w, len, &pos, "KDA", "recurrent", &v.v1, err)) != BLOB_OK)
 			return rc;
 		break;
 	case BLOB_TAG_MLA:
 		if (len - pos < 4)
 			return fail(err, BLOB_ERR_TRUNCATED,
 			            "MLA seq_len truncated: %zu of 4 bytes present", len - pos);
-		v.seq_len = load_u32(b + pos);
+		v.seq_len = word_at(w, pos);
 		pos += 4;
-		if ((rc = take_vec(b, len, &pos, "MLA", "k", &v.v0, err)) != BLOB_OK)
+		if ((rc = take_vec(w, len, &pos, "MLA", "k", &v.v0, err)) != BLOB_OK)
 			return rc;
-		if ((rc = take_vec(b, len, &pos, "MLA", "v", &v.v1, err)) != BLOB_OK)
+		if ((rc = take_vec(w, len, &pos, "MLA", "v", &v.v1, err)) != BLOB_OK)
 			return rc;
 		break;
 	default:
-		return fail(err, BLOB_ERR_TAG, "unknown tag %u: expected 1 (KDA) or 2 (MLA)",
-		            (unsigned)b[0]);
+		return fail(err, BLOB_ERR_TAG, "unknown tag %u: expected 1 (KDA) or 2 (MLA)", tag);
 	}
 	if (pos != len)
 		return fail(err, BLOB_ERR_TRAILING,
@@ -125,6 +147,33 @@ enum blob_class blob_parse(const void *bytes, size_t len, struct blob_view *out,
 	if (out)
 		*out = v;
 	return BLOB_OK;
+}
+
+enum blob_class blob_parse(const void *bytes, size_t len, struct blob_view *out,
+                           struct blob_error *err)
+{
+	struct words w = {.base = bytes};
+	return parse_words(&w, len ? ((const unsigned char *)bytes)[0] : 0, len, out, err);
+}
+
+size_t blob_second_count_at(const unsigned char *head, size_t head_len)
+{
+	size_t c0 = head_len >= 1 && head[0] == BLOB_TAG_MLA ? 5 : 1;
+	if (head_len < c0 + 4)
+		return SIZE_MAX;
+	uint64_t at = c0 + 4 + (uint64_t)load_u32(head + c0) * 4u;
+	return at > SIZE_MAX ? SIZE_MAX : (size_t)at;
+}
+
+enum blob_class blob_parse_sparse(const unsigned char *head, size_t head_len,
+                                  const unsigned char c1[4], size_t len, struct blob_view *out,
+                                  struct blob_error *err)
+{
+	struct words w = {.head = head,
+	                  .head_len = head_len,
+	                  .c1 = c1,
+	                  .c1_pos = blob_second_count_at(head, head_len)};
+	return parse_words(&w, len ? head[0] : 0, len, out, err);
 }
 
 size_t blob_encoded_size(const struct blob_view *view)
@@ -360,7 +409,15 @@ enum blob_class blob_check_shape(const void *bytes, size_t len, const struct k3c
                                  struct blob_error *err)
 {
 	struct blob_view v = {0};
-	enum blob_class rc = blob_parse(bytes, len, &v, err);
+	return blob_name_layer(blob_parse(bytes, len, &v, err), &v, model, layer, prefix_len, out,
+	                       err);
+}
+
+enum blob_class blob_name_layer(enum blob_class rc, const struct blob_view *parsed,
+                                const struct k3cache_model *model, uint32_t layer,
+                                uint32_t prefix_len, struct blob_view *out, struct blob_error *err)
+{
+	struct blob_view v = *parsed;
 	if (rc != BLOB_OK) {
 		if (err) {
 			char tmp[BLOB_MESSAGE_MAX];

@@ -73,6 +73,20 @@ const char *blob_tag_name(unsigned tag);
 enum blob_class blob_parse(const void *bytes, size_t len, struct blob_view *out,
                            struct blob_error *err);
 
+/* blob_parse() of a blob whose bytes were seen once and are gone: from the
+ * words a parse reads, kept as they passed. head holds bytes [0, head_len)
+ * (at least the tag, seq_len and first count: 9 bytes, or all of a shorter
+ * blob); c1 the 4 bytes at blob_second_count_at(head) when they lie inside
+ * the blob. The view's data pointers are NULL. Same class and message as
+ * blob_parse() of the whole bytes. */
+enum blob_class blob_parse_sparse(const unsigned char *head, size_t head_len,
+                                  const unsigned char c1[4], size_t len, struct blob_view *out,
+                                  struct blob_error *err);
+
+/* Where the second vector's count lies, as the head's first count says;
+ * SIZE_MAX when the head is too short to say. */
+size_t blob_second_count_at(const unsigned char *head, size_t head_len);
+
 /* Size in bytes of the encoding of a view. */
 size_t blob_encoded_size(const struct blob_view *view);
 
@@ -99,6 +113,13 @@ enum blob_class blob_check(const void *bytes, size_t len, const struct k3cache_m
 enum blob_class blob_check_shape(const void *bytes, size_t len, const struct k3cache_model *model,
                                  uint32_t layer, uint32_t prefix_len, struct blob_view *out,
                                  struct blob_error *err);
+
+/* What blob_check_shape() does after its parse: given the parse's result
+ * rc and view, prefixes a parse error with the layer, or checks slot, shape
+ * and seq_len. */
+enum blob_class blob_name_layer(enum blob_class rc, const struct blob_view *parsed,
+                                const struct k3cache_model *model, uint32_t layer,
+                                uint32_t prefix_len, struct blob_view *out, struct blob_error *err);
 
 /* blob_check() and checksum_blob() in one pass over the bytes: each block is
  * scanned for non-finite floats and hashed while it is in cache. On success

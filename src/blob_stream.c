@@ -40,6 +40,29 @@ int blob_stream_begin(struct blob_stream *s, const void *base, size_t len,
 	return layout(s, len, model, layer, prefix_len);
 }
 
+int blob_stream_begin_once(struct blob_stream *s, const void *base, size_t len,
+                           const struct k3cache_model *model, uint32_t layer, uint32_t prefix_len)
+{
+	int rc = blob_stream_begin(s, base, len, model, layer, prefix_len);
+	s->once = 1;
+	s->c1_at = SIZE_MAX;
+	s->bad_vec = -1;
+	return rc;
+}
+
+/* Once: keeps the words of [from, to) that a parse reads. */
+static void keep_words(struct blob_stream *s, const unsigned char *p, size_t from, size_t to)
+{
+	for (size_t o = from; o < to && o < sizeof(s->kept); o++)
+		s->kept[o] = p[o - from];
+	if (s->c1_at == SIZE_MAX && to >= 9)
+		s->c1_at =
+		        blob_second_count_at(s->kept, to < sizeof(s->kept) ? to : sizeof(s->kept));
+	if (s->c1_at != SIZE_MAX && s->c1_at < to && s->c1_at + 4 > from)
+		for (size_t o = s->c1_at > from ? s->c1_at : from; o < to && o < s->c1_at + 4; o++)
+			s->c1[o - s->c1_at] = p[o - from];
+}
+
 int blob_stream_begin_parts(struct blob_stream *s, void *a, void *b,
                             const struct k3cache_model *model, uint32_t layer, uint32_t prefix_len)
 {
@@ -94,6 +117,9 @@ void blob_stream_feed(struct blob_stream *s, size_t upto)
 		if (run > upto - s->fed)
 			run = upto - s->fed;
 		checksum_update(s->cs, p, run);
+		if (s->once &&
+		    (s->fed < sizeof(s->kept) || s->c1_at == SIZE_MAX || s->fed + run > s->c1_at))
+			keep_words(s, p, s->fed, s->fed + run);
 		s->fed += run;
 	}
 	for (int v = 0; v < 2 && !s->nonfinite; v++) {
@@ -109,8 +135,13 @@ void blob_stream_feed(struct blob_stream *s, size_t upto)
 		while (floats && !s->nonfinite) {
 			uint32_t take = floats > UINT32_MAX ? UINT32_MAX : (uint32_t)floats;
 			struct blob_f32vec part = {p, take};
-			if (blob_first_nonfinite(&part) >= 0)
+			int64_t at = blob_first_nonfinite(&part);
+			if (at >= 0) {
 				s->nonfinite = 1;
+				s->bad_vec = v;
+				s->bad_index = s->scanned[v] / 4u + (size_t)at;
+				memcpy(&s->bad_bits, p + (size_t)at * 4u, 4);
+			}
 			s->scanned[v] += (size_t)take * 4u;
 			p += (size_t)take * 4u;
 			floats -= take;
@@ -165,11 +196,43 @@ enum blob_class blob_stream_end(struct blob_stream *s, uint64_t *xxh3, struct bl
 	uint64_t sum = checksum_end(s->cs);
 	s->cs = NULL;
 	struct blob_view view;
-	enum blob_class rc = s->scattered ? scattered_view(s, &view, err)
-	                                  : blob_check_shape(s->base, s->len, s->model, s->layer,
-	                                                     s->prefix_len, &view, err);
+	enum blob_class rc;
+	if (s->scattered) {
+		rc = scattered_view(s, &view, err);
+	} else if (s->once) {
+		struct blob_view parsed = {0};
+		size_t head = s->fed < sizeof(s->kept) ? s->fed : sizeof(s->kept);
+		rc = s->fed != s->len
+		             ? BLOB_ERR_TRUNCATED
+		             : blob_parse_sparse(s->kept, head, s->c1, s->len, &parsed, err);
+		if (rc == BLOB_ERR_TRUNCATED && s->fed != s->len && err) {
+			err->cls = rc;
+			snprintf(err->message, sizeof(err->message), "%zu of %zu bytes arrived",
+			         s->fed, s->len);
+		}
+		rc = blob_name_layer(rc, &parsed, s->model, s->layer, s->prefix_len, &view, err);
+	} else {
+		rc = blob_check_shape(s->base, s->len, s->model, s->layer, s->prefix_len, &view,
+		                      err);
+	}
 	if (rc != BLOB_OK)
 		return rc;
+	if (s->once &&
+	    (s->nonfinite || s->scanned[0] != s->data_len[0] || s->scanned[1] != s->data_len[1])) {
+		/* the header matched the model: the floats scanned were the vectors' */
+		float f;
+		memcpy(&f, &s->bad_bits, 4);
+		if (err && s->nonfinite) {
+			err->cls = BLOB_ERR_NONFINITE;
+			snprintf(err->message, sizeof(err->message),
+			         "layer %" PRIu32 ": %s %s[%zu] is %s", s->layer,
+			         blob_tag_name(view.tag),
+			         view.tag == BLOB_TAG_KDA ? (s->bad_vec ? "recurrent" : "conv")
+			                                  : (s->bad_vec ? "v" : "k"),
+			         s->bad_index, f != f ? "NaN" : (f > 0 ? "+Inf" : "-Inf"));
+		}
+		return s->nonfinite ? BLOB_ERR_NONFINITE : BLOB_ERR_TRUNCATED;
+	}
 	/* the header matched the model, so the ranges scanned were the floats;
 	 * a value found bad is named by the full check (rare: only then) */
 	if (s->nonfinite || s->fed != s->len || s->scanned[0] != s->data_len[0] ||

@@ -33,6 +33,14 @@ struct blob_stream {
 	size_t data_len[2]; /* and their byte length */
 	size_t scanned[2];  /* bytes of each vector's floats scanned */
 	int nonfinite;      /* a NaN or an Inf was seen */
+	/* read once (blob_stream_begin_once): the words a parse reads, kept as
+	 * they pass, and the first non-finite float (its vector, index, bits) */
+	int once;
+	unsigned char kept[16], c1[4];
+	size_t c1_at; /* where the head says the second count is; SIZE_MAX: not yet known */
+	int bad_vec;
+	size_t bad_index;
+	uint32_t bad_bits;
 	struct checksum_state *cs;
 };
 
@@ -41,6 +49,11 @@ struct blob_stream {
  * memory. */
 int blob_stream_begin(struct blob_stream *s, const void *base, size_t len,
                       const struct k3cache_model *model, uint32_t layer, uint32_t prefix_len);
+/* blob_stream_begin() for bytes that may be gone once fed (a window that
+ * moves on): each byte of base[0, len) is read only while it is fed, and
+ * blob_stream_end() gives its answer from what it kept then. */
+int blob_stream_begin_once(struct blob_stream *s, const void *base, size_t len,
+                           const struct k3cache_model *model, uint32_t layer, uint32_t prefix_len);
 /* Starts the checks of a blob for `layer` of `model` at `prefix_len` whose
  * floats go to a (conv or k) and b (recurrent or v), which must hold the
  * model's counts. The blob's length is the model's

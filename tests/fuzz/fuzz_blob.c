@@ -5,6 +5,8 @@
  *  - every rejection has a class and a non-empty message;
  *  - blob_stream, fed the blob in pieces (sizes drawn from the selector),
  *    gives exactly what blob_check_sum gives for the whole;
+ *  - read once (blob_stream_begin_once), with every byte behind the
+ *    feed scribbled over, it gives the same answer again;
  *  - scattered into two arrays (blob_stream_begin_parts, the client's
  *    restore into component arrays), a blob of the model's length is
  *    accepted exactly when the whole check accepts it, with the same
@@ -80,6 +82,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		piece = piece * 3u % 29u + 1u;
 	}
 	enum blob_class streamed = blob_stream_end(&bs, &stream_sum, &stream_err);
+	if (streamed != whole || (whole == BLOB_OK && stream_sum != whole_sum) ||
+	    (whole != BLOB_OK && strcmp(stream_err.message, whole_err.message) != 0))
+		abort();
+
+	/* read once (a moving window): every byte more than 3 behind what was
+	 * fed is scribbled over, and the answer is still the same */
+	if (blob_stream_begin_once(&bs, buf, len, fuzz_model(), layer, prefix) != 0)
+		abort();
+	memset(buf, 0xff, len);
+	piece = 1u + (sel % 11u);
+	for (size_t off = 0; off < len;) {
+		size_t n = len - off < piece ? len - off : piece;
+		memcpy(buf + off, blob + off, n);
+		off += n;
+		blob_stream_feed(&bs, off);
+		if (off > 3)
+			memset(buf, 0xaa, off - 3);
+		piece = piece * 5u % 31u + 1u;
+	}
+	streamed = blob_stream_end(&bs, &stream_sum, &stream_err);
 	if (streamed != whole || (whole == BLOB_OK && stream_sum != whole_sum) ||
 	    (whole != BLOB_OK && strcmp(stream_err.message, whole_err.message) != 0))
 		abort();
