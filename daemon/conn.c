@@ -186,11 +186,16 @@ void k3d_pool_put(struct k3d_server *srv, unsigned char *buf, uint64_t cap)
 
 void k3d_pool_release_idle(struct k3d_server *srv)
 {
-	if (srv->pool_n == 0 || srv->ticks - srv->payload_tick < K3D_POOL_IDLE_TICKS)
+	if (srv->idle_trimmed || srv->inflight_bytes ||
+	    srv->ticks - srv->payload_tick < K3D_POOL_IDLE_TICKS)
 		return;
 	while (srv->pool_n > 0)
 		pool_free(srv, 0);
+	k3d_window_pool_free(srv, 0);
+	/* and what the heaps keep (M_TRIM_THRESHOLD): LMDB's dirty pages of
+	 * the last commits, freed on the writer's arena */
 	malloc_trim(0);
+	srv->idle_trimmed = 1;
 }
 
 /* A connection whose trial window is in and that waits for its whole
@@ -220,6 +225,7 @@ void k3d_conn_reset(struct k3d_conn *c)
 	k3d_pool_put(c->srv, c->payload, c->pcap);
 	c->payload = NULL;
 	c->pcap = 0;
+	c->win = NULL;
 	c->hlen = c->hgot = 0;
 	c->plen = c->pgot = 0;
 	c->trial = 0;
@@ -254,6 +260,7 @@ static int mid_frame(const struct k3d_conn *c)
 	case K3D_READ_HEADER:
 	case K3D_WAIT_MEMORY:
 	case K3D_READ_PAYLOAD:
+	case K3D_WAIT_WINDOW:
 	case K3D_DISCARD:
 		return 1;
 	case K3D_READ_LEN:
@@ -606,7 +613,11 @@ static int reserve_payload(struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
 	int trial = !c->trial && c->pgot == 0 && c->plen > K3D_TRIAL_BYTES;
-	uint64_t want = trial ? K3D_TRIAL_BYTES : c->plen;
+	/* a large publish is received through a window of a few stages */
+	int windowed = !trial && k3d_ingest_wants(c);
+	uint64_t want = trial      ? K3D_TRIAL_BYTES
+	                : windowed ? k3d_window_bytes(srv, c->plen)
+	                           : c->plen;
 	uint64_t others = srv->inflight_bytes - c->reserved;
 	/* Trial windows that wait for their whole do not count against one
 	 * another: each would wait for the others for ever. (So the cap can
@@ -616,6 +627,29 @@ static int reserve_payload(struct k3d_conn *c)
 	if (others > 0 && others + want > srv->cfg.max_inflight) {
 		srv->busy_pauses++;
 		return 0;
+	}
+	if (windowed) {
+		if (k3d_ingest_start(c) != 0) {
+			struct status st;
+			status_set(&st, STATUS_BUSY,
+			           "cannot hold a receive window now; retry later");
+			c->pending = st;
+			end_trial_wait(c);
+			c->trial = 0;
+			set_state(c, K3D_DISCARD);
+			return 1;
+		}
+		release_reservation(c); /* the trial's, and ends its wait */
+		k3d_pool_put(srv, c->payload, c->pcap);
+		c->payload = c->win->base;
+		c->pcap = 0;
+		c->trial = 0;
+		c->reserved = want;
+		srv->inflight_bytes += want;
+		srv->payload_tick = srv->ticks;
+		srv->idle_trimmed = 0;
+		set_state(c, K3D_READ_PAYLOAD);
+		return 1;
 	}
 	uint64_t cap;
 	unsigned char *buf = k3d_pool_get(srv, want, &cap);
@@ -640,16 +674,54 @@ static int reserve_payload(struct k3d_conn *c)
 	c->reserved = cap; /* what is held, when a pooled buffer is larger */
 	srv->inflight_bytes += cap;
 	srv->payload_tick = srv->ticks;
+	srv->idle_trimmed = 0;
 	set_state(c, K3D_READ_PAYLOAD);
-	if (!trial)
-		k3d_ingest_start(c); /* a large publish is written as it arrives */
 	return 1;
 }
 
-/* Where the payload buffer ends now: the trial's, or the whole. */
+/* Where the payload buffer ends now: the trial's, the window's, or the
+ * whole. */
 static uint64_t payload_end(const struct k3d_conn *c)
 {
-	return c->trial ? K3D_TRIAL_BYTES : c->plen;
+	if (c->trial)
+		return K3D_TRIAL_BYTES;
+	if (c->win && k3d_window_end(c->win) < c->plen)
+		return k3d_window_end(c->win);
+	return c->plen;
+}
+
+/* A streamed payload whose window is full backs its next stage, or waits
+ * for the store to consume the first (K3D_WAIT_WINDOW). A window that
+ * cannot grow for want of memory ends the publish: BUSY, the rest
+ * discarded. */
+static void window_next(struct k3d_conn *c)
+{
+	int rc = k3d_ingest_window(c);
+	if (rc == 0) {
+		set_state(c, K3D_READ_PAYLOAD);
+	} else if (rc > 0) {
+		set_state(c, K3D_WAIT_WINDOW);
+	} else {
+		k3d_ingest_cancel(c);
+		status_set(&c->pending, STATUS_BUSY,
+		           "out of memory for a receive window; retry later");
+		set_state(c, K3D_DISCARD);
+	}
+}
+
+void k3d_conn_windows_moved(struct k3d_server *srv)
+{
+	for (struct k3d_conn *c = srv->conns; c; c = c->next) {
+		if (!c->win || c->dead)
+			continue;
+		if (c->state == K3D_WAIT_WINDOW) {
+			window_next(c);
+			if (c->state != K3D_WAIT_WINDOW)
+				process(c);
+		} else {
+			(void)k3d_ingest_window(c); /* hands back what was consumed */
+		}
+	}
 }
 
 /* After payload bytes arrived: the request is whole, the trial is over, or
@@ -666,6 +738,8 @@ static void payload_arrived(struct k3d_conn *c)
 		c->srv->waiting_trials += c->reserved;
 	} else if (c->ingest) {
 		k3d_ingest_arrived(c);
+		if (c->pgot == payload_end(c))
+			window_next(c);
 	}
 }
 
@@ -749,6 +823,13 @@ static void process(struct k3d_conn *c)
 			                          (size_t)(payload_end(c) - c->pgot));
 			payload_arrived(c);
 			break;
+		case K3D_WAIT_WINDOW:
+			window_next(c);
+			if (c->state == K3D_WAIT_WINDOW) {
+				set_reading(c, 0);
+				return;
+			}
+			break;
 		case K3D_DISCARD:
 			if (c->pgot == c->plen) {
 				k3d_conn_error(c, c->req ? c->req->id : 0, &c->pending);
@@ -827,7 +908,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 				c->last_progress = srv->ticks;
 				int whole = c->pgot == c->plen;
 				payload_arrived(c);
-				if (whole || c->state == K3D_WAIT_MEMORY)
+				if (whole || c->state == K3D_WAIT_MEMORY ||
+				    c->state == K3D_WAIT_WINDOW || c->state == K3D_DISCARD)
 					process(c);
 				else
 					maybe_yield(c, (size_t)n);
@@ -939,14 +1021,17 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 		uint64_t idle = srv->ticks - c->last_request;
 		/* a publish waiting for memory waits for the daemon, not the
 		 * client: never stalled, only gone (above) */
-		int stalled_mid = mid_frame(c) && c->state != K3D_WAIT_MEMORY;
+		int waiting = c->state == K3D_WAIT_MEMORY || c->state == K3D_WAIT_WINDOW;
+		int stalled_mid = mid_frame(c) && !waiting;
 		int sending = evbuffer_get_length(c->out) > 0;
 		const char *why = NULL;
-		if (c->state == K3D_WAIT_MEMORY) {
+		if (waiting) {
 			/* not read while it waits: notice a client that went away */
 			struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
 			if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-				why = "left while waiting for in-flight memory";
+				why = c->state == K3D_WAIT_MEMORY
+				              ? "left while waiting for in-flight memory"
+				              : "left while its upload waited for the store";
 		}
 		if (!why && (stalled_mid || sending) && still >= srv->cfg.stall_timeout)
 			why = sending ? "stalled reading its reply" : "stalled mid-frame";

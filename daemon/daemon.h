@@ -14,6 +14,7 @@
 #include "status.h"
 #include "store.h"
 #include "tenancy.h"
+#include "window.h"
 
 #define K3D_VERSION "k3cached 0.1.0"
 #define K3D_INBUF   65536u
@@ -111,8 +112,13 @@ struct k3d_server {
 		uint64_t cap;
 	} pool[16];
 	int pool_n;
+	/* stage buffers of receive windows (window.h), counted in pool_bytes */
+	unsigned char *stage_pool[64];
+	uint32_t stage_n;
+	int window_fresh;      /* mremap cannot keep a range: stages use fresh pages */
 	uint64_t pool_bytes;   /* pool + in flight <= --max-inflight */
 	uint64_t payload_tick; /* when the last payload was reserved */
+	int idle_trimmed;      /* the pools and heaps were handed back since */
 	struct k3d_hist latency[K3D_N_OPS];
 };
 
@@ -125,8 +131,9 @@ enum k3d_conn_state {
 	K3D_READ_HEADER,
 	K3D_WAIT_MEMORY, /* header read; waiting for in-flight bytes to free */
 	K3D_READ_PAYLOAD,
-	K3D_DISCARD, /* skipping the payload of a refused request */
-	K3D_BUSY,    /* a request is with the writer thread */
+	K3D_WAIT_WINDOW, /* a streamed payload's window is full: the store consumes first */
+	K3D_DISCARD,     /* skipping the payload of a refused request */
+	K3D_BUSY,        /* a request is with the writer thread */
 };
 
 struct k3d_conn {
@@ -161,6 +168,7 @@ struct k3d_conn {
 	uint64_t pcap;              /* capacity of the payload buffer */
 	struct status pending;      /* the error to answer after a discard */
 	struct k3d_job *ingest;     /* a publish written while its payload arrives */
+	struct k3d_window *win;     /* its receive window (the job's; window.h) */
 	struct k3d_stream *sending; /* a restore whose chunks are still to queue */
 	uint64_t send_chunk;        /* its next chunk */
 	uint64_t send_id;           /* its request's id */
@@ -204,8 +212,9 @@ void k3d_bound_address(evutil_socket_t fd, char *out, size_t outsz);
 /* pool (conn.c): a payload buffer of at least n bytes, and its return. */
 unsigned char *k3d_pool_get(struct k3d_server *srv, uint64_t n, uint64_t *cap);
 void k3d_pool_put(struct k3d_server *srv, unsigned char *buf, uint64_t cap);
-/* Frees the pool when no payload came for K3D_POOL_IDLE_TICKS (a tick). */
-#define K3D_POOL_IDLE_TICKS 30
+/* Frees the pools and trims the heaps once no payload came for
+ * K3D_POOL_IDLE_TICKS and none is in flight (a tick). */
+#define K3D_POOL_IDLE_TICKS 10
 void k3d_pool_release_idle(struct k3d_server *srv);
 
 /* conn.c */
@@ -226,6 +235,9 @@ void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st);
 void k3d_conn_request_done(struct k3d_conn *c);
 /* Resumes connections waiting for in-flight memory. */
 void k3d_conn_resume_waiting(struct k3d_server *srv);
+/* The writer moved on: streamed payloads hand back the stages the store
+ * consumed, and those waiting for their window read on. */
+void k3d_conn_windows_moved(struct k3d_server *srv);
 void k3d_conn_sweep_timeouts(struct k3d_server *srv);
 /* Answers resp, then streams the blobs of snap (taken with
  * STORE_RESTORE_DEFER) from the map, a chunk at a time: each chunk is checked
@@ -299,6 +311,8 @@ void k3d_job_free(struct k3d_job *job);
 struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_publish_req *req);
 /* Asks the writer to look at a streamed publish again (any thread). */
 void k3d_writer_kick(struct k3d_writer *w, struct k3d_job *job);
+/* Wakes the loop thread (done_fd): finished jobs, or a window that moved. */
+void k3d_writer_wake_loop(struct k3d_writer *w);
 
 /* ingest.c: a publish larger than the store's stage size is handed to the
  * writer as soon as its header is in; the writer writes its stages as the
@@ -307,8 +321,15 @@ void k3d_writer_kick(struct k3d_writer *w, struct k3d_job *job);
  * the whole payload is in and the entry committed (or refused).
  *
  * loop thread: */
-/* Starts streaming c's publish, if it qualifies. 1 when it did. */
+/* Whether c's request (its header in) is a publish to stream. */
+int k3d_ingest_wants(const struct k3d_conn *c);
+/* Starts streaming c's publish into a window (c->win), its first stage
+ * backed, with the c->pgot bytes c->payload holds (a trial's) copied in. 0,
+ * or -1 when out of memory or address space (nothing changed). */
 int k3d_ingest_start(struct k3d_conn *c);
+/* Hands back the window's stages the store has consumed, then backs the
+ * next stage: k3d_window_grow()'s answer. */
+int k3d_ingest_window(struct k3d_conn *c);
 /* c's payload grew to c->pgot bytes. */
 void k3d_ingest_arrived(struct k3d_conn *c);
 /* c's payload is whole: the connection waits for the answer. */

@@ -1,27 +1,37 @@
 /* ingest: a large publish written into the store while its payload arrives.
  *
- * The loop thread receives the payload into one buffer, as for any publish,
- * but hands the job to the writer as soon as the header is in. The writer
- * begins a staged publish (store_stage_begin: pending row, helper scan) and
- * then writes each stage whose layers have arrived and passed their checks,
- * interleaved with its other jobs; it never waits for the socket. The job
- * comes back (and is answered) once the payload is whole and the entry is
- * committed or refused, or once the connection is gone and what was written
- * is removed.
+ * The loop thread receives the payload into a window (window.h): a reserved
+ * range of the payload's length of which at most K3D_WINDOW_STAGES stages
+ * are backed by memory. It hands the job to the writer as soon as the
+ * header is in. The writer begins a staged publish (store_stage_begin with
+ * STORE_STAGE_WINDOW: pending row, scan thread) and then writes each stage
+ * whose bytes have arrived, interleaved with its other jobs; it never waits
+ * for the socket. After each step it tells the loop how far the store has
+ * consumed the payload (store_stage_consumed); the loop hands those stages
+ * back and reads on, so a full window pauses the socket (K3D_WAIT_WINDOW)
+ * until the writer catches up. The job comes back (and is answered) once
+ * the payload is whole and the entry committed or refused, or once the
+ * connection is gone and what was written is removed.
  *
- * Threads: the loop writes `arrived`, `complete`, `cancelled` under mu; the
- * writer owns `stage` (set and cleared under mu, so that the loop can pass
- * arrivals and cancels to it); the stage's scan thread only kicks the writer. */
+ * Threads: the loop writes `arrived`, `complete`, `cancelled` under mu and
+ * owns the window; the writer owns `stage` (set and cleared under mu, so
+ * that the loop can pass arrivals and cancels to it) and writes `consumed`
+ * under mu; the stage's scan thread only kicks the writer. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
+#include "window.h"
 
 struct k3d_ingest {
 	struct k3d_writer *w;
+	struct k3d_server *srv;
 	struct k3d_job *job;
+	struct k3d_window win; /* the loop's */
 	pthread_mutex_t mu;
 	uint64_t arrived;
+	uint64_t consumed; /* payload bytes the store will not read again */
+	uint64_t told;     /* the writer's: consumed when it last woke the loop */
 	int complete, cancelled;
 	struct store_stage *stage;
 	/* the writer's */
@@ -33,34 +43,59 @@ struct k3d_ingest {
 
 /* ---- the loop's side ------------------------------------------------------- */
 
+int k3d_ingest_wants(const struct k3d_conn *c)
+{
+	struct k3d_server *srv = c->srv;
+	return !srv->stopping && c->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH &&
+	       c->plen > store_stage_bytes(srv->store) &&
+	       !c->req->publish->base_key.len; /* a delta is assembled whole from its base */
+}
+
 int k3d_ingest_start(struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
-	if (srv->stopping || c->req->op_case != K3CACHE__V1__REQUEST__OP_PUBLISH ||
-	    c->plen <= store_stage_bytes(srv->store) || c->req->publish->base_key.len)
-		return 0; /* a delta is assembled whole from its base first */
 	struct k3d_job *job = calloc(1, sizeof(*job));
 	struct k3d_ingest *in = calloc(1, sizeof(*in));
-	if (!job || !in) {
+	if (!job || !in || k3d_window_open(srv, &in->win, c->plen) != 0) {
 		free(job);
 		free(in);
-		return 0; /* received whole, then written as before */
+		return -1;
 	}
+	if (k3d_window_grow(srv, &in->win) != 0) {
+		k3d_window_close(srv, &in->win);
+		free(job);
+		free(in);
+		return -1;
+	}
+	if (c->pgot) /* a trial's first bytes */
+		memcpy(in->win.base, c->payload, (size_t)c->pgot);
 	pthread_mutex_init(&in->mu, NULL);
 	in->w = srv->writer;
+	in->srv = srv;
 	in->job = job;
 	k3cache__v1__response__init(&job->resp);
 	job->conn = c;
 	job->req = c->req;
-	job->payload = c->payload; /* the job's; the connection keeps filling it */
+	job->payload = in->win.base; /* the window's, never freed as a buffer */
 	job->plen = c->plen;
 	job->t_request = c->t_request;
 	job->streamed = 1;
 	job->ingest = in;
 	c->req = NULL;
 	c->ingest = job;
+	c->win = &in->win;
 	k3d_writer_submit(srv->writer, job);
-	return 1;
+	return 0;
+}
+
+int k3d_ingest_window(struct k3d_conn *c)
+{
+	struct k3d_ingest *in = c->ingest->ingest;
+	pthread_mutex_lock(&in->mu);
+	uint64_t consumed = in->consumed;
+	pthread_mutex_unlock(&in->mu);
+	k3d_window_release(c->srv, &in->win, consumed < c->pgot ? consumed : c->pgot);
+	return k3d_window_grow(c->srv, &in->win);
 }
 
 void k3d_ingest_arrived(struct k3d_conn *c)
@@ -84,7 +119,8 @@ void k3d_ingest_complete(struct k3d_conn *c)
 		store_stage_arrived(in->stage, c->pgot);
 	pthread_mutex_unlock(&in->mu);
 	c->ingest = NULL;
-	c->payload = NULL; /* the job's; handed back with the answer */
+	c->payload = NULL; /* the job's window, closed with it */
+	c->win = NULL;
 	c->state = K3D_BUSY;
 	k3d_writer_kick(in->w, job);
 }
@@ -100,6 +136,7 @@ void k3d_ingest_cancel(struct k3d_conn *c)
 	pthread_mutex_unlock(&in->mu);
 	c->ingest = NULL;
 	c->payload = NULL;
+	c->win = NULL;
 	k3d_writer_kick(in->w, job);
 }
 
@@ -131,7 +168,8 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 	struct store_stage *g = NULL;
 	job->st.code = STATUS_OK;
 	job->st.message[0] = 0;
-	store_stage_begin(job->conn->srv->store, &in->req, kick, job, &g, &job->pub, &job->st);
+	store_stage_begin(job->conn->srv->store, &in->req, STORE_STAGE_WINDOW, kick, job, &g,
+	                  &job->pub, &job->st);
 	if (!g)
 		return; /* refused, or stored already: answered once the payload is in */
 	pthread_mutex_lock(&in->mu);
@@ -140,6 +178,21 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 	if (in->cancelled)
 		store_stage_cancel(g);
 	pthread_mutex_unlock(&in->mu);
+}
+
+/* The writer: the store will not read payload bytes before `consumed`
+ * again; the loop is woken when that frees a stage of the window. */
+static void tell_consumed(struct k3d_ingest *in, uint64_t consumed)
+{
+	if (consumed == UINT64_MAX) /* failed: nothing more is read */
+		consumed = in->job->plen;
+	pthread_mutex_lock(&in->mu);
+	in->consumed = consumed;
+	pthread_mutex_unlock(&in->mu);
+	if (consumed / in->win.stage > in->told / in->win.stage) {
+		in->told = consumed;
+		k3d_writer_wake_loop(in->w);
+	}
 }
 
 int k3d_ingest_progress(struct k3d_job *job, int stopping)
@@ -179,6 +232,7 @@ int k3d_ingest_progress(struct k3d_job *job, int stopping)
 		if (step == STORE_STAGE_MORE || step == STORE_STAGE_READY)
 			if (step == STORE_STAGE_MORE) {
 				if (!stopping) {
+					tell_consumed(in, store_stage_consumed(g));
 					k3d_writer_kick(in->w,
 					                job); /* one stage, then other jobs */
 					return 0;
@@ -191,6 +245,7 @@ int k3d_ingest_progress(struct k3d_job *job, int stopping)
 		}
 		break;
 	}
+	tell_consumed(in, store_stage_consumed(g));
 	if (step == STORE_STAGE_WAIT || !(whole || gone))
 		return 0; /* a kick comes when there is more to do */
 	pthread_mutex_lock(&in->mu);
@@ -207,6 +262,7 @@ void k3d_ingest_free(struct k3d_ingest *in)
 	if (!in)
 		return;
 	pthread_mutex_destroy(&in->mu);
+	k3d_window_close(in->srv, &in->win);
 	free(in->blobs);
 	free(in);
 }

@@ -125,6 +125,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 	if (fd >= 0 && read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
 		k3d_log(K3D_LOG_WARN, "done: read: %s", strerror(errno));
 	struct k3d_job *job = k3d_writer_take_done(srv->writer);
+	k3d_conn_windows_moved(srv);
 	while (job) {
 		struct k3d_job *next = job->next;
 		struct k3d_conn *c = job->conn;
@@ -151,8 +152,8 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			/* a streamed publish the writer ended before its payload was
 			 * whole (the daemon is stopping): there is nothing to answer */
 			c->ingest = NULL;
-			c->payload = job->payload;
-			job->payload = NULL;
+			c->win = NULL;
+			c->payload = NULL; /* the job's window, closed with it */
 			k3d_job_free(job);
 			k3d_conn_close(c);
 			job = next;
@@ -163,9 +164,12 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 		if (!c->dead)
 			answer_job(job);
 		c->req = NULL;
-		/* the payload buffer goes back to the connection, then the pool */
-		c->payload = job->payload;
-		job->payload = NULL;
+		/* the payload buffer goes back to the connection, then the pool (a
+		 * streamed one is its window, closed with the job) */
+		if (!job->streamed) {
+			c->payload = job->payload;
+			job->payload = NULL;
+		}
 		k3d_job_free(job);
 		k3d_conn_request_done(c);
 		job = next;

@@ -31,7 +31,8 @@ void k3d_job_free(struct k3d_job *job)
 {
 	k3d_ingest_free(job->ingest);
 	frame_request_free(job->req);
-	free(job->payload);
+	if (!job->streamed) /* a streamed payload is its window, closed above */
+		free(job->payload);
 	service_response_clear(&job->resp);
 	free(job);
 }
@@ -115,6 +116,11 @@ static void finish(struct k3d_writer *w, struct k3d_job *job)
 		w->done_head = job;
 	w->done_tail = job;
 	pthread_mutex_unlock(&w->mu);
+	k3d_writer_wake_loop(w);
+}
+
+void k3d_writer_wake_loop(struct k3d_writer *w)
+{
 	/* An eventfd, not event_active(): that takes libevent's base lock, which
 	 * the loop thread, busy with bulk reads, re-takes between callbacks so
 	 * often that this thread could wait for it until the loop went idle

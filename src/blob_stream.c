@@ -43,6 +43,8 @@ int blob_stream_begin(struct blob_stream *s, const void *base, size_t len,
 int blob_stream_begin_once(struct blob_stream *s, const void *base, size_t len,
                            const struct k3cache_model *model, uint32_t layer, uint32_t prefix_len)
 {
+	if (prefix_len == BLOB_PREFIX_ANY) /* the floats' place must be known */
+		return -1;
 	int rc = blob_stream_begin(s, base, len, model, layer, prefix_len);
 	s->once = 1;
 	s->c1_at = SIZE_MAX;
@@ -136,7 +138,7 @@ void blob_stream_feed(struct blob_stream *s, size_t upto)
 			uint32_t take = floats > UINT32_MAX ? UINT32_MAX : (uint32_t)floats;
 			struct blob_f32vec part = {p, take};
 			int64_t at = blob_first_nonfinite(&part);
-			if (at >= 0) {
+			if (at >= 0 && p) {
 				s->nonfinite = 1;
 				s->bad_vec = v;
 				s->bad_index = s->scanned[v] / 4u + (size_t)at;

@@ -51,7 +51,8 @@ int blob_stream_begin(struct blob_stream *s, const void *base, size_t len,
                       const struct k3cache_model *model, uint32_t layer, uint32_t prefix_len);
 /* blob_stream_begin() for bytes that may be gone once fed (a window that
  * moves on): each byte of base[0, len) is read only while it is fed, and
- * blob_stream_end() gives its answer from what it kept then. */
+ * blob_stream_end() gives its answer from what it kept then. The prefix
+ * length must be known (not BLOB_PREFIX_ANY): -1. */
 int blob_stream_begin_once(struct blob_stream *s, const void *base, size_t len,
                            const struct k3cache_model *model, uint32_t layer, uint32_t prefix_len);
 /* Starts the checks of a blob for `layer` of `model` at `prefix_len` whose

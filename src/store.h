@@ -66,7 +66,7 @@ struct store_options {
 	uint64_t map_size;  /* LMDB map size; 0: derived from max_bytes */
 	enum store_durability durability;
 	uint64_t stage_bytes;    /* a publish larger than this is written in stages of about
-	                            this size (store/staged.c); 0: 32 MiB */
+	                            this size (store/staged.c); 0: 16 MiB */
 	int read_only;           /* open an existing store without writing */
 	uint32_t row_block;      /* rows per shared MLA block of a new store (a multiple of
 	                            16, at most 65536); 0: 64. A store keeps its own. */
@@ -187,10 +187,16 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
  * (each about options.stage_bytes of chunks) under a pending row, and made
  * visible whole by a last one; store_publish() does this by itself. A server
  * receiving such a snapshot can begin before its bytes are all in: a helper
- * thread checks each layer (slot, shape, seq_len, finite, checksum) once its
- * bytes are in place, and the writer writes the stages those layers complete.
- * Nothing is visible to lookups before the end. A crash leaves a pending row
- * and chunks, which the next open removes.
+ * thread checks each layer piecewise (slot, shape, seq_len, finite,
+ * checksum) as its bytes arrive, and the writer writes the stages of bytes
+ * so read. Nothing is visible to lookups before the end, and only once every
+ * layer passed. A crash leaves a pending row and chunks, which the next open
+ * removes.
+ *
+ * With STORE_STAGE_WINDOW the request's blobs lie end to end in one buffer
+ * of which only a window need be in memory: blob bytes before
+ * store_stage_consumed() are never read again, so the caller may drop them,
+ * and each byte is read only after `arrived` said it is in.
  *
  *   begin    on the writer's thread: checks P, salt, model, layer count and
  *            size; makes room; records the pending row. The request (its
@@ -198,7 +204,7 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
  *            until end. *out is NULL when the entry exists (res->created 0).
  *            notify(ctx) is called from the helper thread whenever step may
  *            make progress.
- *   arrived  any thread: stream bytes [0, bytes) are in place.
+ *   arrived  any thread: blob bytes [0, bytes) are in place.
  *   cancel   any thread: the rest will never arrive.
  *   step     the writer: writes up to max_stages ready stages (0: all).
  *   wait     blocks until step may make progress.
@@ -211,15 +217,21 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 
 struct store_stage;
 
+#define STORE_STAGE_WINDOW 1u /* store_stage_begin flags */
+
 enum status_code store_stage_begin(struct store *s, const struct store_publish_req *req,
-                                   void (*notify)(void *ctx), void *ctx, struct store_stage **out,
-                                   struct store_publish_res *res, struct status *st);
+                                   unsigned flags, void (*notify)(void *ctx), void *ctx,
+                                   struct store_stage **out, struct store_publish_res *res,
+                                   struct status *st);
 void store_stage_arrived(struct store_stage *g, uint64_t bytes);
 void store_stage_cancel(struct store_stage *g);
 int store_stage_step(struct store_stage *g, uint32_t max_stages);
 void store_stage_wait(struct store_stage *g);
 enum status_code store_stage_end(struct store_stage *g, struct store_publish_res *res,
                                  struct status *st);
+/* The writer, after a step: blob bytes [0, consumed) are never read again
+ * (UINT64_MAX once the publish has failed: none is). */
+uint64_t store_stage_consumed(struct store_stage *g);
 /* The store's stage size: a publish larger than this is staged. */
 uint64_t store_stage_bytes(const struct store *s);
 

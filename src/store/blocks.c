@@ -97,9 +97,8 @@ int store_blocks_addref(struct store *s, MDB_txn *txn, const uint8_t *node, uint
 	return put_count(s, txn, rk, count + 1);
 }
 
-int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
-                     const void *k, size_t klen, const void *v, size_t vlen, int *shared,
-                     uint64_t *added)
+int store_blocks_use_k(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                       const void *k, size_t klen, int *shared, uint64_t *added)
 {
 	unsigned char rk[STORE_BLOCK_REF_LEN];
 	uint32_t count;
@@ -108,11 +107,10 @@ int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_
 	if (rc == MDB_CORRUPTED)
 		return 0; /* a damaged count: never write over rows others may use */
 	if (rc == 0) {
-		int same_k = 0, same_v = 0;
-		if ((rc = same_part(s, txn, node, layer, 0, k, klen, &same_k)) != 0 ||
-		    (same_k && (rc = same_part(s, txn, node, layer, 1, v, vlen, &same_v)) != 0))
+		int same = 0;
+		if ((rc = same_part(s, txn, node, layer, 0, k, klen, &same)) != 0)
 			return rc;
-		*shared = same_k && same_v && count < UINT32_MAX;
+		*shared = same && count < UINT32_MAX;
 		return *shared ? put_count(s, txn, rk, count + 1) : 0;
 	}
 	if (rc != MDB_NOTFOUND)
@@ -127,11 +125,29 @@ int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_
 			return rc;
 	}
 	if ((rc = put_part(s, txn, node, layer, 0, k, klen)) != 0 ||
-	    (rc = put_part(s, txn, node, layer, 1, v, vlen)) != 0 ||
 	    (rc = put_count(s, txn, rk, 1)) != 0)
 		return rc;
 	*shared = 1;
-	*added += klen + vlen;
+	*added += klen;
+	return 0;
+}
+
+int store_blocks_use_v(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                       const void *v, size_t vlen, int *same, uint64_t *added)
+{
+	MDB_val pv;
+	int rc = store_blocks_get(s, txn, node, layer, 1, &pv);
+	if (rc == MDB_NOTFOUND) {
+		if ((rc = put_part(s, txn, node, layer, 1, v, vlen)) != 0)
+			return rc;
+		*same = 1;
+		*added += vlen;
+		return 0;
+	}
+	if (rc)
+		return rc;
+	*same = pv.mv_size == vlen + 8 &&
+	        memcmp((const unsigned char *)pv.mv_data + 8, v, vlen) == 0;
 	return 0;
 }
 
@@ -178,6 +194,17 @@ int store_blocks_hold(struct store *s, MDB_txn *txn, const uint8_t *key, const u
 	/* one row per reference: a second one under the key is a second
 	 * publish of it, which must not happen (MDB_KEYEXIST fails it) */
 	return mdb_put(txn, s->held, &k, &v, MDB_NOOVERWRITE);
+}
+
+int store_blocks_unhold(struct store *s, MDB_txn *txn, const uint8_t *key, const uint8_t *node,
+                        uint32_t layer)
+{
+	unsigned char hk[STORE_BLOCK_HELD_LEN];
+	memcpy(hk, key, STORE_KEY_LEN);
+	ref_key(hk + STORE_KEY_LEN, node, layer);
+	MDB_val k = {sizeof(hk), hk};
+	int rc = mdb_del(txn, s->held, &k, NULL);
+	return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
 /* The held rows of key, copied out (deleting under a cursor is fragile). */

@@ -32,14 +32,24 @@
 #define STORE_BLOCK_REF_LEN  (PREFIX_NODE_LEN + 4)
 #define STORE_BLOCK_HELD_LEN (STORE_KEY_LEN + STORE_BLOCK_REF_LEN)
 
-/* Uses the block (node, layer) with these k and v rows: when it is stored
- * with the same bytes, counts one more reference and sets *shared; when it
- * is stored with other bytes, sets *shared to 0 (the caller keeps its own
- * copy); when it is not stored, stores it (adding its bytes to *added) and
- * sets *shared. */
-int store_blocks_use(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
-                     const void *k, size_t klen, const void *v, size_t vlen, int *shared,
-                     uint64_t *added);
+/* A block is used in two steps, one per part, as a publish's bytes arrive
+ * (an MLA layer's k rows come before its v rows):
+ *
+ * store_blocks_use_k: when the block is stored with these k rows, counts
+ * one more reference and sets *shared; when it is stored with other k rows
+ * (or its count is damaged), sets *shared to 0 (the caller keeps its own
+ * copy); when it is not stored, stores its k part with a count of 1 (adding
+ * klen to *added) and sets *shared. A block may then lack its v part, but
+ * only while references held by publishes in progress keep it.
+ *
+ * store_blocks_use_v, for a block the caller holds a reference to: stores
+ * the v part when it is missing (adding vlen to *added) and sets *same; else
+ * sets *same when the stored v rows are these. When they are not, the
+ * caller gives its reference back and keeps its own copy. */
+int store_blocks_use_k(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                       const void *k, size_t klen, int *shared, uint64_t *added);
+int store_blocks_use_v(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
+                       const void *v, size_t vlen, int *same, uint64_t *added);
 
 /* Counts one more reference to the stored block (node, layer): *shared 1,
  * or 0 when it is not stored (or its count is damaged or full). */
@@ -54,6 +64,10 @@ int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint3
 /* Records that the staged publish of key holds a reference to (node, layer). */
 int store_blocks_hold(struct store *s, MDB_txn *txn, const uint8_t *key, const uint8_t *node,
                       uint32_t layer);
+
+/* Removes the held row of key for (node, layer), keeping the count. */
+int store_blocks_unhold(struct store *s, MDB_txn *txn, const uint8_t *key, const uint8_t *node,
+                        uint32_t layer);
 
 /* Gives back every reference the publish of key holds (store_blocks_unuse,
  * adding what that frees to *freed) and removes its held rows. */

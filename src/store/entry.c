@@ -200,10 +200,11 @@ int store_entry_plan(struct store *s, const struct store_publish_req *r,
 		plan->map_per = store_record_map_bytes(r->n_tokens, s->row_block);
 		plan->map_len = n_mla * plan->map_per;
 		plan->map = calloc(plan->map_len, 1);
-		plan->blocks =
-		        calloc((size_t)n_mla * (r->n_tokens / s->row_block), sizeof(*plan->blocks));
+		plan->per_layer = r->n_tokens / s->row_block;
+		plan->blocks = calloc((size_t)n_mla * plan->per_layer, sizeof(*plan->blocks));
+		plan->kst = calloc((size_t)n_mla * plan->per_layer, 1);
 		plan->nodes = malloc(((size_t)r->n_tokens / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
-		if (!plan->map || !plan->blocks || !plan->nodes) {
+		if (!plan->map || !plan->blocks || !plan->kst || !plan->nodes) {
 			store_entry_plan_free(plan);
 			return ENOMEM;
 		}
@@ -235,6 +236,7 @@ void store_entry_plan_free(struct store_entry_plan *plan)
 	free(plan->map);
 	free(plan->segs);
 	free(plan->blocks);
+	free(plan->kst);
 	free(plan->nodes);
 	free(plan->layer_end);
 	for (size_t i = 0; i < plan->n_owned; i++)
@@ -256,47 +258,148 @@ static int base_vouches(const struct store_record *base, const struct store_plan
 	       store_record_shared(base, b->mla, b->block);
 }
 
+uint32_t store_entry_parts(const struct store_entry_plan *plan)
+{
+	return 2 * plan->n_blocks;
+}
+
+/* Part q's block and part (0 k, 1 v). */
+static uint32_t part_of(const struct store_entry_plan *p, uint32_t q, unsigned *part)
+{
+	uint32_t nb = p->per_layer, r = q % (2 * nb);
+	*part = r >= nb;
+	return q / (2 * nb) * nb + (r < nb ? r : r - nb);
+}
+
+const unsigned char *store_entry_part(const struct store_entry_plan *plan, uint32_t q, size_t *len,
+                                      uint32_t *layer)
+{
+	unsigned part;
+	const struct store_plan_block *b = &plan->blocks[part_of(plan, q, &part)];
+	*len = part ? b->vlen : b->klen;
+	*layer = b->layer;
+	return part ? b->v : b->k;
+}
+
+/* What placing a block's k part did (plan->kst). */
+enum { KST_NONE, KST_HELD, KST_VOUCHED, KST_PRIVATE };
+
+static void set_shared(struct store_entry_plan *p, const struct store_plan_block *b, int on)
+{
+	unsigned char bit = (unsigned char)(1u << (b->block % 8));
+	unsigned char *m = &p->map[(size_t)b->mla * p->map_per + b->block / 8];
+	*m = on ? (unsigned char)(*m | bit) : (unsigned char)(*m & ~bit);
+}
+
+/* Writes part `part` of block bi as the entry's private chunk. */
+static int put_private(struct store *s, MDB_txn *txn, const uint8_t *key,
+                       struct store_entry_plan *p, uint32_t bi, unsigned part, const void *rows,
+                       size_t len)
+{
+	p->now.stored += len;
+	return store_chunks_put(s, txn, key, STORE_CHUNK_PRIVATE + 2 * bi + part, rows, len);
+}
+
+static int place_k(struct store *s, MDB_txn *txn, const uint8_t *key, struct store_entry_plan *p,
+                   uint32_t bi, const struct store_record *base, int hold)
+{
+	const struct store_plan_block *b = &p->blocks[bi];
+	int shared = 0, rc = 0;
+	unsigned char st = KST_HELD;
+	if (b->known && base && base_vouches(base, b)) {
+		rc = store_blocks_addref(s, txn, b->node, b->layer, &shared);
+		st = KST_VOUCHED;
+	}
+	if (!rc && !shared) {
+		rc = store_blocks_use_k(s, txn, b->node, b->layer, b->k, b->klen, &shared,
+		                        &p->now.added);
+		st = KST_HELD;
+	}
+	if (!rc && shared && hold)
+		rc = store_blocks_hold(s, txn, key, b->node, b->layer);
+	if (!rc && !shared) {
+		st = KST_PRIVATE;
+		p->now.n_private++;
+		p->now.mismatched++;
+		rc = put_private(s, txn, key, p, bi, 0, b->k, b->klen);
+	}
+	p->kst[bi] = st;
+	return rc;
+}
+
+static int place_v(struct store *s, MDB_txn *txn, const uint8_t *key, struct store_entry_plan *p,
+                   uint32_t bi, int hold)
+{
+	const struct store_plan_block *b = &p->blocks[bi];
+	if (p->kst[bi] == KST_PRIVATE)
+		return put_private(s, txn, key, p, bi, 1, b->v, b->vlen);
+	int same = 1, rc = 0;
+	if (p->kst[bi] == KST_HELD && (rc = store_blocks_use_v(s, txn, b->node, b->layer, b->v,
+	                                                       b->vlen, &same, &p->now.added)) != 0)
+		return rc;
+	if (same) {
+		set_shared(p, b, 1);
+		return 0;
+	}
+	/* the same k rows, other v rows: the stored k rows are copied out (the
+	 * block may go when the reference does), then both parts kept here */
+	MDB_val kv;
+	if ((rc = store_blocks_get(s, txn, b->node, b->layer, 0, &kv)) != 0)
+		return rc == MDB_NOTFOUND ? MDB_CORRUPTED : rc;
+	if (kv.mv_size != b->klen + 8)
+		return MDB_CORRUPTED;
+	unsigned char *k = malloc(b->klen ? b->klen : 1);
+	if (!k)
+		return ENOMEM;
+	memcpy(k, (const unsigned char *)kv.mv_data + 8, b->klen);
+	p->now.n_private++;
+	p->now.mismatched++;
+	rc = put_private(s, txn, key, p, bi, 0, k, b->klen);
+	free(k);
+	if (!rc)
+		rc = put_private(s, txn, key, p, bi, 1, b->v, b->vlen);
+	if (!rc && hold)
+		rc = store_blocks_unhold(s, txn, key, b->node, b->layer);
+	if (!rc)
+		rc = store_blocks_unuse(s, txn, b->node, b->layer, &p->now.freed);
+	return rc;
+}
+
 int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
                       struct store_entry_plan *plan, uint32_t to, int hold)
 {
 	struct store_plan_mark *now = &plan->now;
 	*now = plan->done;
-	if (to > plan->n_blocks)
-		to = plan->n_blocks;
-	for (uint32_t i = now->placed; i < to; i++) { /* what an aborted try placed */
-		const struct store_plan_block *b = &plan->blocks[i];
-		plan->map[(size_t)b->mla * plan->map_per + b->block / 8] &=
-		        (unsigned char)~(1u << (b->block % 8));
+	if (to > store_entry_parts(plan))
+		to = store_entry_parts(plan);
+	for (uint32_t q = now->placed; q < to; q++) { /* what an aborted try placed */
+		unsigned part;
+		uint32_t bi = part_of(plan, q, &part);
+		if (part)
+			set_shared(plan, &plan->blocks[bi], 0);
+		else
+			plan->kst[bi] = KST_NONE;
 	}
 	/* a delta's base, still stored, vouches for the blocks it uses */
 	struct store_record base;
 	int base_stored = plan->base && store_record_read(s, txn, plan->base, &base) == 0 &&
 	                  !(base.flags & STORE_FLAG_QUARANTINED);
 	for (; now->placed < to; now->placed++) {
-		const struct store_plan_block *b = &plan->blocks[now->placed];
-		int shared = 0, rc = 0;
-		if (b->known && base_stored && base_vouches(&base, b))
-			rc = store_blocks_addref(s, txn, b->node, b->layer, &shared);
-		if (!rc && !shared)
-			rc = store_blocks_use(s, txn, b->node, b->layer, b->k, b->klen, b->v,
-			                      b->vlen, &shared, &now->added);
-		if (!rc && shared && hold)
-			rc = store_blocks_hold(s, txn, key, b->node, b->layer);
-		if (!rc && !shared) {
-			uint32_t c = STORE_CHUNK_PRIVATE + 2 * now->n_private;
-			if ((rc = store_chunks_put(s, txn, key, c, b->k, b->klen)) == 0)
-				rc = store_chunks_put(s, txn, key, c + 1, b->v, b->vlen);
-			now->n_private++;
-			now->stored += b->klen + b->vlen;
-			now->mismatched++;
-		}
+		unsigned part;
+		uint32_t bi = part_of(plan, now->placed, &part);
+		int rc = part ? place_v(s, txn, key, plan, bi, hold)
+		              : place_k(s, txn, key, plan, bi, base_stored ? &base : NULL, hold);
 		if (rc)
 			return rc;
-		if (shared)
-			plan->map[(size_t)b->mla * plan->map_per + b->block / 8] |=
-			        (unsigned char)(1u << (b->block % 8));
 	}
 	return 0;
+}
+
+void store_entry_count_placed(const struct store_entry_plan *plan, uint64_t *bytes)
+{
+	uint64_t freed = plan->now.freed - plan->done.freed;
+	*bytes += plan->now.added - plan->done.added;
+	*bytes = *bytes >= freed ? *bytes - freed : 0;
 }
 
 void store_entry_placed(struct store_entry_plan *plan)
@@ -314,6 +417,7 @@ int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_re
 	struct store_record rec = {
 	        .prefix_len = r->n_tokens,
 	        .n_layers = r->n_blobs,
+	        .flags = plan->row_block ? STORE_FLAG_PRIVATE_AT : 0,
 	        .created = now,
 	        .last_used = now,
 	        .lru_seq = seq,
@@ -334,7 +438,8 @@ int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_re
 	if (!rc)
 		rc = store_index_lru_add(s, txn, seq, key);
 	if (!rc) {
-		totals->bytes += plan->now.stored + plan->now.added - plan->done.added;
+		totals->bytes += plan->now.stored;
+		store_entry_count_placed(plan, &totals->bytes);
 		totals->logical += bytes;
 	}
 	return rc;

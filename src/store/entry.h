@@ -22,11 +22,12 @@ struct store_plan_block {
 /* What a plan has placed: a mark to go back to when a transaction that
  * placed more fails. */
 struct store_plan_mark {
-	uint32_t placed;     /* blocks [0, placed) have their place */
+	uint32_t placed;     /* parts [0, placed) have their place (store_entry_part) */
 	uint32_t n_private;  /* of them, kept as private blocks */
 	uint64_t stored;     /* the stream and the private blocks' bytes */
 	uint64_t added;      /* bytes of the blocks this entry stored first */
 	uint32_t mismatched; /* stored already with other bytes */
+	uint64_t freed;      /* bytes of blocks freed when a reference went back */
 };
 
 /* How an entry's bytes are stored (record.h): its stream, laid out from the
@@ -42,6 +43,8 @@ struct store_entry_plan {
 	uint64_t *layer_end; /* per layer: where its bytes in the stream end */
 	struct store_plan_block *blocks;
 	uint32_t n_blocks;
+	uint32_t per_layer;          /* blocks per MLA layer that has them (P / row_block) */
+	unsigned char *kst;          /* per block: what placing its k part did */
 	struct store_plan_mark now;  /* what is placed in the current transaction */
 	struct store_plan_mark done; /* what committed transactions placed */
 	uint8_t (*nodes)[PREFIX_NODE_LEN];
@@ -59,17 +62,35 @@ int store_entry_plan(struct store *s, const struct store_publish_req *r,
                      const struct k3cache_model *m, struct store_entry_plan *plan);
 void store_entry_plan_free(struct store_entry_plan *plan);
 
-/* Places blocks [plan->done.placed, to) inside txn, first undoing whatever
- * an aborted transaction placed after done: each block is shared when the
- * stored one has the same bytes or none is stored (one more reference; with
- * hold, also a held row under key, blocks.h, for a publish whose record
- * comes in a later transaction), or else written as the entry's next private
- * block under key. A delta's block that its base uses is not compared while
- * the base is stored, unquarantined, with the same layer (its sum) and
- * still sharing the block: a stored block never changes, and the base's
- * reference keeps it, so it holds the very rows the delta took from it. */
+/* A plan's blocks are placed part by part, in the order their bytes come
+ * in a publish: of each MLA layer, every block's k rows, then every block's
+ * v rows. 2 * n_blocks parts; part q is rows [0, *len) of a block of
+ * layer *layer. */
+uint32_t store_entry_parts(const struct store_entry_plan *plan);
+const unsigned char *store_entry_part(const struct store_entry_plan *plan, uint32_t q, size_t *len,
+                                      uint32_t *layer);
+
+/* Places parts [plan->done.placed, to) inside txn, first undoing whatever
+ * an aborted transaction placed after done. A block's k part shares the
+ * stored block when its k rows are the same, or stores them when none is
+ * stored (one more reference; with hold, also a held row under key,
+ * blocks.h, for a publish whose record comes in a later transaction);
+ * otherwise the k rows are written as the entry's private chunk. Its v
+ * part then completes the shared block (the map's bit), or, when the
+ * stored v rows differ, gives the reference back and writes both parts as
+ * private chunks (the stored k rows are the same). A private block's
+ * chunks are numbered by its place (STORE_FLAG_PRIVATE_AT), so no part
+ * waits for another block's outcome. A delta's block that its base uses is
+ * not compared while the base is stored, unquarantined, with the same layer
+ * (its sum) and still sharing the block: a stored block never changes, and
+ * the base's reference keeps it, so it holds the very rows the delta took
+ * from it. */
 int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
                       struct store_entry_plan *plan, uint32_t to, int hold);
+
+/* Adds to *bytes what the parts placed since the last commit stored, less
+ * what they freed. */
+void store_entry_count_placed(const struct store_entry_plan *plan, uint64_t *bytes);
 
 /* After the transaction that placed blocks commits: keeps what it placed. */
 void store_entry_placed(struct store_entry_plan *plan);

@@ -23,6 +23,10 @@
 #include "store.h"
 
 #define STORE_FLAG_QUARANTINED 1u
+/* The record's private blocks are numbered by their place: block b of the
+ * m-th MLA layer is chunks STORE_CHUNK_PRIVATE + 2 (m (P / B) + b) + part.
+ * Without it (records written before), by the clear bits in order. */
+#define STORE_FLAG_PRIVATE_AT 2u
 
 /* The longest salt a publish may carry; a record with a longer one is
  * damaged. */

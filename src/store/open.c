@@ -17,7 +17,7 @@
 #include "walk.h"
 
 #define DEFAULT_MAX_BYTES   (UINT64_C(1) << 30)
-#define DEFAULT_STAGE_BYTES (UINT64_C(32) << 20)
+#define DEFAULT_STAGE_BYTES (UINT64_C(16) << 20)
 #define TOUCH_CAP           65536u
 
 int store_durability_parse(const char *str, enum store_durability *out)

@@ -109,7 +109,7 @@ static int write_entry(struct store *s, MDB_txn *txn, struct pending *p,
 	struct store_entry_plan plan;
 	if ((rc = store_entry_plan(s, r, p->m, &plan)) != 0)
 		return rc;
-	rc = store_entry_place(s, txn, key, &plan, plan.n_blocks, 0);
+	rc = store_entry_place(s, txn, key, &plan, store_entry_parts(&plan), 0);
 	if (!rc)
 		rc = store_entry_add(s, txn, r, key, p->res->bytes, p->tags, p->sizes, p->sums,
 		                     &plan, totals);

@@ -377,6 +377,8 @@ static int take_mla(struct builder *b, const struct store_record *r, uint32_t i,
 		return damaged(b, "has damaged header words");
 	size_t row[2] = {(size_t)(kcount / p * 4), (size_t)((size - 13 - kcount * 4) / p)};
 	uint32_t rb = r->row_block, nb = r->prefix_len / rb, j = 0;
+	/* private blocks by their place, or (older records) by the clear bits */
+	int at = (r->flags & STORE_FLAG_PRIVATE_AT) != 0;
 	for (unsigned part = 0; part < 2 && !rc; part++) {
 		if (part)
 			rc = take(b, 4, NULL, 0); /* v's count */
@@ -385,7 +387,8 @@ static int take_mla(struct builder *b, const struct store_record *r, uint32_t i,
 			rc = store_record_shared(r, mla, bl)
 			             ? take_block(b, h[(uint64_t)(bl + 1) * rb / PREFIX_BLOCK], i,
 			                          bl, part, rb * row[part])
-			             : take_private(b, j++, i, bl, part, rb * row[part]);
+			             : take_private(b, at ? mla * nb + bl : j++, i, bl, part,
+			                            rb * row[part]);
 		if (!rc)
 			rc = take(b, (uint64_t)(r->prefix_len - nb * rb) * row[part], NULL, 0);
 	}

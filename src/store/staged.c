@@ -5,16 +5,21 @@
  * last byte is copied. Instead, an entry larger than the stage size is written
  * in steps:
  *   1. one transaction records a pending row (who is writing, how much);
- *   2. its stream's chunks go in, a stage at a time, each stage its own
- *      commit, while a helper thread scans and hashes the layers ahead of the
- *      writer (the scan overlaps the disk writes); so do the full blocks of
- *      its MLA layers, a stage of them at a time once their layer has passed
- *      its check: each shared (one more reference, held by a row under the
- *      key, blocks.h) or kept as a private block (record.h). The stream's
- *      layout depends on no block's place, so the scan can hash it ahead;
- *   3. a last transaction adds the record, tokens and index, turns the held
- *      references into the record's and removes the pending row, so the
- *      entry appears whole or not at all.
+ *   2. as its bytes arrive, a helper thread checks each layer piecewise
+ *      (blob_stream, read once) and hashes the stream's chunks, while the
+ *      writer writes the chunks so hashed, a stage at a time, each stage its
+ *      own commit, and places the full blocks of its MLA layers part by part
+ *      (entry.h: the k rows when they are in, then the v rows), each shared
+ *      (one more reference, held by a row under the key, blocks.h) or kept
+ *      as a private block (record.h). Nothing waits for a whole layer: a
+ *      window that holds a few stages of the payload is enough
+ *      (STORE_STAGE_WINDOW, store_stage_consumed). A chunk whose bytes lie
+ *      apart in the payload (an MLA layer's words and tail rows around its
+ *      blocks) is copied aside as it passes, so no window waits for it;
+ *   3. a last transaction, once every layer passed its check, adds the
+ *      record, tokens and index, turns the held references into the
+ *      record's and removes the pending row, so the entry appears whole or
+ *      not at all.
  * Invisible until step 3: lookups find entries only through their records. A
  * failure (invalid layer, full store) deletes the chunks, gives back the held
  * references and removes the pending row. A crash leaves them;
@@ -28,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blob_stream.h"
 #include "blocks.h"
 #include "check.h"
 #include "chunks.h"
@@ -39,6 +45,9 @@
 #include "txn.h"
 #include "xxh_dispatch.h"
 
+/* Chunks copied aside by the scan (a window): at most this many at once. */
+#define CARRIES 2
+
 struct store_stage {
 	struct store *s;
 	struct store_publish_req r; /* blobs, tokens, salt: the caller's, until end */
@@ -46,8 +55,12 @@ struct store_stage {
 	uint8_t key[STORE_KEY_LEN];
 	uint64_t total;
 	uint32_t n_chunks, per; /* chunks in all, per stage transaction */
+	uint32_t n_parts;       /* block parts to place (entry.h) */
+	int window;             /* STORE_STAGE_WINDOW: bytes go once consumed */
 	uint8_t *tags;
 	uint64_t *sizes, *layer_sums, *chunk_sums;
+	uint64_t *blob_at;            /* per layer: where its bytes start among the blobs' */
+	uint64_t *seg_at, *seg_from;  /* per stream segment: blob offset, stream offset */
 	struct store_entry_plan plan; /* the stream and the blocks to place */
 	struct store_stream stream;
 	void (*notify)(void *ctx);
@@ -56,6 +69,7 @@ struct store_stage {
 	pthread_mutex_t mu; /* guards the fields below */
 	pthread_cond_t cv;
 	uint64_t avail;        /* blob bytes [0, avail) are in place */
+	uint64_t scanned;      /* blob bytes [0, scanned) were read by the scan */
 	uint32_t chunks_ready; /* chunk_sums[0, chunks_ready) are known */
 	uint32_t layers_ready; /* layers [0, layers_ready) passed their check */
 	int done;              /* every layer scanned (or one failed) */
@@ -63,6 +77,10 @@ struct store_stage {
 	int stop;      /* end() or cancel(): the scan gives up waiting */
 	int cancelled; /* the bytes will never all arrive */
 	char message[STATUS_MESSAGE_MAX];
+	struct {
+		unsigned char *data; /* STORE_CHUNK_DATA bytes */
+		uint32_t chunk;      /* the chunk it holds, or UINT32_MAX: free */
+	} carry[CARRIES];
 
 	/* the writer's side */
 	int fd; /* the data file, to start its write-back early; -1: not */
@@ -72,37 +90,9 @@ struct store_stage {
 	int write_rc;        /* an LMDB code (or STORE_MAP_PINNED) from a stage */
 	uint32_t evicted;
 	uint32_t from, to; /* the stage being written */
-	uint32_t place_to; /* the blocks being placed: [plan.done.placed, place_to) */
+	uint32_t place_to; /* the parts being placed: [plan.done.placed, place_to) */
 	uint64_t staged;   /* bytes written so far, counted in s->staging_bytes */
 };
-
-/* XXH3 of stream bytes [off, off+len), seeded with the chunk number, the way
- * a chunk's stored sum is computed over its contiguous value. *si and
- * *sstart follow the segment that holds off (offsets only grow). */
-static uint64_t hash_stream(const struct store_stream *st, XXH3_state_t *hs, size_t *si,
-                            uint64_t *sstart, uint64_t off, size_t len, uint64_t seed)
-{
-	while (*si < st->n && off >= *sstart + st->segs[*si].len) {
-		*sstart += st->segs[*si].len;
-		(*si)++;
-	}
-	const unsigned char *p = st->segs[*si].data + (off - *sstart);
-	if (off + len <= *sstart + st->segs[*si].len)
-		return XXH3_64bits_withSeed(p, len, seed);
-	XXH3_64bits_reset_withSeed(hs, seed);
-	size_t i = *si;
-	uint64_t o = off - *sstart;
-	while (len && i < st->n) {
-		size_t take = (size_t)(st->segs[i].len - o);
-		if (take > len)
-			take = len;
-		XXH3_64bits_update(hs, st->segs[i].data + o, take);
-		len -= take;
-		o = 0;
-		i++;
-	}
-	return XXH3_64bits_digest(hs);
-}
 
 /* Starts write-back of the data file's dirty pages without waiting for it. */
 static void start_writeback(struct store_stage *g)
@@ -117,61 +107,202 @@ static void poke(struct store_stage *g)
 		g->notify(g->notify_ctx);
 }
 
-/* Waits until stream bytes [0, end) are in place. 0, or -1 when told to stop. */
-static int wait_bytes(struct store_stage *g, uint64_t end)
+/* Waits until blob bytes [0, end) are in place; returns how many are (at
+ * least end), or 0 when told to stop. */
+static uint64_t wait_bytes(struct store_stage *g, uint64_t end)
 {
 	pthread_mutex_lock(&g->mu);
 	while (g->avail < end && !g->stop)
 		pthread_cond_wait(&g->cv, &g->mu);
-	int ok = g->avail >= end && !g->stop;
+	uint64_t got = g->stop ? 0 : g->avail;
 	pthread_mutex_unlock(&g->mu);
-	return ok ? 0 : -1;
+	return got;
 }
 
-/* The scan: each layer as soon as its bytes are in place (slot, shape,
- * seq_len, finiteness, checksum), then the sums of the stream's chunks it
- * completes, while they are still in cache. */
+/* The scan's hashing of the stream: chunk by chunk, as the blob bytes
+ * holding it are read. A chunk whose bytes are not one run of the payload
+ * is copied aside too (a window: its first bytes are gone by its end). */
+struct hasher {
+	struct store_stage *g;
+	XXH3_state_t *hs;
+	uint64_t done; /* stream bytes [0, done) hashed */
+	size_t seg;    /* the segment holding byte done */
+	int carry;     /* the carry the current chunk goes to; -1: none */
+};
+
+/* Whether chunk c's bytes lie apart in the payload. */
+static int chunk_apart(const struct store_stage *g, size_t seg, uint32_t c)
+{
+	uint64_t end = ((uint64_t)c + 1) * STORE_CHUNK_DATA;
+	if (end > g->stream.total)
+		end = g->stream.total;
+	return g->seg_from[seg] + g->stream.segs[seg].len < end;
+}
+
+/* Takes a free carry for chunk c (waiting for the writer to free one);
+ * -1 when told to stop. */
+static int take_carry(struct store_stage *g, uint32_t c)
+{
+	pthread_mutex_lock(&g->mu);
+	int got = -1;
+	while (!g->stop) {
+		for (int i = 0; i < CARRIES && got < 0; i++)
+			if (g->carry[i].chunk == UINT32_MAX)
+				got = i;
+		if (got >= 0)
+			break;
+		pthread_cond_wait(&g->cv, &g->mu);
+	}
+	if (got >= 0)
+		g->carry[got].chunk = c;
+	pthread_mutex_unlock(&g->mu);
+	return got;
+}
+
+/* Hashes stream bytes up to `upto`. 0, or -1 when told to stop. */
+static int hash_upto(struct hasher *h, uint64_t upto)
+{
+	struct store_stage *g = h->g;
+	const struct store_stream *st = &g->stream;
+	uint32_t ready = UINT32_MAX;
+	while (h->done < upto && h->seg < st->n) {
+		uint64_t seg_end = g->seg_from[h->seg] + st->segs[h->seg].len;
+		if (h->done >= seg_end) {
+			h->seg++;
+			continue;
+		}
+		uint32_t c = (uint32_t)(h->done / STORE_CHUNK_DATA);
+		uint64_t cstart = (uint64_t)c * STORE_CHUNK_DATA, cend = cstart + STORE_CHUNK_DATA;
+		if (cend > st->total)
+			cend = st->total;
+		if (h->done == cstart) {
+			XXH3_64bits_reset_withSeed(h->hs, c);
+			h->carry = -1;
+			if (g->window && g->threaded && chunk_apart(g, h->seg, c) &&
+			    (h->carry = take_carry(g, c)) < 0)
+				return -1;
+		}
+		uint64_t n = seg_end - h->done;
+		if (n > cend - h->done)
+			n = cend - h->done;
+		if (n > upto - h->done)
+			n = upto - h->done;
+		const unsigned char *p = st->segs[h->seg].data + (h->done - g->seg_from[h->seg]);
+		XXH3_64bits_update(h->hs, p, (size_t)n);
+		if (h->carry >= 0)
+			memcpy(g->carry[h->carry].data + (h->done - cstart), p, (size_t)n);
+		h->done += n;
+		if (h->done == cend) {
+			g->chunk_sums[c] = XXH3_64bits_digest(h->hs);
+			ready = c + 1;
+		}
+	}
+	if (ready != UINT32_MAX) {
+		pthread_mutex_lock(&g->mu);
+		g->chunks_ready = ready;
+		pthread_mutex_unlock(&g->mu);
+	}
+	return 0;
+}
+
+/* The stream bytes that lie in blob bytes [0, at). *seg follows the first
+ * segment not wholly before at (offsets only grow). */
+static uint64_t stream_before(const struct store_stage *g, size_t *seg, uint64_t at)
+{
+	const struct store_stream *st = &g->stream;
+	while (*seg < st->n && g->seg_at[*seg] + st->segs[*seg].len <= at)
+		(*seg)++;
+	if (*seg == st->n)
+		return st->total;
+	if (g->seg_at[*seg] >= at)
+		return g->seg_from[*seg];
+	return g->seg_from[*seg] + (at - g->seg_at[*seg]);
+}
+
+/* A piece of the scan: at most this many bytes are read between updates. */
+#define SCAN_PIECE ((uint64_t)1 << 20)
+
+/* Checks layer i piecewise as its bytes arrive. 0, 1 (failed, message
+ * set) or -1 (told to stop). */
+static int scan_layer(struct store_stage *g, struct hasher *h, size_t *at_seg, uint32_t i,
+                      char message[STATUS_MESSAGE_MAX])
+{
+	const struct store_publish_req *r = &g->r;
+	const struct store_blob *b = &r->blobs[i];
+	uint64_t start = g->blob_at[i];
+	if (b->rows) { /* a delta's layer, checked when it was assembled */
+		g->layer_sums[i] = b->xxh3;
+		g->tags[i] = store_check_tag(b);
+		return hash_upto(h, g->plan.layer_end[i]);
+	}
+	struct blob_stream bs;
+	if (blob_stream_begin_once(&bs, b->data, (size_t)b->size, g->m, i, r->n_tokens) != 0)
+		return 1;
+	for (uint64_t fed = 0; fed < b->size;) {
+		uint64_t got = wait_bytes(g, start + fed + 1);
+		if (!got) {
+			blob_stream_abandon(&bs);
+			return -1;
+		}
+		uint64_t upto = got - start;
+		if (upto > b->size)
+			upto = b->size;
+		if (upto > fed + SCAN_PIECE)
+			upto = fed + SCAN_PIECE;
+		blob_stream_feed(&bs, (size_t)upto);
+		fed = upto;
+		if (hash_upto(h, stream_before(g, at_seg, start + fed)) != 0) {
+			blob_stream_abandon(&bs);
+			return -1;
+		}
+		pthread_mutex_lock(&g->mu);
+		g->scanned = start + fed;
+		pthread_mutex_unlock(&g->mu);
+		poke(g);
+	}
+	struct blob_error berr;
+	if (blob_stream_end(&bs, &g->layer_sums[i], &berr) != BLOB_OK) {
+		snprintf(message, STATUS_MESSAGE_MAX, "%.200s (%s)", berr.message,
+		         blob_class_name(berr.cls));
+		return 1;
+	}
+	if (b->xxh3 && b->xxh3 != g->layer_sums[i]) {
+		snprintf(message, STATUS_MESSAGE_MAX,
+		         "layer %u: checksum mismatch: given %016llx, the bytes hash to %016llx", i,
+		         (unsigned long long)b->xxh3, (unsigned long long)g->layer_sums[i]);
+		return 1;
+	}
+	g->tags[i] = bs.kept[0];
+	return 0;
+}
+
+/* The scan: each layer piecewise as its bytes arrive (slot, shape, seq_len,
+ * finiteness, checksum), and the stream's chunks hashed while the bytes are
+ * in cache. */
 static void *scan_run(void *arg)
 {
 	struct store_stage *g = arg;
-	const struct store_publish_req *r = &g->r;
-	XXH3_state_t *hs = XXH3_createState();
-	uint64_t end = 0, hstart = 0;
-	uint32_t next = 0;
-	size_t hsi = 0;
-	int failed = hs == NULL, gaveup = 0;
+	struct hasher h = {.g = g, .hs = XXH3_createState(), .carry = -1};
+	size_t at_seg = 0;
+	int failed = h.hs == NULL, gaveup = 0;
 	char message[STATUS_MESSAGE_MAX] = "out of memory";
-	for (uint32_t i = 0; i < r->n_blobs && !failed; i++) {
-		const struct store_blob *b = &r->blobs[i];
-		if (wait_bytes(g, end + b->size) != 0) {
-			gaveup = 1;
+	for (uint32_t i = 0; i < g->r.n_blobs && !failed && !gaveup; i++) {
+		int rc = scan_layer(g, &h, &at_seg, i, message);
+		failed = rc > 0;
+		gaveup = rc < 0;
+		if (rc)
 			break;
-		}
-		if (store_check_layer(r, g->m, i, &g->layer_sums[i], message) != 0) {
-			failed = 1;
-			break;
-		}
-		g->tags[i] = store_check_tag(b);
-		end += b->size;
-		uint64_t send = g->plan.layer_end[i], stotal = g->stream.total;
-		for (; next < g->n_chunks; next++) {
-			uint64_t off = (uint64_t)next * STORE_CHUNK_DATA;
-			size_t len = (size_t)(stotal - off < STORE_CHUNK_DATA ? stotal - off
-			                                                      : STORE_CHUNK_DATA);
-			if (off + len > send)
-				break;
-			g->chunk_sums[next] =
-			        hash_stream(&g->stream, hs, &hsi, &hstart, off, len, next);
-		}
 		pthread_mutex_lock(&g->mu);
-		g->chunks_ready = next;
 		g->layers_ready = i + 1;
+		g->scanned = g->blob_at[i] + g->r.blobs[i].size;
 		pthread_cond_broadcast(&g->cv);
 		pthread_mutex_unlock(&g->mu);
 		poke(g);
 		start_writeback(g);
 	}
-	XXH3_freeState(hs);
+	if (!failed && !gaveup && hash_upto(&h, g->stream.total) != 0)
+		gaveup = 1;
+	XXH3_freeState(h.hs);
 	pthread_mutex_lock(&g->mu);
 	g->done = !gaveup;
 	g->failed = failed;
@@ -203,6 +334,15 @@ static void *scan_run(void *arg)
 	return NULL;
 }
 
+/* The carry holding chunk c, or -1 (under mu). */
+static int carried(const struct store_stage *g, uint32_t c)
+{
+	for (int i = 0; i < CARRIES; i++)
+		if (g->carry[i].chunk == c)
+			return i;
+	return -1;
+}
+
 /* Writes chunks [from, to) in one transaction. */
 static int op_stage(struct store *s, void *ctx)
 {
@@ -211,7 +351,19 @@ static int op_stage(struct store *s, void *ctx)
 	int rc = store_txn_write(s, &txn);
 	if (rc)
 		return rc;
-	rc = store_chunks_write(s, txn, g->key, &g->stream, g->from, g->to, g->chunk_sums);
+	for (uint32_t c = g->from; c < g->to && !rc; c++) {
+		pthread_mutex_lock(&g->mu);
+		int k = carried(g, c);
+		pthread_mutex_unlock(&g->mu);
+		if (k < 0) {
+			rc = store_chunks_write(s, txn, g->key, &g->stream, c, c + 1,
+			                        g->chunk_sums);
+			continue;
+		}
+		uint64_t off = (uint64_t)c * STORE_CHUNK_DATA, left = g->stream.total - off;
+		rc = store_chunks_put(s, txn, g->key, c, g->carry[k].data,
+		                      (size_t)(left < STORE_CHUNK_DATA ? left : STORE_CHUNK_DATA));
+	}
 	return store_txn_end(txn, rc);
 }
 
@@ -228,7 +380,7 @@ static int op_place(struct store *s, void *ctx)
 		return rc;
 	if ((rc = store_entry_place(s, txn, g->key, &g->plan, g->place_to, 1)) != 0)
 		return store_txn_end(txn, rc);
-	t.bytes += g->plan.now.added - g->plan.done.added;
+	store_entry_count_placed(&g->plan, &t.bytes);
 	return store_lru_end(s, txn, &t, 0);
 }
 
@@ -323,13 +475,59 @@ static void stage_free(struct store_stage *g)
 	free(g->sizes);
 	free(g->layer_sums);
 	free(g->chunk_sums);
+	free(g->blob_at);
+	free(g->seg_at);
+	free(g->seg_from);
+	for (int i = 0; i < CARRIES; i++)
+		free(g->carry[i].data);
 	store_entry_plan_free(&g->plan);
 	free(g);
 }
 
+/* Where each layer's and each stream segment's bytes start among the
+ * blobs' (blob_at, seg_at) and each segment in the stream (seg_from). A
+ * segment of a delta's layer (not in its blob) is placed at its layer's
+ * start: a delta is never read through a window. 0, or -1: no memory. */
+static int lay_out(struct store_stage *g)
+{
+	const struct store_publish_req *r = &g->r;
+	size_t n = g->stream.n;
+	g->blob_at = calloc(r->n_blobs ? r->n_blobs : 1, sizeof(uint64_t));
+	g->seg_at = calloc(n ? n : 1, sizeof(uint64_t));
+	g->seg_from = calloc(n ? n : 1, sizeof(uint64_t));
+	if (!g->blob_at || !g->seg_at || !g->seg_from)
+		return -1;
+	for (uint32_t i = 1; i < r->n_blobs; i++)
+		g->blob_at[i] = g->blob_at[i - 1] + r->blobs[i - 1].size;
+	uint64_t from = 0;
+	uint32_t i = 0;
+	for (size_t k = 0; k < n; k++) {
+		while (i + 1 < r->n_blobs && g->plan.layer_end[i] <= from)
+			i++;
+		const unsigned char *d = r->blobs[i].data, *p = g->stream.segs[k].data;
+		g->seg_from[k] = from;
+		g->seg_at[k] = g->blob_at[i] +
+		               (d && p >= d && p < d + r->blobs[i].size ? (uint64_t)(p - d) : 0);
+		from += g->stream.segs[k].len;
+	}
+	return 0;
+}
+
+/* Whether the blobs lie end to end in one buffer (a window over it). */
+static int contiguous(const struct store_publish_req *r)
+{
+	for (uint32_t i = 1; i < r->n_blobs; i++)
+		if (r->blobs[i].rows || !r->blobs[i].data ||
+		    (const unsigned char *)r->blobs[i].data !=
+		            (const unsigned char *)r->blobs[i - 1].data + r->blobs[i - 1].size)
+			return 0;
+	return r->n_blobs == 0 || !r->blobs[0].rows;
+}
+
 enum status_code store_stage_begin(struct store *s, const struct store_publish_req *req,
-                                   void (*notify)(void *ctx), void *ctx, struct store_stage **out,
-                                   struct store_publish_res *res, struct status *st)
+                                   unsigned flags, void (*notify)(void *ctx), void *ctx,
+                                   struct store_stage **out, struct store_publish_res *res,
+                                   struct status *st)
 {
 	*out = NULL;
 	memset(res, 0, sizeof(*res));
@@ -340,6 +538,11 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 	enum status_code code = store_check_publish(s, req, &m, &total, res->key, st);
 	if (code != STATUS_OK)
 		return code;
+	int window = (flags & STORE_STAGE_WINDOW) != 0;
+	if (window && !contiguous(req)) {
+		model_free(m);
+		return status_set(st, STATUS_INTERNAL, "a window needs the blobs end to end");
+	}
 	res->bytes = total;
 	struct store_stage *g = calloc(1, sizeof(*g));
 	uint32_t n = req->n_blobs, n_chunks = 0;
@@ -374,6 +577,17 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 	for (uint32_t i = 0; i < n; i++)
 		g->sizes[i] = req->blobs[i].size;
 	g->stream = (struct store_stream){g->plan.segs, g->plan.n_segs, g->plan.stream};
+	g->n_parts = store_entry_parts(&g->plan);
+	g->window = window;
+	for (int i = 0; i < CARRIES; i++)
+		g->carry[i].chunk = UINT32_MAX;
+	int nomem = lay_out(g) != 0;
+	for (int i = 0; i < CARRIES && window && !nomem; i++)
+		nomem = (g->carry[i].data = malloc(STORE_CHUNK_DATA)) == NULL;
+	if (nomem) {
+		stage_free(g);
+		return status_set(st, STATUS_INTERNAL, "out of memory");
+	}
 	g->notify = notify;
 	g->notify_ctx = ctx;
 	g->fd = -1;
@@ -424,8 +638,13 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		g->fd = fd;
 	if (pthread_create(&g->th, NULL, scan_run, g) == 0) {
 		g->threaded = 1;
+	} else if (window) { /* a window moves only with the scan */
+		struct store_publish_res ignored;
+		store_stage_cancel(g);
+		store_stage_end(g, &ignored, st);
+		return status_set(st, STATUS_BUSY, "cannot start a thread now; retry later");
 	} else {
-		g->fd = -1; /* no thread: the scan runs in end(), without write-back */
+		g->fd = -1; /* no thread: the scan runs in step, without write-back */
 	}
 	*out = g;
 	return STATUS_OK;
@@ -458,24 +677,56 @@ static uint64_t stage_bytes_of(const struct store_stage *g, uint32_t from, uint3
 	return end - (uint64_t)from * STORE_CHUNK_DATA;
 }
 
-/* The blocks the next placing stage takes: those of layers that passed their
- * check, up to a stage's bytes (at least one); their bytes in *bytes. */
-static uint32_t place_upto(const struct store_stage *g, uint32_t layers_ready, uint64_t *out)
+/* Where part q's bytes start (or, with end, end) among the blobs'. */
+static uint64_t part_at(const struct store_stage *g, uint32_t q, int end)
+{
+	size_t len;
+	uint32_t i;
+	const unsigned char *p = store_entry_part(&g->plan, q, &len, &i);
+	const unsigned char *d = g->r.blobs[i].data;
+	if (d && p >= d && p < d + g->r.blobs[i].size)
+		return g->blob_at[i] + (uint64_t)(p - d) + (end ? len : 0);
+	return 0; /* a delta's part: never read through a window */
+}
+
+/* Where stream byte x lies among the blobs' bytes. */
+static uint64_t stream_at(const struct store_stage *g, uint64_t x)
+{
+	size_t lo = 0, hi = g->stream.n;
+	while (hi - lo > 1) { /* the last segment starting at or before x */
+		size_t mid = lo + (hi - lo) / 2;
+		if (g->seg_from[mid] <= x)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return g->stream.n ? g->seg_at[lo] + (x - g->seg_from[lo]) : 0;
+}
+
+/* The parts the next placing stage takes: those whose bytes are in, up to
+ * a stage's bytes (at least one); their bytes in *out. With `all`, only
+ * when half a stage is waiting or every part is in. */
+static uint32_t place_upto(const struct store_stage *g, uint64_t avail, int all, uint64_t *out)
 {
 	const struct store_entry_plan *p = &g->plan;
 	uint32_t to = p->done.placed;
-	uint64_t bytes = 0;
-	while (to < p->n_blocks && p->blocks[to].layer < layers_ready &&
-	       (to == p->done.placed ||
-	        bytes + p->blocks[to].klen + p->blocks[to].vlen <= g->s->opt.stage_bytes)) {
-		bytes += p->blocks[to].klen + p->blocks[to].vlen;
+	uint64_t bytes = 0, stage = g->s->opt.stage_bytes;
+	while (to < g->n_parts && part_at(g, to, 1) <= avail) {
+		size_t len;
+		uint32_t layer;
+		store_entry_part(p, to, &len, &layer);
+		if (to > p->done.placed && bytes + len > stage)
+			break;
+		bytes += len;
 		to++;
 	}
+	if (!all && to < g->n_parts && bytes < stage / 2)
+		to = p->done.placed; /* not worth a commit yet */
 	*out = bytes;
 	return to;
 }
 
-/* Places the next stage of blocks, [done.placed, to) of `bytes`. 0, or an
+/* Places the next stage of parts, [done.placed, to) of `bytes`. 0, or an
  * LMDB code. */
 static int place_stage(struct store_stage *g, uint32_t to, uint64_t bytes)
 {
@@ -496,6 +747,29 @@ static int place_stage(struct store_stage *g, uint32_t to, uint64_t bytes)
 	return 0;
 }
 
+/* Writes chunks [next_chunk, to): one stage. 0, or an LMDB code. */
+static int write_stage(struct store_stage *g, uint32_t to)
+{
+	g->from = g->next_chunk;
+	g->to = to;
+	uint64_t bytes = stage_bytes_of(g, g->from, g->to);
+	int rc = room_for_stage(g, bytes);
+	if (!rc)
+		rc = store_lru_write(g->s, bytes, op_stage, g, &g->evicted);
+	if (rc)
+		return rc;
+	atomic_fetch_add(&g->s->staging_bytes, bytes);
+	g->staged += bytes;
+	g->next_chunk = to;
+	pthread_mutex_lock(&g->mu); /* the carries written are free again */
+	for (int i = 0; i < CARRIES; i++)
+		if (g->carry[i].chunk != UINT32_MAX && g->carry[i].chunk < to)
+			g->carry[i].chunk = UINT32_MAX;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+	return 0;
+}
+
 int store_stage_step(struct store_stage *g, uint32_t max_stages)
 {
 	if (!g->threaded) {
@@ -509,41 +783,68 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 			scan_run(g);
 	}
 	pthread_mutex_lock(&g->mu);
-	uint32_t ready = g->chunks_ready, layers = g->layers_ready;
+	uint32_t ready = g->chunks_ready;
+	uint64_t avail = g->avail;
 	int done = g->done, failed = g->failed || g->cancelled;
 	pthread_mutex_unlock(&g->mu);
 	if (failed || g->write_rc)
 		return STORE_STAGE_FAILED;
+	int all_in = done || avail >= g->total;
 	uint32_t written = 0;
 	for (;;) {
 		uint32_t want =
 		        g->n_chunks - g->next_chunk < g->per ? g->n_chunks : g->next_chunk + g->per;
-		int chunks = g->next_chunk < g->n_chunks && ready >= want;
+		uint32_t to = ready < want ? ready : want;
+		/* a stage at a time; less only for the last, or for half a stage in
+		 * a window (whose bytes wait for it) */
+		int chunks = to > g->next_chunk &&
+		             (to == want || (all_in && done) ||
+		              (g->window && to - g->next_chunk >= (g->per + 1) / 2));
 		uint64_t place_bytes = 0;
-		uint32_t to = chunks ? 0 : place_upto(g, layers, &place_bytes);
-		if (!chunks && to == g->plan.done.placed)
+		uint32_t pto = chunks ? 0 : place_upto(g, avail, all_in, &place_bytes);
+		if (!chunks && pto == g->plan.done.placed)
 			break;
 		if (max_stages && written == max_stages)
 			return STORE_STAGE_MORE;
 		written++;
 		if (!chunks) {
-			if ((g->write_rc = place_stage(g, to, place_bytes)) != 0)
+			if ((g->write_rc = place_stage(g, pto, place_bytes)) != 0)
 				return STORE_STAGE_FAILED;
 			continue;
 		}
-		g->from = g->next_chunk;
-		g->to = want;
-		uint64_t bytes = stage_bytes_of(g, g->from, g->to);
-		if ((g->write_rc = room_for_stage(g, bytes)) != 0 ||
-		    (g->write_rc = store_lru_write(g->s, bytes, op_stage, g, &g->evicted)) != 0)
+		if ((g->write_rc = write_stage(g, to)) != 0)
 			return STORE_STAGE_FAILED;
-		atomic_fetch_add(&g->s->staging_bytes, bytes);
-		g->staged += bytes;
-		g->next_chunk = want;
 	}
-	if (g->next_chunk == g->n_chunks && g->plan.done.placed == g->plan.n_blocks && done)
+	if (g->next_chunk == g->n_chunks && g->plan.done.placed == g->n_parts && done)
 		return STORE_STAGE_READY;
 	return STORE_STAGE_WAIT;
+}
+
+uint64_t store_stage_consumed(struct store_stage *g)
+{
+	pthread_mutex_lock(&g->mu);
+	uint64_t at = g->scanned >= 4 ? g->scanned - 4 : 0; /* a float may straddle */
+	int over = g->failed || g->cancelled || g->write_rc;
+	pthread_mutex_unlock(&g->mu);
+	if (over)
+		return UINT64_MAX; /* nothing more is read */
+	for (uint32_t c = g->next_chunk; c < g->n_chunks; c++) {
+		pthread_mutex_lock(&g->mu);
+		int k = carried(g, c);
+		pthread_mutex_unlock(&g->mu);
+		if (k >= 0)
+			continue; /* copied aside as it passed */
+		uint64_t x = stream_at(g, (uint64_t)c * STORE_CHUNK_DATA);
+		if (x < at)
+			at = x;
+		break;
+	}
+	if (g->plan.done.placed < g->n_parts) {
+		uint64_t x = part_at(g, g->plan.done.placed, 0);
+		if (x < at)
+			at = x;
+	}
+	return at;
 }
 
 void store_stage_wait(struct store_stage *g)
@@ -562,7 +863,7 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 	struct store *s = g->s;
 	pthread_mutex_lock(&g->mu);
 	int ok = g->done && !g->failed && !g->cancelled && !g->write_rc &&
-	         g->next_chunk == g->n_chunks && g->plan.done.placed == g->plan.n_blocks;
+	         g->next_chunk == g->n_chunks && g->plan.done.placed == g->n_parts;
 	pthread_mutex_unlock(&g->mu);
 	int rc = ok ? store_lru_write(g->s, STORE_CHUNK_VALUE, op_finish, g, &g->evicted) : 0;
 	/* the scan and the write-back loop stop here */
@@ -604,7 +905,7 @@ enum status_code store_publish_staged(struct store *s, const struct store_publis
                                       struct store_publish_res *res, struct status *st)
 {
 	struct store_stage *g;
-	enum status_code code = store_stage_begin(s, r, NULL, NULL, &g, res, st);
+	enum status_code code = store_stage_begin(s, r, 0, NULL, NULL, &g, res, st);
 	if (code != STATUS_OK || !g)
 		return code;
 	store_stage_arrived(g, UINT64_MAX); /* every byte is in place */

@@ -329,7 +329,8 @@ static void expect_stream_same(const unsigned char *b, size_t len, const struct 
                                uint32_t layer, uint32_t plen, size_t step, const char *what)
 {
 	expect_stream_same_as(b, len, m, layer, plen, step, what, 0);
-	expect_stream_same_as(b, len, m, layer, plen, step, what, 1);
+	if (plen != BLOB_PREFIX_ANY) /* read once needs the floats' place */
+		expect_stream_same_as(b, len, m, layer, plen, step, what, 1);
 }
 
 static void test_stream_matches_whole_on_vectors(void **state)

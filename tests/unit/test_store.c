@@ -408,7 +408,7 @@ static void test_one_commit_publish_waits_for_staged_key(void **state)
 	struct store_publish_res res;
 	struct status st;
 	struct store_stage *g;
-	assert_int_equal(store_stage_begin(f->st, &req, NULL, NULL, &g, &res, &st), STATUS_OK);
+	assert_int_equal(store_stage_begin(f->st, &req, 0, NULL, NULL, &g, &res, &st), STATUS_OK);
 	assert_non_null(g);
 	f->st->opt.stage_bytes = UINT64_MAX; /* the next publish takes one commit */
 	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_BUSY);
@@ -427,6 +427,182 @@ static void test_one_commit_publish_waits_for_staged_key(void **state)
 	store_snapshot_release(snap);
 	storeutil_snap_free(&sn);
 	model_free(big);
+}
+
+/* A model whose MLA layer's k rows alone outgrow a window of three 1 MiB
+ * stages: KDA, KDA, MLA (k_row 2048, v_row 256), KDA. */
+static struct k3cache_model *wide_model(void)
+{
+	const struct model_layer layers[] = {
+	        {.mixer = MODEL_MIXER_KDA, .conv_len = 12, .recurrent_len = 700000},
+	        {.mixer = MODEL_MIXER_KDA, .conv_len = 12, .recurrent_len = 700000},
+	        {.mixer = MODEL_MIXER_MLA, .k_row = 2048, .v_row = 256},
+	        {.mixer = MODEL_MIXER_KDA, .conv_len = 12, .recurrent_len = 700000},
+	};
+	char err[MODEL_ERROR_MAX];
+	struct k3cache_model *m = model_new("wide", "test", "test-layout", layers, 4, err);
+	assert_non_null(m);
+	return m;
+}
+
+/* The store reopened with 256 KiB stages and the wide model in it. */
+static struct k3cache_model *wide_store(struct fixture *f)
+{
+	assert_int_equal(reopen_staged(f, 0), 0);
+	struct k3cache_model *m = wide_model();
+	assert_int_equal(store_put_model(f->st, m, NULL, NULL), STATUS_OK);
+	return m;
+}
+
+/* Publishes sn through a moving window, as k3cached does: its bytes arrive
+ * in pieces into one buffer, never more than `window` bytes past what the
+ * store consumed, and every consumed byte is scribbled over at once. Bytes
+ * not yet arrived are 0xff (a NaN): a read too early or too late shows in
+ * the entry. Returns what end() returns. */
+static enum status_code window_publish(struct store *st, const struct k3cache_model *m,
+                                       const uint32_t *t, uint32_t p,
+                                       const struct storeutil_snap *sn, uint64_t window,
+                                       struct store_publish_res *res, struct status *err)
+{
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < sn->n; i++)
+		total += sn->blobs[i].size;
+	unsigned char *src = malloc(total), *buf = malloc(total);
+	assert_non_null(src);
+	assert_non_null(buf);
+	memset(buf, 0xff, total);
+	struct store_blob *blobs = calloc(sn->n, sizeof(*blobs));
+	uint64_t off = 0;
+	for (uint32_t i = 0; i < sn->n; i++) {
+		memcpy(src + off, sn->bufs[i], sn->blobs[i].size);
+		blobs[i] =
+		        (struct store_blob){buf + off, sn->blobs[i].size, sn->blobs[i].xxh3, NULL};
+		off += sn->blobs[i].size;
+	}
+	struct store_publish_req req = {m->fingerprint, "", 0, t, p, blobs, sn->n};
+	struct store_stage *g;
+	enum status_code code =
+	        store_stage_begin(st, &req, STORE_STAGE_WINDOW, NULL, NULL, &g, res, err);
+	assert_int_equal(code, STATUS_OK);
+	assert_non_null(g);
+	uint64_t got = 0, gone = 0, piece = 77777;
+	int idle = 0, step = STORE_STAGE_WAIT;
+	while (step != STORE_STAGE_READY && step != STORE_STAGE_FAILED) {
+		uint64_t consumed = store_stage_consumed(g);
+		if (consumed == UINT64_MAX)
+			consumed = total;
+		assert_true(consumed <= got);
+		if (consumed > gone) { /* the window moved: those bytes are gone */
+			memset(buf + gone, 0xaa, consumed - gone);
+			gone = consumed;
+		}
+		uint64_t room = gone + window > got ? gone + window - got : 0;
+		if (room > total - got)
+			room = total - got;
+		if (room > piece)
+			room = piece;
+		piece = piece * 7 % 300007 + 4096;
+		if (room) {
+			memcpy(buf + got, src + got, room);
+			got += room;
+			store_stage_arrived(g, got);
+		}
+		step = store_stage_step(g, 1);
+		if (step == STORE_STAGE_WAIT && !room) {
+			/* the window is full: the scan must move it */
+			usleep(2000);
+			if (++idle > 5000)
+				fail_msg("the window never moved: %llu arrived, %llu consumed",
+				         (unsigned long long)got, (unsigned long long)gone);
+		} else {
+			idle = 0;
+		}
+	}
+	code = store_stage_end(g, res, err);
+	free(blobs);
+	free(buf);
+	free(src);
+	return code;
+}
+
+/* A staged publish through a window of three 1 MiB stages, smaller than
+ * one of its MLA layer's k rows: each byte is read only while it is in the
+ * window, and the entry comes back byte for byte. */
+static void test_window_publish_reads_each_byte_in_its_window(void **state)
+{
+	struct fixture *f = *state;
+	struct k3cache_model *m = wide_store(f);
+	uint32_t t[700];
+	seq(t, 700, 900);
+	struct storeutil_snap sn = storeutil_conv_snap(m, 650, 1, 3); /* 10 blocks and a tail */
+	struct store_publish_res res;
+	struct status st;
+	assert_int_equal(window_publish(f->st, m, t, 650, &sn, 3u << 20, &res, &st), STATUS_OK);
+	assert_true(res.created);
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_OK);
+	expect_same_layers(snap, &sn);
+	store_snapshot_release(snap);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks, 650 / STORE_DEFAULT_ROW_BLOCK);
+	assert_int_equal(stats.staging, 0);
+
+	/* a longer turn shares the blocks; one block's v rows differ from the
+	 * stored ones (its k rows do not): that block alone is kept privately */
+	struct storeutil_snap sn2 = storeutil_conv_snap(m, 700, 1, 4);
+	struct blob_view v;
+	assert_int_equal(blob_parse(sn2.bufs[2], sn2.blobs[2].size, &v, NULL), BLOB_OK);
+	float x = 123.5f;
+	memcpy(sn2.bufs[2] + (v.v1.data - sn2.bufs[2]) + 3u * 256u * 4u, &x, 4); /* row 3 */
+	sn2.blobs[2].xxh3 = checksum_blob(sn2.bufs[2], sn2.blobs[2].size, 2);
+	struct store_publish_res res2;
+	assert_int_equal(window_publish(f->st, m, t, 700, &sn2, 3u << 20, &res2, &st), STATUS_OK);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.blocks_mismatched, 1);
+	assert_int_equal(stats.blocks, 650 / STORE_DEFAULT_ROW_BLOCK);
+	assert_int_equal(store_restore(f->st, res2.key, &snap, &st), STATUS_OK);
+	expect_same_layers(snap, &sn2);
+	store_snapshot_release(snap);
+	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_OK);
+	expect_same_layers(snap, &sn);
+	store_snapshot_release(snap);
+	/* and after a restart */
+	assert_int_equal(reopen_staged(f, 0), 0);
+	assert_int_equal(store_restore(f->st, res2.key, &snap, &st), STATUS_OK);
+	expect_same_layers(snap, &sn2);
+	store_snapshot_release(snap);
+	storeutil_snap_free(&sn2);
+	storeutil_snap_free(&sn);
+	model_free(m);
+}
+
+/* A NaN in the last layer, found after most of the entry was written
+ * through the window: refused with the layer named, and nothing stays. */
+static void test_window_publish_bad_last_layer_stores_nothing(void **state)
+{
+	struct fixture *f = *state;
+	struct k3cache_model *m = wide_store(f);
+	uint32_t t[650];
+	seq(t, 650, 900);
+	struct storeutil_snap sn = storeutil_conv_snap(m, 650, 1, 3);
+	uint32_t nan = 0x7fc00000u;
+	memcpy(sn.bufs[3] + sn.blobs[3].size - 8, &nan, 4);
+	sn.blobs[3].xxh3 = 0;
+	struct store_publish_res res;
+	struct status st;
+	assert_int_equal(window_publish(f->st, m, t, 650, &sn, 3u << 20, &res, &st),
+	                 STATUS_INVALID);
+	if (!strstr(st.message, "layer 3: KDA recurrent[699998] is NaN"))
+		fail_msg("message: %s", st.message);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 0);
+	assert_int_equal(stats.bytes, 0);
+	assert_int_equal(stats.blocks, 0);
+	assert_int_equal(stats.staging, 0);
+	storeutil_snap_free(&sn);
+	model_free(m);
 }
 
 static void expect_rejected(struct fixture *f, struct store_publish_req *req, enum status_code code,
@@ -1436,7 +1612,7 @@ static struct store_stage *stage_past_mla(struct fixture *f, struct storeutil_sn
 	struct store_stage *g;
 	struct store_publish_res res;
 	struct status st;
-	assert_int_equal(store_stage_begin(f->st, req, NULL, NULL, &g, &res, &st), STATUS_OK);
+	assert_int_equal(store_stage_begin(f->st, req, 0, NULL, NULL, &g, &res, &st), STATUS_OK);
 	assert_non_null(g);
 	store_stage_arrived(g, layers_bytes(s, 3)); /* layers 0-2: the MLA one is 2 */
 	struct store_stats stats;
@@ -2491,6 +2667,10 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_batch_over_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_evict_selectors, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_list_inspect_resolve, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_window_publish_reads_each_byte_in_its_window,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_window_publish_bad_last_layer_stores_nothing,
+	                                        setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
