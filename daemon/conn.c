@@ -700,6 +700,8 @@ static void window_next(struct k3d_conn *c)
 	if (rc == 0) {
 		set_state(c, K3D_READ_PAYLOAD);
 	} else if (rc > 0) {
+		if (c->state != K3D_WAIT_WINDOW)
+			c->srv->window_waits++;
 		set_state(c, K3D_WAIT_WINDOW);
 	} else {
 		k3d_ingest_cancel(c);

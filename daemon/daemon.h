@@ -116,6 +116,8 @@ struct k3d_server {
 	unsigned char *stage_pool[64];
 	uint32_t stage_n;
 	int window_fresh;      /* mremap cannot keep a range: stages use fresh pages */
+	uint64_t window_bytes; /* stage memory backing receive windows now */
+	uint64_t window_waits; /* uploads paused: their window full (K3D_WAIT_WINDOW) */
 	uint64_t pool_bytes;   /* pool + in flight <= --max-inflight */
 	uint64_t payload_tick; /* when the last payload was reserved */
 	int idle_trimmed;      /* the pools and heaps were handed back since */

@@ -4,7 +4,7 @@
  * range of the payload's length of which at most K3D_WINDOW_STAGES stages
  * are backed by memory. It hands the job to the writer as soon as the
  * header is in. The writer begins a staged publish (store_stage_begin with
- * STORE_STAGE_WINDOW: pending row, scan thread) and then writes each stage
+ * the window's size: pending row, scan thread) and then writes each stage
  * whose bytes have arrived, interleaved with its other jobs; it never waits
  * for the socket. After each step it tells the loop how far the store has
  * consumed the payload (store_stage_consumed); the loop hands those stages
@@ -168,8 +168,9 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 	struct store_stage *g = NULL;
 	job->st.code = STATUS_OK;
 	job->st.message[0] = 0;
-	store_stage_begin(job->conn->srv->store, &in->req, STORE_STAGE_WINDOW, kick, job, &g,
-	                  &job->pub, &job->st);
+	store_stage_begin(job->conn->srv->store, &in->req,
+	                  (uint64_t)in->win.stage * K3D_WINDOW_STAGES, kick, job, &g, &job->pub,
+	                  &job->st);
 	if (!g)
 		return; /* refused, or stored already: answered once the payload is in */
 	pthread_mutex_lock(&in->mu);

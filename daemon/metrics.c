@@ -47,6 +47,8 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 	service_add_counter(r, "delta_publishes", srv->delta_publishes);
 	service_add_counter(r, "delta_refused", srv->delta_refused);
 	service_add_counter(r, "inflight_waits", srv->busy_pauses);
+	service_add_counter(r, "window_bytes", srv->window_bytes);
+	service_add_counter(r, "window_waits", srv->window_waits);
 	for (int code = 1; code < STATUS_N_CODES; code++) {
 		char name[64];
 		snprintf(name, sizeof(name), "errors_%s", status_code_name((enum status_code)code));

@@ -126,6 +126,7 @@ int k3d_window_grow(struct k3d_server *srv, struct k3d_window *w)
 		if (mprotect(at, w->stage, PROT_READ | PROT_WRITE) != 0)
 			return -1;
 		w->next++;
+		srv->window_bytes += w->stage;
 		return 0;
 	}
 	unsigned char *p = stage_get(srv, w->stage);
@@ -136,6 +137,7 @@ int k3d_window_grow(struct k3d_server *srv, struct k3d_window *w)
 		return -1;
 	}
 	w->next++;
+	srv->window_bytes += w->stage;
 	return 0;
 }
 
@@ -143,6 +145,7 @@ int k3d_window_grow(struct k3d_server *srv, struct k3d_window *w)
 static void slot_release(struct k3d_server *srv, struct k3d_window *w, uint32_t i)
 {
 	unsigned char *at = w->base + (uint64_t)i * w->stage;
+	srv->window_bytes -= w->stage;
 	if (!srv->window_fresh) {
 		void *p = mremap(at, w->stage, w->stage, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
 		if (p != MAP_FAILED) {

@@ -193,10 +193,13 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
  * layer passed. A crash leaves a pending row and chunks, which the next open
  * removes.
  *
- * With STORE_STAGE_WINDOW the request's blobs lie end to end in one buffer
- * of which only a window need be in memory: blob bytes before
- * store_stage_consumed() are never read again, so the caller may drop them,
- * and each byte is read only after `arrived` said it is in.
+ * With a window (its size in bytes; 0: none) the request's blobs lie end to
+ * end in one buffer of which only that many bytes need be in memory: blob
+ * bytes before store_stage_consumed() are never read again, so the caller
+ * may drop them, and each byte is read only after `arrived` said it is in.
+ * The writer writes whole stages while the window has room, and whatever
+ * is ready once it is two thirds full, so a window of three stages (each at
+ * least one chunk) always moves.
  *
  *   begin    on the writer's thread: checks P, salt, model, layer count and
  *            size; makes room; records the pending row. The request (its
@@ -217,10 +220,8 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 
 struct store_stage;
 
-#define STORE_STAGE_WINDOW 1u /* store_stage_begin flags */
-
 enum status_code store_stage_begin(struct store *s, const struct store_publish_req *req,
-                                   unsigned flags, void (*notify)(void *ctx), void *ctx,
+                                   uint64_t window, void (*notify)(void *ctx), void *ctx,
                                    struct store_stage **out, struct store_publish_res *res,
                                    struct status *st);
 void store_stage_arrived(struct store_stage *g, uint64_t bytes);

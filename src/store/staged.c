@@ -13,7 +13,7 @@
  *      (one more reference, held by a row under the key, blocks.h) or kept
  *      as a private block (record.h). Nothing waits for a whole layer: a
  *      window that holds a few stages of the payload is enough
- *      (STORE_STAGE_WINDOW, store_stage_consumed). A chunk whose bytes lie
+ *      (store_stage_begin's window, store_stage_consumed). A chunk whose bytes lie
  *      apart in the payload (an MLA layer's words and tail rows around its
  *      blocks) is copied aside as it passes, so no window waits for it;
  *   3. a last transaction, once every layer passed its check, adds the
@@ -56,7 +56,7 @@ struct store_stage {
 	uint64_t total;
 	uint32_t n_chunks, per; /* chunks in all, per stage transaction */
 	uint32_t n_parts;       /* block parts to place (entry.h) */
-	int window;             /* STORE_STAGE_WINDOW: bytes go once consumed */
+	uint64_t window;        /* the caller's window, bytes; 0: every byte stays */
 	uint8_t *tags;
 	uint64_t *sizes, *layer_sums, *chunk_sums;
 	uint64_t *blob_at;            /* per layer: where its bytes start among the blobs' */
@@ -525,7 +525,7 @@ static int contiguous(const struct store_publish_req *r)
 }
 
 enum status_code store_stage_begin(struct store *s, const struct store_publish_req *req,
-                                   unsigned flags, void (*notify)(void *ctx), void *ctx,
+                                   uint64_t window, void (*notify)(void *ctx), void *ctx,
                                    struct store_stage **out, struct store_publish_res *res,
                                    struct status *st)
 {
@@ -538,7 +538,6 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 	enum status_code code = store_check_publish(s, req, &m, &total, res->key, st);
 	if (code != STATUS_OK)
 		return code;
-	int window = (flags & STORE_STAGE_WINDOW) != 0;
 	if (window && !contiguous(req)) {
 		model_free(m);
 		return status_set(st, STATUS_INTERNAL, "a window needs the blobs end to end");
@@ -790,6 +789,11 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 	if (failed || g->write_rc)
 		return STORE_STAGE_FAILED;
 	int all_in = done || avail >= g->total;
+	/* A window two thirds full of bytes not yet consumed: write what is
+	 * ready, a stage or not, so that it moves. Otherwise whole stages: each
+	 * commit costs a sync. */
+	if (g->window && !all_in && avail + g->window / 3 >= store_stage_consumed(g) + g->window)
+		all_in = 1;
 	uint32_t written = 0;
 	for (;;) {
 		uint32_t want =
@@ -797,9 +801,7 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 		uint32_t to = ready < want ? ready : want;
 		/* a stage at a time; less only for the last, or for half a stage in
 		 * a window (whose bytes wait for it) */
-		int chunks = to > g->next_chunk &&
-		             (to == want || (all_in && done) ||
-		              (g->window && to - g->next_chunk >= (g->per + 1) / 2));
+		int chunks = to > g->next_chunk && (to == want || all_in);
 		uint64_t place_bytes = 0;
 		uint32_t pto = chunks ? 0 : place_upto(g, avail, all_in, &place_bytes);
 		if (!chunks && pto == g->plan.done.placed)

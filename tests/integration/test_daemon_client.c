@@ -955,6 +955,11 @@ static void test_streamed_publish_client_leaves(void **state)
 		daemonutil_sleep_ms(20);
 	assert_true(counter(c, "blocks") > blocks);
 	assert_int_equal(counter(c, "staging"), 1);
+	/* 7.5 MiB have arrived, held in a window of three 1 MiB stages (the
+	 * least a stage may be), which is all --max-inflight is charged */
+	assert_true(counter(c, "window_bytes") > 0);
+	assert_true(counter(c, "window_bytes") <= 3u << 20);
+	assert_true(counter(c, "inflight_bytes") <= 3u << 20);
 	close(fd);
 	for (int i = 0; i < 100 && counter(c, "staging") != 0; i++)
 		daemonutil_sleep_ms(20);
@@ -964,6 +969,7 @@ static void test_streamed_publish_client_leaves(void **state)
 	assert_int_equal(counter(c, "bytes"), bytes);
 	assert_int_equal(counter(c, "entries"), entries);
 	assert_int_equal(counter(c, "inflight_bytes"), 0);
+	assert_int_equal(counter(c, "window_bytes"), 0);
 	/* the same prompt publishes whole afterwards */
 	struct k3cache_publish_result res;
 	assert_int_equal(publish(c, 2000, 7000000, 41, &res), 0);

@@ -481,8 +481,7 @@ static enum status_code window_publish(struct store *st, const struct k3cache_mo
 	}
 	struct store_publish_req req = {m->fingerprint, "", 0, t, p, blobs, sn->n};
 	struct store_stage *g;
-	enum status_code code =
-	        store_stage_begin(st, &req, STORE_STAGE_WINDOW, NULL, NULL, &g, res, err);
+	enum status_code code = store_stage_begin(st, &req, window, NULL, NULL, &g, res, err);
 	assert_int_equal(code, STATUS_OK);
 	assert_non_null(g);
 	uint64_t got = 0, gone = 0, piece = 77777;
