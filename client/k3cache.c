@@ -766,6 +766,21 @@ static int entry_key(struct k3cache *c, const uint8_t *fp, const void *salt, siz
 	return rc ? FAIL(err, STATUS_INTERNAL, 0, "out of memory computing a key") : 0;
 }
 
+int k3cache_namespace(struct k3cache *c, unsigned char *out, size_t cap, size_t *len,
+                      struct k3cache_error *err)
+{
+	int rc;
+	if (!c->ns_known && (rc = k3cache_hello(c, NULL, 0, err)) != 0)
+		return rc;
+	if (c->ns_len > cap)
+		return FAIL(err, STATUS_INTERNAL, 0, "the daemon's namespace is %zu bytes",
+		            c->ns_len);
+	if (c->ns_len)
+		memcpy(out, c->ns, c->ns_len);
+	*len = c->ns_len;
+	return 0;
+}
+
 int k3cache_put_model(struct k3cache *c, const struct k3cache_model *spec,
                       uint8_t fp[MODEL_FINGERPRINT_LEN], struct k3cache_error *err)
 {

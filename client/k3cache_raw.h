@@ -16,6 +16,11 @@ int k3cache_call(struct k3cache *c, struct K3cache__V1__Request *req,
                  struct K3cache__V1__Response **resp, struct k3cache_error *err);
 void k3cache_response_free(struct K3cache__V1__Response *resp);
 
+/* The namespace the daemon puts before this peer's salts (a Hello, once per
+ * connection): *len bytes into out, which holds cap. */
+int k3cache_namespace(struct k3cache *c, unsigned char *out, size_t cap, size_t *len,
+                      struct k3cache_error *err);
+
 /* Reads `len` payload bytes that follow the last response into buf. */
 int k3cache_read_payload(struct k3cache *c, void *buf, size_t len, struct k3cache_error *err);
 

@@ -107,6 +107,8 @@ unsigned char *blob_stream_dest(struct blob_stream *s, size_t off, size_t *run)
 	return s->part[1] + (off - s->data_off[1]);
 }
 
+static void scan_floats(struct blob_stream *s, int v, const unsigned char *p, size_t floats);
+
 void blob_stream_feed(struct blob_stream *s, size_t upto)
 {
 	if (upto > s->len)
@@ -134,21 +136,61 @@ void blob_stream_feed(struct blob_stream *s, size_t upto)
 		size_t floats = (end - from) / 4u; /* whole floats; the rest next time */
 		size_t run;
 		const unsigned char *p = blob_stream_dest(s, from, &run);
-		while (floats && !s->nonfinite) {
-			uint32_t take = floats > UINT32_MAX ? UINT32_MAX : (uint32_t)floats;
-			struct blob_f32vec part = {p, take};
-			int64_t at = blob_first_nonfinite(&part);
-			if (at >= 0 && p) {
-				s->nonfinite = 1;
-				s->bad_vec = v;
-				s->bad_index = s->scanned[v] / 4u + (size_t)at;
-				memcpy(&s->bad_bits, p + (size_t)at * 4u, 4);
-			}
-			s->scanned[v] += (size_t)take * 4u;
-			p += (size_t)take * 4u;
-			floats -= take;
-		}
+		if (p)
+			scan_floats(s, v, p, floats);
 	}
+}
+
+/* Scans `floats` whole floats of vector v at p for a non-finite one. */
+static void scan_floats(struct blob_stream *s, int v, const unsigned char *p, size_t floats)
+{
+	while (floats && !s->nonfinite) {
+		uint32_t take = floats > UINT32_MAX ? UINT32_MAX : (uint32_t)floats;
+		struct blob_f32vec part = {p, take};
+		int64_t at = blob_first_nonfinite(&part);
+		if (at >= 0) {
+			s->nonfinite = 1;
+			s->bad_vec = v;
+			s->bad_index = s->scanned[v] / 4u + (size_t)at;
+			memcpy(&s->bad_bits, p + (size_t)at * 4u, 4);
+		}
+		s->scanned[v] += (size_t)take * 4u;
+		p += (size_t)take * 4u;
+		floats -= take;
+	}
+}
+
+void blob_stream_feed_piece(struct blob_stream *s, const void *data, size_t n)
+{
+	const unsigned char *p = data;
+	size_t from = s->fed, to = n > s->len - from ? s->len : from + n;
+	if (!s->once || to <= from)
+		return;
+	checksum_update(s->cs, p, to - from);
+	keep_words(s, p, from, to);
+	for (int v = 0; v < 2 && !s->nonfinite; v++) {
+		size_t lo = s->data_off[v], hi = lo + s->data_len[v];
+		size_t a = from > lo ? from : lo, b = to < hi ? to : hi;
+		if (a >= b)
+			continue;
+		const unsigned char *q = p + (a - from);
+		size_t len = b - a;
+		if (s->pend_n) { /* a float begun in the last piece */
+			size_t k = 4 - s->pend_n < len ? 4 - s->pend_n : len;
+			memcpy(s->pend + s->pend_n, q, k);
+			s->pend_n += k;
+			q += k;
+			len -= k;
+			if (s->pend_n < 4)
+				continue;
+			s->pend_n = 0;
+			scan_floats(s, v, s->pend, 1);
+		}
+		scan_floats(s, v, q, len / 4u);
+		s->pend_n = len % 4u;
+		memcpy(s->pend, q + len / 4u * 4u, s->pend_n);
+	}
+	s->fed = to;
 }
 
 static uint32_t le32(const unsigned char *p)

@@ -41,6 +41,8 @@ struct blob_stream {
 	int bad_vec;
 	size_t bad_index;
 	uint32_t bad_bits;
+	unsigned char pend[4]; /* pieces: a float begun in the last piece */
+	size_t pend_n;
 	struct checksum_state *cs;
 };
 
@@ -67,6 +69,9 @@ int blob_stream_begin_parts(struct blob_stream *s, void *a, void *b,
 unsigned char *blob_stream_dest(struct blob_stream *s, size_t off, size_t *run);
 /* base[0, upto) is in place (upto never decreases). */
 void blob_stream_feed(struct blob_stream *s, size_t upto);
+/* Read once, the blob's bytes in pieces anywhere (base unused): the next n
+ * bytes are data[0, n), read only during the call. */
+void blob_stream_feed_piece(struct blob_stream *s, const void *data, size_t n);
 /* Every byte must have been fed (scattered: else TRUNCATED). Returns the class (BLOB_OK with *xxh3
  * set) and frees the state. */
 enum blob_class blob_stream_end(struct blob_stream *s, uint64_t *xxh3, struct blob_error *err);

@@ -1,0 +1,280 @@
+/* direct: lookups and restores from the store's own file, in the worker's
+ * process (k3cache/direct.h). */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob_stream.h"
+#include "k3cache/direct.h"
+#include "k3cache_raw.h"
+#include "model.h"
+#include "status.h"
+#include "store.h"
+#include "store/env.h" /* STORE_MAX_SALT */
+
+struct k3cache_direct {
+	struct store *s;
+	unsigned char ns[128]; /* the daemon's namespace for this process's salts */
+	size_t ns_len;
+};
+
+/* Bytes copied between two checks of a layer: the check reads them while
+ * they are still in cache. */
+#define COPY_PIECE ((size_t)64 << 10)
+
+__attribute__((format(printf, 3, 4))) static int fail(struct k3cache_error *err,
+                                                      enum status_code code, const char *fmt, ...)
+{
+	if (err) {
+		memset(err, 0, sizeof(*err));
+		err->code = (enum k3cache_code)code;
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->message, sizeof(err->message), fmt, ap);
+		va_end(ap);
+	}
+	return (int)code;
+}
+
+int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache_direct **out,
+                        struct k3cache_error *err)
+{
+	*out = NULL;
+	struct k3cache_direct *d = calloc(1, sizeof(*d));
+	if (!d)
+		return fail(err, STATUS_INTERNAL, "out of memory");
+	struct k3cache *c;
+	int rc = k3cache_connect(daemon_addr, &c, err);
+	if (rc == 0) {
+		rc = k3cache_namespace(c, d->ns, sizeof(d->ns), &d->ns_len, err);
+		k3cache_close(c);
+	}
+	if (rc) {
+		free(d);
+		return rc;
+	}
+	/* the daemon walked the file when it opened it, and writes it still */
+	struct store_options o = {.read_only = 1, .check = STORE_CHECK_NEVER};
+	struct status st;
+	if (store_open(dir, &o, &d->s, &st) != STATUS_OK) {
+		free(d);
+		return fail(err, st.code, "direct reads of %s: %s", dir, st.message);
+	}
+	*out = d;
+	return 0;
+}
+
+void k3cache_direct_close(struct k3cache_direct *d)
+{
+	if (!d)
+		return;
+	store_close(d->s);
+	free(d);
+}
+
+int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_LEN],
+                          const void *salt, size_t salt_len, const uint32_t *tokens,
+                          uint32_t n_tokens, uint32_t limit, struct k3cache_lookup_result *out,
+                          struct k3cache_error *err)
+{
+	memset(out, 0, sizeof(*out));
+	if (salt_len > STORE_MAX_SALT)
+		return fail(err, STATUS_INVALID, "the salt is %zu bytes; at most %u are allowed",
+		            salt_len, STORE_MAX_SALT);
+	unsigned char full[128 + STORE_MAX_SALT];
+	if (d->ns_len)
+		memcpy(full, d->ns, d->ns_len);
+	if (salt_len)
+		memcpy(full + d->ns_len, salt, salt_len);
+	struct store_lookup_req req = {fp, full, d->ns_len + salt_len, tokens, n_tokens, limit};
+	struct store_lookup_res res;
+	struct status st;
+	if (store_lookup(d->s, &req, &res, &st) != STATUS_OK)
+		return fail(err, st.code, "%s", st.message);
+	out->prefix_len = res.prefix_len;
+	out->hint = res.hint;
+	out->bytes = res.bytes;
+	memcpy(out->key, res.key, K3CACHE_KEY_LEN);
+	return 0;
+}
+
+/* What blob_stream_end() said of layer i, and its sum against the record. */
+static int layer_verdict(struct blob_stream *bs, const struct store_layer *l, uint32_t i,
+                         struct k3cache_error *err)
+{
+	struct blob_error be;
+	uint64_t sum = 0;
+	enum blob_class cls = blob_stream_end(bs, &sum, &be);
+	if (cls != BLOB_OK)
+		return fail(err, STATUS_CORRUPT, "stored entry damaged: %s (%s)", be.message,
+		            blob_class_name(cls));
+	if (sum != l->xxh3)
+		return fail(err, STATUS_CORRUPT,
+		            "stored entry damaged: layer %" PRIu32 " hashes to %016" PRIx64
+		            ", its record says %016" PRIx64,
+		            i, sum, l->xxh3);
+	return 0;
+}
+
+/* Copies layer i of snap into buf, checking it piece by piece as it lands. */
+static int copy_layer(const struct store_snapshot *snap, const struct k3cache_model *model,
+                      uint32_t i, unsigned char *buf, struct k3cache_error *err)
+{
+	const struct store_layer *l = &snap->layers[i];
+	struct blob_stream bs;
+	if (blob_stream_begin(&bs, buf, (size_t)l->size, model, i, snap->prefix_len) != 0)
+		return fail(err, STATUS_INTERNAL, "out of memory");
+	size_t at = 0;
+	for (uint32_t j = 0; j < l->n_segments; j++) {
+		const unsigned char *p = l->segments[j].data;
+		size_t left = l->segments[j].len;
+		if (left > l->size - at) {
+			blob_stream_abandon(&bs);
+			return fail(err, STATUS_CORRUPT,
+			            "layer %" PRIu32 ": longer than its record says", i);
+		}
+		while (left) {
+			size_t n = left < COPY_PIECE ? left : COPY_PIECE;
+			memcpy(buf + at, p, n);
+			at += n;
+			p += n;
+			left -= n;
+			blob_stream_feed(&bs, at);
+		}
+	}
+	return layer_verdict(&bs, l, i, err);
+}
+
+/* Opens entry key for reading: the snapshot (its views, unchecked), or an
+ * error; the model must be the entry's. */
+static int open_entry(struct k3cache_direct *d, const struct k3cache_model *model,
+                      const uint8_t key[K3CACHE_KEY_LEN], struct store_snapshot **out,
+                      struct k3cache_error *err)
+{
+	struct status st;
+	/* no chunk sums now: each layer's checksum, checked after, covers its bytes */
+	if (store_restore_opt(d->s, key, STORE_RESTORE_DEFER, out, &st) != STATUS_OK)
+		return fail(err, st.code, "%s", st.message);
+	int rc = 0;
+	if (memcmp((*out)->fingerprint, model->fingerprint, MODEL_FINGERPRINT_LEN) != 0)
+		rc = fail(err, STATUS_INVALID, "the entry is of another model than %s",
+		          model->name);
+	else if ((*out)->n_layers != model->n_layers)
+		rc = fail(err, STATUS_CORRUPT,
+		          "stored entry damaged: %" PRIu32 " layers, model %s has %" PRIu32,
+		          (*out)->n_layers, model->name, model->n_layers);
+	if (rc) {
+		store_snapshot_release(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+struct view_priv {
+	struct store_snapshot *snap;
+	struct k3cache_view_layer *layers;
+	struct k3cache_buf *pieces;
+};
+
+int k3cache_direct_view(struct k3cache_direct *d, const struct k3cache_model *model,
+                        const uint8_t key[K3CACHE_KEY_LEN], struct k3cache_direct_view **out,
+                        struct k3cache_error *err)
+{
+	*out = NULL;
+	struct store_snapshot *snap;
+	int rc = open_entry(d, model, key, &snap, err);
+	if (rc)
+		return rc;
+	size_t n_pieces = 0;
+	for (uint32_t i = 0; i < snap->n_layers; i++)
+		n_pieces += snap->layers[i].n_segments;
+	struct k3cache_direct_view *v = calloc(1, sizeof(*v));
+	struct view_priv *pv = calloc(1, sizeof(*pv));
+	struct k3cache_view_layer *layers =
+	        calloc(snap->n_layers ? snap->n_layers : 1, sizeof(*layers));
+	struct k3cache_buf *pieces = calloc(n_pieces ? n_pieces : 1, sizeof(*pieces));
+	if (!v || !pv || !layers || !pieces) {
+		free(v);
+		free(pv);
+		free(layers);
+		free(pieces);
+		store_snapshot_release(snap);
+		return fail(err, STATUS_INTERNAL, "out of memory");
+	}
+	size_t at = 0;
+	for (uint32_t i = 0; i < snap->n_layers && !rc; i++) {
+		const struct store_layer *l = &snap->layers[i];
+		struct blob_stream bs;
+		if (blob_stream_begin_once(&bs, NULL, (size_t)l->size, model, i,
+		                           snap->prefix_len) != 0) {
+			rc = fail(err, STATUS_INTERNAL, "out of memory");
+			break;
+		}
+		layers[i] =
+		        (struct k3cache_view_layer){pieces + at, l->n_segments, (size_t)l->size};
+		for (uint32_t j = 0; j < l->n_segments; j++) {
+			const unsigned char *p = l->segments[j].data;
+			size_t left = l->segments[j].len;
+			pieces[at + j] = (struct k3cache_buf){p, left};
+			while (left) { /* a piece at a time, read twice while in cache */
+				size_t n = left < COPY_PIECE ? left : COPY_PIECE;
+				blob_stream_feed_piece(&bs, p, n);
+				p += n;
+				left -= n;
+			}
+		}
+		at += l->n_segments;
+		rc = layer_verdict(&bs, l, i, err);
+	}
+	if (rc) {
+		free(v);
+		free(pv);
+		free(layers);
+		free(pieces);
+		store_snapshot_release(snap);
+		return rc;
+	}
+	*pv = (struct view_priv){snap, layers, pieces};
+	*v = (struct k3cache_direct_view){snap->prefix_len, snap->n_layers, layers, pv};
+	*out = v;
+	return 0;
+}
+
+void k3cache_direct_view_release(struct k3cache_direct_view *v)
+{
+	if (!v)
+		return;
+	struct view_priv *pv = v->priv;
+	store_snapshot_release(pv->snap);
+	free(pv->layers);
+	free(pv->pieces);
+	free(pv);
+	free(v);
+}
+
+int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_model *model,
+                                const uint8_t key[K3CACHE_KEY_LEN], void *const *bufs,
+                                const size_t *caps, size_t *lens, uint32_t *prefix_len,
+                                struct k3cache_error *err)
+{
+	struct store_snapshot *snap;
+	int rc = open_entry(d, model, key, &snap, err);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < snap->n_layers && !rc; i++)
+		if (snap->layers[i].size > caps[i])
+			rc = fail(err, STATUS_INVALID,
+			          "layer %" PRIu32 ": needs %" PRIu64
+			          " bytes, its buffer holds %zu",
+			          i, snap->layers[i].size, caps[i]);
+	for (uint32_t i = 0; i < snap->n_layers && !rc; i++) {
+		rc = copy_layer(snap, model, i, bufs[i], err);
+		lens[i] = (size_t)snap->layers[i].size;
+	}
+	if (!rc)
+		*prefix_len = snap->prefix_len;
+	store_snapshot_release(snap);
+	return rc;
+}

@@ -1,0 +1,82 @@
+/* k3cache/direct.h: direct reads of a k3cache store for a worker on the
+ * daemon's host (libk3cache-direct).
+ *
+ * The store's LMDB environment is opened read-only in the worker's own
+ * process, so a restore reads the snapshot from the page cache instead of
+ * through the daemon's socket. Lookups follow the daemon's rules exactly
+ * (the longest stored prefix, tokens compared one by one, the same
+ * namespace: asked of the daemon once, at open), and a restore into caller
+ * buffers checks every layer (slot, shape, seq_len, finite, and the
+ * checksum the publish recorded) before it reports success.
+ *
+ * Trust: LMDB's lock file (DIR/lock.mdb) must be writable to register as a
+ * reader, so its permissions decide who may read directly, and a direct
+ * reader can read every entry of every tenant in the store. Grant it to
+ * the workers of one trusted service only (the daemon's group).
+ *
+ * Not yet: use counts and LRU touches sent back to the daemon, reports of
+ * damage found here (a damaged entry is refused here, and quarantined when
+ * the daemon next restores or verifies it), and a limit on how long a view
+ * may pin the file's old pages. */
+#ifndef K3CACHE_DIRECT_H
+#define K3CACHE_DIRECT_H
+
+#include "k3cache.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct k3cache_direct;
+
+/* Opens the store in dir read-only. daemon_addr is the daemon serving it
+ * (as for k3cache_connect; NULL: the default), asked once for this
+ * process's namespace; the connection is closed again. */
+K3CACHE_API int k3cache_direct_open(const char *dir, const char *daemon_addr,
+                                    struct k3cache_direct **out, struct k3cache_error *err);
+K3CACHE_API void k3cache_direct_close(struct k3cache_direct *d);
+
+/* k3cache_lookup() against the store itself. */
+K3CACHE_API int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_LEN],
+                                      const void *salt, size_t salt_len, const uint32_t *tokens,
+                                      uint32_t n_tokens, uint32_t limit,
+                                      struct k3cache_lookup_result *out, struct k3cache_error *err);
+
+/* k3cache_restore_into() from the store itself: each layer is copied into
+ * bufs[i] and checked while it is in cache. On failure the buffers'
+ * contents are unspecified and must not be used. */
+K3CACHE_API int k3cache_direct_restore_into(struct k3cache_direct *d,
+                                            const struct k3cache_model *model,
+                                            const uint8_t key[K3CACHE_KEY_LEN], void *const *bufs,
+                                            const size_t *caps, size_t *lens, uint32_t *prefix_len,
+                                            struct k3cache_error *err);
+
+/* Form 2: read-only views into the store's map, no copy. Each layer is
+ * its blob as pieces in order (the seed's format once joined), every layer
+ * checked (the same checks) before the call succeeds. The pieces stay
+ * valid until k3cache_direct_view_release(); meanwhile the pages they show
+ * are kept by LMDB, so the file grows instead of reusing them: release a
+ * view as soon as its layers are loaded. */
+struct k3cache_view_layer {
+	const struct k3cache_buf *pieces;
+	uint32_t n_pieces;
+	size_t len; /* the blob's bytes, all pieces */
+};
+
+struct k3cache_direct_view {
+	uint32_t prefix_len;
+	uint32_t n_layers;
+	const struct k3cache_view_layer *layers;
+	void *priv;
+};
+
+K3CACHE_API int k3cache_direct_view(struct k3cache_direct *d, const struct k3cache_model *model,
+                                    const uint8_t key[K3CACHE_KEY_LEN],
+                                    struct k3cache_direct_view **out, struct k3cache_error *err);
+K3CACHE_API void k3cache_direct_view_release(struct k3cache_direct_view *v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

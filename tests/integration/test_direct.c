@@ -1,0 +1,236 @@
+/* Direct reads (k3cache/direct.h) against a store the real daemon writes:
+ * the same answers as the daemon, every byte, and damage refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "daemonutil.h"
+#include "k3cache/direct.h"
+#include "model.h"
+#include "snaputil.h"
+
+static struct daemonutil d;
+static struct k3cache_model *twin;
+
+/* Layer i of snapshot `seed` at P = p. */
+static struct k3cache_buf make_layer(uint32_t i, uint32_t p, uint32_t seed)
+{
+	return snaputil_layer(twin, i, p, seed);
+}
+
+static void tokens_for(uint32_t *t, uint32_t n, uint32_t base)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = base + i * 3;
+}
+
+static void publish(uint32_t p, uint32_t base, uint32_t seed)
+{
+	struct k3cache *c;
+	struct k3cache_error e;
+	if (k3cache_connect(d.sock, &c, &e) != 0)
+		fail_msg("connect: %s", e.message);
+	struct k3cache_buf *bufs = calloc(twin->n_layers, sizeof(*bufs));
+	for (uint32_t i = 0; i < twin->n_layers; i++)
+		bufs[i] = make_layer(i, p, seed);
+	uint32_t *t = malloc(p * sizeof(uint32_t));
+	tokens_for(t, p, base);
+	struct k3cache_publish_result res;
+	if (k3cache_publish(c, twin->fingerprint, "", 0, t, p, bufs, twin->n_layers, &res, &e) != 0)
+		fail_msg("publish: %s", e.message);
+	for (uint32_t i = 0; i < twin->n_layers; i++)
+		free((void *)bufs[i].data);
+	free(bufs);
+	free(t);
+	k3cache_close(c);
+}
+
+/* Buffers for every layer at P = p. */
+static void **buffers(uint32_t p, size_t *caps)
+{
+	void **bufs = calloc(twin->n_layers, sizeof(void *));
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		caps[i] = model_layer_blob_size(&twin->layers[i], p);
+		bufs[i] = malloc(caps[i]);
+	}
+	return bufs;
+}
+
+static void free_buffers(void **bufs)
+{
+	for (uint32_t i = 0; i < twin->n_layers; i++)
+		free(bufs[i]);
+	free(bufs);
+}
+
+static struct k3cache_direct *open_direct(void)
+{
+	struct k3cache_direct *dr;
+	struct k3cache_error e;
+	if (k3cache_direct_open(d.db, d.sock, &dr, &e) != 0)
+		fail_msg("direct open: %s", e.message);
+	return dr;
+}
+
+/* Lookups and restores in this process give what the daemon gives. */
+static void test_direct_restores_what_was_published(void **state)
+{
+	(void)state;
+	publish(300, 1000, 1);
+	publish(2000, 1000, 2); /* the same prompt, longer: streamed, with blocks */
+	struct k3cache_direct *dr = open_direct();
+	uint32_t t[2100];
+	tokens_for(t, 2100, 1000);
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 1500, 0, &lr, &e),
+	                 0);
+	assert_int_equal(lr.prefix_len, 300);
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 2100, 0, &lr, &e),
+	                 0);
+	assert_int_equal(lr.prefix_len, 2000);
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
+	       *lens = calloc(twin->n_layers, sizeof(size_t));
+	void **bufs = buffers(2000, caps);
+	uint32_t p = 0;
+	if (k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e) != 0)
+		fail_msg("restore: %s", e.message);
+	assert_int_equal(p, 2000);
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		struct k3cache_buf want = make_layer(i, 2000, 2);
+		assert_int_equal(lens[i], want.len);
+		assert_memory_equal(bufs[i], want.data, want.len);
+		free((void *)want.data);
+	}
+	/* views: the same bytes in pieces of the map, checked the same way */
+	struct k3cache_direct_view *v;
+	if (k3cache_direct_view(dr, twin, lr.key, &v, &e) != 0)
+		fail_msg("view: %s", e.message);
+	assert_int_equal(v->prefix_len, 2000);
+	assert_int_equal(v->n_layers, twin->n_layers);
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		struct k3cache_buf want = make_layer(i, 2000, 2);
+		assert_int_equal(v->layers[i].len, want.len);
+		size_t off = 0;
+		for (uint32_t j = 0; j < v->layers[i].n_pieces; j++) {
+			const struct k3cache_buf *pc = &v->layers[i].pieces[j];
+			assert_true(off + pc->len <= want.len);
+			assert_memory_equal(pc->data, (const unsigned char *)want.data + off,
+			                    pc->len);
+			off += pc->len;
+		}
+		assert_int_equal(off, want.len);
+		free((void *)want.data);
+	}
+	k3cache_direct_view_release(v);
+	/* another prompt misses; the salt is part of the key */
+	uint32_t other[50];
+	tokens_for(other, 50, 777);
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, other, 50, 0, &lr, &e),
+	                 0);
+	assert_int_equal(lr.prefix_len, 0);
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "s", 1, t, 2100, 0, &lr, &e),
+	                 0);
+	assert_int_equal(lr.prefix_len, 0);
+	free_buffers(bufs);
+	free(caps);
+	free(lens);
+	k3cache_direct_close(dr);
+}
+
+/* A buffer too small, or the wrong model, is refused before a byte is
+ * copied; a flipped byte in the file is refused as damage. */
+static void test_direct_refuses_bad_requests_and_damage(void **state)
+{
+	(void)state;
+	publish(400, 50000, 7);
+	struct k3cache_direct *dr = open_direct();
+	uint32_t t[401];
+	tokens_for(t, 401, 50000);
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 401, 0, &lr, &e),
+	                 0);
+	assert_int_equal(lr.prefix_len, 400);
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
+	       *lens = calloc(twin->n_layers, sizeof(size_t));
+	void **bufs = buffers(400, caps);
+	uint32_t p = 0;
+	caps[1]--;
+	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e),
+	                 K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "layer 1: needs"));
+	caps[1]++;
+
+	/* flip one byte of layer 0's floats where the file holds them */
+	struct k3cache_buf l0 = make_layer(0, 400, 7);
+	char path[400];
+	snprintf(path, sizeof(path), "%s/data.mdb", d.db);
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	off_t size = lseek(fd, 0, SEEK_END);
+	unsigned char *file = malloc((size_t)size);
+	assert_int_equal(pread(fd, file, (size_t)size, 0), size);
+	const unsigned char *needle = (const unsigned char *)l0.data + 1024;
+	unsigned char *at = memmem(file, (size_t)size, needle, 64);
+	assert_non_null(at);
+	unsigned char flipped = (unsigned char)(at[10] ^ 0x01);
+	assert_int_equal(pwrite(fd, &flipped, 1, (off_t)(at - file) + 10), 1);
+	close(fd);
+	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e),
+	                 K3CACHE_CORRUPT);
+	assert_non_null(strstr(e.message, "stored entry damaged: layer 0"));
+	struct k3cache_direct_view *v = NULL;
+	assert_int_equal(k3cache_direct_view(dr, twin, lr.key, &v, &e), K3CACHE_CORRUPT);
+	assert_null(v);
+	assert_non_null(strstr(e.message, "stored entry damaged: layer 0"));
+	free((void *)l0.data);
+	free(file);
+	free_buffers(bufs);
+	free(caps);
+	free(lens);
+	k3cache_direct_close(dr);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	char path[1024], err[MODEL_ERROR_MAX];
+	snprintf(path, sizeof(path), "%s/models/kimi-k3-0.40b-twin.json", K3_SHARED_DIR);
+	twin = model_load_file(path, err);
+	if (!twin || daemonutil_init(&d) ||
+	    daemonutil_start(&d, "--stage-size", "1MiB", (char *)NULL) != 0)
+		return -1;
+	struct k3cache *c;
+	struct k3cache_error e;
+	if (k3cache_connect(d.sock, &c, &e) != 0)
+		return -1;
+	int rc = k3cache_put_model(c, twin, NULL, &e);
+	k3cache_close(c);
+	return rc;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	daemonutil_cleanup(&d);
+	model_free(twin);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_direct_restores_what_was_published),
+	        cmocka_unit_test(test_direct_refuses_bad_requests_and_damage),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
