@@ -7,8 +7,11 @@
 
 #include <cmocka.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "blob.h"
@@ -200,6 +203,62 @@ static void test_direct_refuses_bad_requests_and_damage(void **state)
 	k3cache_direct_close(dr);
 }
 
+/* Whether the daemon's log holds `text`. */
+static int log_has(const char *text)
+{
+	FILE *f = fopen(d.log, "r");
+	if (!f)
+		return 0;
+	char line[512];
+	int found = 0;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, text) != NULL;
+	fclose(f);
+	return found;
+}
+
+/* A direct reader killed while it holds a view leaves its LMDB reader slot
+ * taken (the slot pins the pages of its snapshot); the daemon clears the
+ * slots of dead processes every 10 s. */
+static void test_killed_reader_slot_is_reclaimed(void **state)
+{
+	(void)state;
+	publish(100, 90000, 9);
+	int ready[2];
+	assert_int_equal(pipe(ready), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct k3cache_direct *dr;
+		struct k3cache_direct_view *v;
+		struct k3cache_lookup_result lr;
+		struct k3cache_error e;
+		uint32_t t[101];
+		tokens_for(t, 101, 90000);
+		if (k3cache_direct_open(d.db, d.sock, &dr, &e) != 0 ||
+		    k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 101, 0, &lr, &e) != 0 ||
+		    lr.prefix_len != 100 || k3cache_direct_view(dr, twin, lr.key, &v, &e) != 0)
+			_exit(1);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause(); /* holding the view */
+	}
+	char c;
+	assert_int_equal(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	close(ready[1]);
+	kill(pid, SIGKILL);
+	int status;
+	waitpid(pid, &status, 0);
+	int cleared = 0;
+	for (int i = 0; i < 150 && !cleared; i++) {
+		daemonutil_sleep_ms(100);
+		cleared = log_has("cleared 1 reader slots of dead processes");
+	}
+	assert_true(cleared);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -231,6 +290,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_direct_restores_what_was_published),
 	        cmocka_unit_test(test_direct_refuses_bad_requests_and_damage),
+	        cmocka_unit_test(test_killed_reader_slot_is_reclaimed),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
