@@ -467,11 +467,11 @@ static enum status_code window_publish(struct store *st, const struct k3cache_mo
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < sn->n; i++)
 		total += sn->blobs[i].size;
-	unsigned char *src = malloc(total), *buf = malloc(total);
+	unsigned char *src = malloc(total ? total : 1), *buf = malloc(total ? total : 1);
 	assert_non_null(src);
 	assert_non_null(buf);
 	memset(buf, 0xff, total);
-	struct store_blob *blobs = calloc(sn->n, sizeof(*blobs));
+	struct store_blob *blobs = calloc(sn->n ? sn->n : 1, sizeof(*blobs));
 	uint64_t off = 0;
 	for (uint32_t i = 0; i < sn->n; i++) {
 		memcpy(src + off, sn->bufs[i], sn->blobs[i].size);
@@ -553,7 +553,7 @@ static void test_window_publish_reads_each_byte_in_its_window(void **state)
 	struct blob_view v;
 	assert_int_equal(blob_parse(sn2.bufs[2], sn2.blobs[2].size, &v, NULL), BLOB_OK);
 	float x = 123.5f;
-	memcpy(sn2.bufs[2] + (v.v1.data - sn2.bufs[2]) + 3u * 256u * 4u, &x, 4); /* row 3 */
+	memcpy(sn2.bufs[2] + (v.v1.data - sn2.bufs[2]) + (size_t)3 * 256 * 4, &x, 4); /* row 3 */
 	sn2.blobs[2].xxh3 = checksum_blob(sn2.bufs[2], sn2.blobs[2].size, 2);
 	struct store_publish_res res2;
 	assert_int_equal(window_publish(f->st, m, t, 700, &sn2, 3u << 20, &res2, &st), STATUS_OK);
