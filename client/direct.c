@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "blob_stream.h"
 #include "k3cache/direct.h"
@@ -14,15 +15,73 @@
 #include "store.h"
 #include "store/env.h" /* STORE_MAX_SALT */
 
+struct view_priv;
+
 struct k3cache_direct {
 	struct store *s;
 	unsigned char ns[128]; /* the daemon's namespace for this process's salts */
 	size_t ns_len;
+	double view_seconds;     /* a view's life; 0: no limit */
+	struct view_priv *views; /* live views, oldest last */
 };
 
 /* Bytes copied between two checks of a layer: the check reads them while
  * they are still in cache. */
 #define COPY_PIECE ((size_t)64 << 10)
+
+/* A view's life unless K3CACHE_DIRECT_VIEW_SECONDS says otherwise. */
+#define VIEW_SECONDS 30.0
+
+struct view_priv {
+	struct k3cache_direct *d;
+	struct k3cache_direct_view *view;
+	struct store_snapshot *snap; /* NULL once expired */
+	struct k3cache_view_layer *layers;
+	struct k3cache_buf *pieces;
+	size_t n_pieces;
+	double born;
+	struct view_priv *prev, *next;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Ends a view's read transaction: its pages may be reused from now on, so
+ * its pieces are taken away (NULL), and it is off the live list. */
+static void expire(struct view_priv *pv)
+{
+	if (!pv->snap)
+		return;
+	store_snapshot_release(pv->snap);
+	pv->snap = NULL;
+	for (size_t i = 0; i < pv->n_pieces; i++)
+		pv->pieces[i] = (struct k3cache_buf){NULL, 0};
+	if (pv->prev)
+		pv->prev->next = pv->next;
+	else
+		pv->d->views = pv->next;
+	if (pv->next)
+		pv->next->prev = pv->prev;
+	pv->prev = pv->next = NULL;
+}
+
+/* Expires the views held past their life (every call into d does this
+ * first): a view forgotten by its caller does not pin the file for ever. */
+static void expire_old(struct k3cache_direct *d)
+{
+	if (d->view_seconds <= 0)
+		return;
+	double t = now();
+	for (struct view_priv *pv = d->views, *next; pv; pv = next) {
+		next = pv->next;
+		if (t - pv->born >= d->view_seconds)
+			expire(pv);
+	}
+}
 
 __attribute__((format(printf, 3, 4))) static int fail(struct k3cache_error *err,
                                                       enum status_code code, const char *fmt, ...)
@@ -55,6 +114,20 @@ int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache
 		free(d);
 		return rc;
 	}
+	d->view_seconds = VIEW_SECONDS;
+	const char *vs = getenv("K3CACHE_DIRECT_VIEW_SECONDS");
+	if (vs && *vs) {
+		char *end;
+		double x = strtod(vs, &end);
+		if (*end || x < 0) {
+			free(d);
+			return fail(err, STATUS_INVALID,
+			            "K3CACHE_DIRECT_VIEW_SECONDS is \"%s\": a number of seconds, 0 "
+			            "for no limit",
+			            vs);
+		}
+		d->view_seconds = x;
+	}
 	/* the daemon walked the file when it opened it, and writes it still */
 	struct store_options o = {.read_only = 1, .check = STORE_CHECK_NEVER};
 	struct status st;
@@ -70,6 +143,8 @@ void k3cache_direct_close(struct k3cache_direct *d)
 {
 	if (!d)
 		return;
+	while (d->views) /* their pages go with the store */
+		expire(d->views);
 	store_close(d->s);
 	free(d);
 }
@@ -79,6 +154,7 @@ int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_
                           uint32_t n_tokens, uint32_t limit, struct k3cache_lookup_result *out,
                           struct k3cache_error *err)
 {
+	expire_old(d);
 	memset(out, 0, sizeof(*out));
 	if (salt_len > STORE_MAX_SALT)
 		return fail(err, STATUS_INVALID, "the salt is %zu bytes; at most %u are allowed",
@@ -172,17 +248,12 @@ static int open_entry(struct k3cache_direct *d, const struct k3cache_model *mode
 	return rc;
 }
 
-struct view_priv {
-	struct store_snapshot *snap;
-	struct k3cache_view_layer *layers;
-	struct k3cache_buf *pieces;
-};
-
 int k3cache_direct_view(struct k3cache_direct *d, const struct k3cache_model *model,
                         const uint8_t key[K3CACHE_KEY_LEN], struct k3cache_direct_view **out,
                         struct k3cache_error *err)
 {
 	*out = NULL;
+	expire_old(d);
 	struct store_snapshot *snap;
 	int rc = open_entry(d, model, key, &snap, err);
 	if (rc)
@@ -236,7 +307,10 @@ int k3cache_direct_view(struct k3cache_direct *d, const struct k3cache_model *mo
 		store_snapshot_release(snap);
 		return rc;
 	}
-	*pv = (struct view_priv){snap, layers, pieces};
+	*pv = (struct view_priv){d, v, snap, layers, pieces, n_pieces, now(), NULL, d->views};
+	if (d->views)
+		d->views->prev = pv;
+	d->views = pv;
 	*v = (struct k3cache_direct_view){snap->prefix_len, snap->n_layers, layers, pv};
 	*out = v;
 	return 0;
@@ -247,11 +321,16 @@ void k3cache_direct_view_release(struct k3cache_direct_view *v)
 	if (!v)
 		return;
 	struct view_priv *pv = v->priv;
-	store_snapshot_release(pv->snap);
+	expire(pv);
 	free(pv->layers);
 	free(pv->pieces);
 	free(pv);
 	free(v);
+}
+
+int k3cache_direct_view_valid(const struct k3cache_direct_view *v)
+{
+	return v && ((const struct view_priv *)v->priv)->snap != NULL;
 }
 
 int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_model *model,
@@ -259,6 +338,7 @@ int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_m
                                 const size_t *caps, size_t *lens, uint32_t *prefix_len,
                                 struct k3cache_error *err)
 {
+	expire_old(d);
 	struct store_snapshot *snap;
 	int rc = open_entry(d, model, key, &snap, err);
 	if (rc)

@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 #include <fcntl.h>
+#include <lmdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +260,87 @@ static void test_killed_reader_slot_is_reclaimed(void **state)
 	assert_true(cleared);
 }
 
+struct readers {
+	long pid;
+	int active;
+};
+
+static int count_reader(const char *msg, void *ctx)
+{
+	struct readers *r = ctx;
+	char *end;
+	long pid = strtol(msg, &end, 10); /* "pid thread txnid", txnid "-" when idle */
+	char thread[32], txn[32];
+	if (end != msg && pid == r->pid && sscanf(end, "%31s %31s", thread, txn) == 2 &&
+	    strcmp(txn, "-") != 0)
+		r->active++;
+	return 0;
+}
+
+/* Read transactions that process pid holds on the store, as LMDB's reader
+ * table shows them, listed by a child (a second environment on the same
+ * file in this process would drop this process's locks on it when closed). */
+static int active_readers(pid_t pid)
+{
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		MDB_env *env;
+		struct readers r = {(long)pid, 0};
+		if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 32) ||
+		    mdb_env_open(env, d.db, MDB_RDONLY | MDB_NOTLS, 0) ||
+		    mdb_reader_list(env, count_reader, &r) < 0)
+			_exit(1);
+		if (write(fds[1], &r.active, sizeof(r.active)) != (ssize_t)sizeof(r.active))
+			_exit(1);
+		_exit(0);
+	}
+	close(fds[1]);
+	int n = -1;
+	assert_int_equal(read(fds[0], &n, sizeof(n)), (ssize_t)sizeof(n));
+	close(fds[0]);
+	int status;
+	waitpid(child, &status, 0);
+	return n;
+}
+
+/* A view held past K3CACHE_DIRECT_VIEW_SECONDS ends at the next call: its
+ * read transaction is gone from the reader table (so it no longer pins the
+ * file's pages) and its pieces are NULL. */
+static void test_view_held_too_long_expires(void **state)
+{
+	(void)state;
+	publish(120, 95000, 10);
+	setenv("K3CACHE_DIRECT_VIEW_SECONDS", "1", 1);
+	struct k3cache_direct *dr = open_direct();
+	unsetenv("K3CACHE_DIRECT_VIEW_SECONDS");
+	uint32_t t[121];
+	tokens_for(t, 121, 95000);
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 121, 0, &lr, &e),
+	                 0);
+	assert_int_equal(lr.prefix_len, 120);
+	struct k3cache_direct_view *v;
+	assert_int_equal(k3cache_direct_view(dr, twin, lr.key, &v, &e), 0);
+	assert_true(k3cache_direct_view_valid(v));
+	assert_int_equal(active_readers(getpid()), 1);
+	daemonutil_sleep_ms(1300);
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 121, 0, &lr, &e),
+	                 0);
+	assert_false(k3cache_direct_view_valid(v));
+	assert_null(v->layers[0].pieces[0].data);
+	assert_int_equal(active_readers(getpid()), 0);
+	k3cache_direct_view_release(v);
+	/* a view released in time is simply released */
+	assert_int_equal(k3cache_direct_view(dr, twin, lr.key, &v, &e), 0);
+	k3cache_direct_view_release(v);
+	assert_int_equal(active_readers(getpid()), 0);
+	k3cache_direct_close(dr);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -291,6 +373,7 @@ int main(void)
 	        cmocka_unit_test(test_direct_restores_what_was_published),
 	        cmocka_unit_test(test_direct_refuses_bad_requests_and_damage),
 	        cmocka_unit_test(test_killed_reader_slot_is_reclaimed),
+	        cmocka_unit_test(test_view_held_too_long_expires),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -16,8 +16,7 @@
  *
  * Not yet: use counts and LRU touches sent back to the daemon, reports of
  * damage found here (a damaged entry is refused here, and quarantined when
- * the daemon next restores or verifies it), and a limit on how long a view
- * may pin the file's old pages. */
+ * the daemon next restores or verifies it). */
 #ifndef K3CACHE_DIRECT_H
 #define K3CACHE_DIRECT_H
 
@@ -53,10 +52,15 @@ K3CACHE_API int k3cache_direct_restore_into(struct k3cache_direct *d,
 
 /* Form 2: read-only views into the store's map, no copy. Each layer is
  * its blob as pieces in order (the seed's format once joined), every layer
- * checked (the same checks) before the call succeeds. The pieces stay
- * valid until k3cache_direct_view_release(); meanwhile the pages they show
- * are kept by LMDB, so the file grows instead of reusing them: release a
- * view as soon as its layers are loaded. */
+ * checked (the same checks) before the call succeeds. Meanwhile LMDB keeps
+ * the pages they show, so the file grows instead of reusing them: release
+ * a view as soon as its layers are loaded. A view lives at most
+ * K3CACHE_DIRECT_VIEW_SECONDS (read at open; default 30, 0: no limit):
+ * the first call into the same k3cache_direct after that ends its read
+ * transaction and sets every piece's data to NULL, so a view held too
+ * long fails loudly instead of showing pages reused by later writes.
+ * k3cache_direct_view_valid() says whether it still holds; release it
+ * either way. k3cache_direct_close() ends every view. */
 struct k3cache_view_layer {
 	const struct k3cache_buf *pieces;
 	uint32_t n_pieces;
@@ -74,6 +78,7 @@ K3CACHE_API int k3cache_direct_view(struct k3cache_direct *d, const struct k3cac
                                     const uint8_t key[K3CACHE_KEY_LEN],
                                     struct k3cache_direct_view **out, struct k3cache_error *err);
 K3CACHE_API void k3cache_direct_view_release(struct k3cache_direct_view *v);
+K3CACHE_API int k3cache_direct_view_valid(const struct k3cache_direct_view *v);
 
 #ifdef __cplusplus
 }
