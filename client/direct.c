@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "blob_stream.h"
+#include "frame.h"
 #include "k3cache/direct.h"
 #include "k3cache_raw.h"
 #include "model.h"
@@ -17,8 +18,14 @@
 
 struct view_priv;
 
+/* Uses reported to the daemon in one Report. */
+#define REPORT_BATCH 256
+
 struct k3cache_direct {
 	struct store *s;
+	struct k3cache *daemon; /* where uses and damage are reported; NULL: gone */
+	uint8_t used[REPORT_BATCH][K3CACHE_KEY_LEN];
+	uint32_t n_used;
 	unsigned char ns[128]; /* the daemon's namespace for this process's salts */
 	size_t ns_len;
 	double view_seconds;     /* a view's life; 0: no limit */
@@ -28,6 +35,52 @@ struct k3cache_direct {
 /* Bytes copied between two checks of a layer: the check reads them while
  * they are still in cache. */
 #define COPY_PIECE ((size_t)64 << 10)
+
+/* Sends the uses batched so far and a damaged key (or none) to the daemon,
+ * one round trip. The daemon being gone stops reports, not reads. */
+static void report(struct k3cache_direct *d, const uint8_t *damaged)
+{
+	if (!d->daemon || (!d->n_used && !damaged))
+		return;
+	ProtobufCBinaryData used[REPORT_BATCH], bad = {K3CACHE_KEY_LEN, (uint8_t *)damaged};
+	for (uint32_t i = 0; i < d->n_used; i++)
+		used[i] = (ProtobufCBinaryData){K3CACHE_KEY_LEN, d->used[i]};
+	K3cache__V1__Report rep = K3CACHE__V1__REPORT__INIT;
+	rep.n_used = d->n_used;
+	rep.used = used;
+	rep.n_damaged = damaged ? 1 : 0;
+	rep.damaged = &bad;
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_REPORT;
+	req.report = &rep;
+	frame_response *resp;
+	struct k3cache_error e;
+	if (k3cache_call(d->daemon, &req, &resp, &e) != 0) {
+		k3cache_close(d->daemon); /* broken: no more reports */
+		d->daemon = NULL;
+	} else {
+		k3cache_response_free(resp);
+	}
+	d->n_used = 0;
+}
+
+/* A restore or a view made here: a use, reported in batches. */
+static void note_use(struct k3cache_direct *d, const uint8_t *key)
+{
+	memcpy(d->used[d->n_used++], key, K3CACHE_KEY_LEN);
+	if (d->n_used == REPORT_BATCH)
+		report(d, NULL);
+}
+
+/* After a restore or a view of key: a use, or damage the daemon is told of
+ * at once (it checks the entry and quarantines it). */
+static void settle(struct k3cache_direct *d, const uint8_t *key, int rc)
+{
+	if (rc == 0)
+		note_use(d, key);
+	else if (rc == STATUS_CORRUPT)
+		report(d, key);
+}
 
 /* A view's life unless K3CACHE_DIRECT_VIEW_SECONDS says otherwise. */
 #define VIEW_SECONDS 30.0
@@ -104,12 +157,9 @@ int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache
 	struct k3cache_direct *d = calloc(1, sizeof(*d));
 	if (!d)
 		return fail(err, STATUS_INTERNAL, "out of memory");
-	struct k3cache *c;
-	int rc = k3cache_connect(daemon_addr, &c, err);
-	if (rc == 0) {
-		rc = k3cache_namespace(c, d->ns, sizeof(d->ns), &d->ns_len, err);
-		k3cache_close(c);
-	}
+	int rc = k3cache_connect(daemon_addr, &d->daemon, err);
+	if (rc == 0 && (rc = k3cache_namespace(d->daemon, d->ns, sizeof(d->ns), &d->ns_len, err)))
+		k3cache_close(d->daemon);
 	if (rc) {
 		free(d);
 		return rc;
@@ -120,6 +170,7 @@ int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache
 		char *end;
 		double x = strtod(vs, &end);
 		if (*end || x < 0) {
+			k3cache_close(d->daemon);
 			free(d);
 			return fail(err, STATUS_INVALID,
 			            "K3CACHE_DIRECT_VIEW_SECONDS is \"%s\": a number of seconds, 0 "
@@ -132,6 +183,7 @@ int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache
 	struct store_options o = {.read_only = 1, .check = STORE_CHECK_NEVER};
 	struct status st;
 	if (store_open(dir, &o, &d->s, &st) != STATUS_OK) {
+		k3cache_close(d->daemon);
 		free(d);
 		return fail(err, st.code, "direct reads of %s: %s", dir, st.message);
 	}
@@ -145,6 +197,8 @@ void k3cache_direct_close(struct k3cache_direct *d)
 		return;
 	while (d->views) /* their pages go with the store */
 		expire(d->views);
+	report(d, NULL);
+	k3cache_close(d->daemon);
 	store_close(d->s);
 	free(d);
 }
@@ -305,8 +359,10 @@ int k3cache_direct_view(struct k3cache_direct *d, const struct k3cache_model *mo
 		free(layers);
 		free(pieces);
 		store_snapshot_release(snap);
+		settle(d, key, rc);
 		return rc;
 	}
+	settle(d, key, 0);
 	*pv = (struct view_priv){d, v, snap, layers, pieces, n_pieces, now(), NULL, d->views};
 	if (d->views)
 		d->views->prev = pv;
@@ -356,5 +412,6 @@ int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_m
 	if (!rc)
 		*prefix_len = snap->prefix_len;
 	store_snapshot_release(snap);
+	settle(d, key, rc);
 	return rc;
 }

@@ -62,7 +62,7 @@ struct k3d_config {
 
 /* Latency histogram bucket bounds, seconds. */
 #define K3D_N_BUCKETS 12
-#define K3D_N_OPS     13 /* frame ops + "unknown" */
+#define K3D_N_OPS     14 /* frame ops + "unknown" */
 
 struct k3d_hist {
 	uint64_t counts[K3D_N_BUCKETS + 1]; /* last: +Inf */
@@ -118,9 +118,10 @@ struct k3d_server {
 	int window_fresh;      /* mremap cannot keep a range: stages use fresh pages */
 	uint64_t window_bytes; /* stage memory backing receive windows now */
 	uint64_t window_waits; /* uploads paused: their window full (K3D_WAIT_WINDOW) */
-	uint64_t pool_bytes;   /* pool + in flight <= --max-inflight */
-	uint64_t payload_tick; /* when the last payload was reserved */
-	int idle_trimmed;      /* the pools and heaps were handed back since */
+	uint64_t reported_uses, reported_damaged; /* direct readers' Reports */
+	uint64_t pool_bytes;                      /* pool + in flight <= --max-inflight */
+	uint64_t payload_tick;                    /* when the last payload was reserved */
+	int idle_trimmed;                         /* the pools and heaps were handed back since */
 	struct k3d_hist latency[K3D_N_OPS];
 };
 
@@ -262,6 +263,7 @@ enum k3d_chore {
 	K3D_CHORE_SYNC,       /* durability fast: sync the map */
 	K3D_CHORE_VERIFY,     /* check the chunks of a restore being streamed */
 	K3D_CHORE_QUARANTINE, /* quarantine a damaged entry a restore found */
+	K3D_CHORE_CHECK,      /* check an entry a direct reader reported damaged */
 };
 
 /* A restore being streamed: the snapshot lives until the last byte is sent
@@ -300,6 +302,10 @@ void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job);
 /* Asks the writer to quarantine an entry found damaged on the loop thread,
  * which takes no write transaction itself. */
 void k3d_writer_quarantine(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN]);
+/* Asks the writer to check an entry someone else found damaged (a direct
+ * reader): every chunk and block against its sum; a damaged one is
+ * quarantined, an intact one stays. */
+void k3d_writer_check(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN]);
 /* Takes the finished jobs (loop thread). */
 struct k3d_job *k3d_writer_take_done(struct k3d_writer *w);
 /* Finishes every queued job, then stops the thread (finished jobs stay to be

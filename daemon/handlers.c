@@ -184,6 +184,28 @@ static int owns_entry(struct k3d_conn *c, const uint8_t *key)
 	return own;
 }
 
+/* A direct reader's report: its restores count as uses, and the entries it
+ * found damaged are checked by the writer (a report alone quarantines
+ * nothing). A tenant reports on its own entries only; others are skipped. */
+static void op_report(struct k3d_conn *c)
+{
+	const K3cache__V1__Report *r = c->req->report;
+	struct k3d_server *srv = c->srv;
+	for (size_t i = 0; i < r->n_used; i++)
+		if (owns_entry(c, r->used[i].data)) {
+			store_note_use(srv->store, r->used[i].data);
+			srv->reported_uses++;
+		}
+	for (size_t i = 0; i < r->n_damaged; i++)
+		if (owns_entry(c, r->damaged[i].data)) {
+			k3d_writer_check(srv->writer, r->damaged[i].data);
+			srv->reported_damaged++;
+		}
+	frame_response resp = K3CACHE__V1__RESPONSE__INIT;
+	resp.id = c->req->id;
+	k3d_conn_respond(c, &resp);
+}
+
 static void op_restore(struct k3d_conn *c)
 {
 	if (!restore_slot(c))
@@ -283,6 +305,9 @@ void k3d_handle(struct k3d_conn *c)
 		break;
 	case K3CACHE__V1__REQUEST__OP_RESTORE:
 		op_restore(c);
+		break;
+	case K3CACHE__V1__REQUEST__OP_REPORT:
+		op_report(c);
 		break;
 	case K3CACHE__V1__REQUEST__OP_LIST:
 	case K3CACHE__V1__REQUEST__OP_INSPECT:

@@ -13,7 +13,7 @@
 
 static const char *const op_names[K3D_N_OPS] = {
         "hello", "put_model", "publish",     "lookup", "restore", "list",   "inspect",
-        "evict", "stat",      "list_models", "verify", "resolve", "unknown"};
+        "evict", "stat",      "list_models", "verify", "resolve", "report", "unknown"};
 
 static const double bucket_bounds[K3D_N_BUCKETS] = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                                     0.025,  0.05,   0.1,   0.5,    1.0,   5.0};
@@ -49,6 +49,8 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 	service_add_counter(r, "inflight_waits", srv->busy_pauses);
 	service_add_counter(r, "window_bytes", srv->window_bytes);
 	service_add_counter(r, "window_waits", srv->window_waits);
+	service_add_counter(r, "reported_uses", srv->reported_uses);
+	service_add_counter(r, "reported_damaged", srv->reported_damaged);
 	for (int code = 1; code < STATUS_N_CODES; code++) {
 		char name[64];
 		snprintf(name, sizeof(name), "errors_%s", status_code_name((enum status_code)code));

@@ -80,8 +80,10 @@ int k3d_op_index(const frame_request *req)
 		return 10;
 	case K3CACHE__V1__REQUEST__OP_RESOLVE:
 		return 11;
-	default:
+	case K3CACHE__V1__REQUEST__OP_REPORT:
 		return 12;
+	default:
+		return 13;
 	}
 }
 
@@ -137,7 +139,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			job = next;
 			continue;
 		}
-		if (job->chore == K3D_CHORE_QUARANTINE) {
+		if (job->chore == K3D_CHORE_QUARANTINE || job->chore == K3D_CHORE_CHECK) {
 			k3d_job_free(job);
 			job = next;
 			continue;

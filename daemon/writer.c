@@ -182,6 +182,21 @@ static void quarantine(struct store *s, const uint8_t *key)
 	}
 }
 
+/* A damaged entry a direct reader reported: a restore with every sum
+ * checked quarantines it when it is damaged. */
+static void check_entry(struct store *s, const uint8_t *key)
+{
+	struct store_snapshot *snap;
+	struct status st;
+	enum status_code code = store_restore_opt(s, key, 0, &snap, &st);
+	if (code == STATUS_OK) {
+		store_snapshot_release(snap);
+		return;
+	}
+	if (code == STATUS_CORRUPT)
+		k3d_log(K3D_LOG_WARN, "a direct reader's report: %s", st.message);
+}
+
 static void *writer_main(void *arg)
 {
 	struct k3d_writer *w = arg;
@@ -242,6 +257,8 @@ static void *writer_main(void *arg)
 			store_snapshot_verify(batch[0]->stream->snap, &batch[0]->st);
 		else if (batch[0]->chore == K3D_CHORE_QUARANTINE)
 			quarantine(w->srv->store, batch[0]->key);
+		else if (batch[0]->chore == K3D_CHORE_CHECK)
+			check_entry(w->srv->store, batch[0]->key);
 		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			run_publishes(w->srv, batch, n);
 		else
@@ -288,7 +305,8 @@ void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job)
 	pthread_mutex_unlock(&w->mu);
 }
 
-void k3d_writer_quarantine(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN])
+static void chore_on_key(struct k3d_writer *w, enum k3d_chore chore,
+                         const uint8_t key[STORE_KEY_LEN])
 {
 	struct k3d_job *job = calloc(1, sizeof(*job));
 	if (!job) {
@@ -297,9 +315,19 @@ void k3d_writer_quarantine(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN
 		return;
 	}
 	k3cache__v1__response__init(&job->resp);
-	job->chore = K3D_CHORE_QUARANTINE;
+	job->chore = chore;
 	memcpy(job->key, key, STORE_KEY_LEN);
 	k3d_writer_submit(w, job);
+}
+
+void k3d_writer_quarantine(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN])
+{
+	chore_on_key(w, K3D_CHORE_QUARANTINE, key);
+}
+
+void k3d_writer_check(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN])
+{
+	chore_on_key(w, K3D_CHORE_CHECK, key);
 }
 
 struct k3d_job *k3d_writer_take_done(struct k3d_writer *w)

@@ -111,6 +111,8 @@ const char *frame_op_name(const frame_request *req)
 		return "verify";
 	case K3CACHE__V1__REQUEST__OP_RESOLVE:
 		return "resolve";
+	case K3CACHE__V1__REQUEST__OP_REPORT:
+		return "report";
 	default:
 		return "unknown";
 	}
@@ -179,6 +181,18 @@ enum status_code frame_check_request(const frame_request *req, uint64_t max_payl
 			return status_set(st, STATUS_INVALID,
 			                  "lookup: model must be a 32-byte fingerprint");
 		return STATUS_OK;
+	case K3CACHE__V1__REQUEST__OP_REPORT: {
+		const K3cache__V1__Report *r = req->report;
+		if (r->n_used + r->n_damaged > FRAME_REPORT_MAX)
+			return status_set(st, STATUS_INVALID,
+			                  "report: %zu keys; at most %u in one report",
+			                  r->n_used + r->n_damaged, FRAME_REPORT_MAX);
+		for (size_t i = 0; i < r->n_used + r->n_damaged; i++)
+			if ((i < r->n_used ? r->used[i] : r->damaged[i - r->n_used]).len != 32)
+				return status_set(st, STATUS_INVALID,
+				                  "report: every key must be 32 bytes");
+		return STATUS_OK;
+	}
 	case K3CACHE__V1__REQUEST__OP_RESTORE:
 		if (bad_len(&req->restore->key, 0))
 			return status_set(st, STATUS_INVALID, "restore: key must be 32 bytes");

@@ -17,6 +17,7 @@
 #define FRAME_PREFIX_LEN 4u
 #define FRAME_MAX_HEADER (16u << 20)
 #define FRAME_KEY_LEN    32u
+#define FRAME_REPORT_MAX 4096u /* keys in one Report */
 
 typedef K3cache__V1__Request frame_request;
 typedef K3cache__V1__Response frame_response;

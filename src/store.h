@@ -332,6 +332,11 @@ void store_snapshot_release(struct store_snapshot *snap);
 enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_LEN],
                                    unsigned flags, struct store_snapshot **out, struct status *st);
 
+/* A restore made elsewhere (a direct reader's, reported to the daemon):
+ * one hit and one restore, and the entry's LRU place, as if served here.
+ * An absent key is a no-op when the touches are applied. */
+void store_note_use(struct store *s, const uint8_t key[STORE_KEY_LEN]);
+
 /* Takes a damaged entry out of service: marks it quarantined (lookups and
  * restores no longer serve it, and a publish of the same snapshot replaces
  * it), or, when its record itself cannot be read (so there is no flag to

@@ -510,6 +510,12 @@ enum status_code store_restore_opt(struct store *s, const uint8_t key[STORE_KEY_
 	return STATUS_OK;
 }
 
+void store_note_use(struct store *s, const uint8_t key[STORE_KEY_LEN])
+{
+	atomic_fetch_add(&s->restores, 1);
+	store_touch(s, key, 1); /* a direct reader's lookup counted nothing here */
+}
+
 enum store_quarantine_result store_quarantine(struct store *s, const uint8_t key[STORE_KEY_LEN])
 {
 	if (s->opt.read_only)

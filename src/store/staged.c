@@ -788,10 +788,12 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 	pthread_mutex_unlock(&g->mu);
 	if (failed || g->write_rc)
 		return STORE_STAGE_FAILED;
-	int all_in = done || avail >= g->total;
-	/* A window two thirds full of bytes not yet consumed: write what is
-	 * ready, a stage or not, so that it moves. Otherwise whole stages: each
-	 * commit costs a sync. */
+	/* Whole stages (each commit costs a sync), less only for the last, once
+	 * the scan is done, or for a window two thirds full of bytes not yet
+	 * consumed, so that it moves. Bytes all in place are no reason: the
+	 * scan may still be hashing, and a commit per chunk it finishes would
+	 * be the slowest way to write them. */
+	int all_in = done;
 	if (g->window && !all_in && avail + g->window / 3 >= store_stage_consumed(g) + g->window)
 		all_in = 1;
 	uint32_t written = 0;

@@ -75,6 +75,18 @@ static void free_buffers(void **bufs)
 	free(bufs);
 }
 
+/* One of the daemon's counters. */
+static uint64_t counter(const char *name)
+{
+	struct k3cache *c;
+	struct k3cache_error e;
+	uint64_t v = 0;
+	if (k3cache_connect(d.sock, &c, &e) != 0 || k3cache_stat_counter(c, name, &v, &e) != 0)
+		fail_msg("%s: %s", name, e.message);
+	k3cache_close(c);
+	return v;
+}
+
 static struct k3cache_direct *open_direct(void)
 {
 	struct k3cache_direct *dr;
@@ -90,6 +102,7 @@ static void test_direct_restores_what_was_published(void **state)
 	(void)state;
 	publish(300, 1000, 1);
 	publish(2000, 1000, 2); /* the same prompt, longer: streamed, with blocks */
+	uint64_t uses = counter("reported_uses");
 	struct k3cache_direct *dr = open_direct();
 	uint32_t t[2100];
 	tokens_for(t, 2100, 1000);
@@ -148,6 +161,8 @@ static void test_direct_restores_what_was_published(void **state)
 	free(caps);
 	free(lens);
 	k3cache_direct_close(dr);
+	/* the restore and the view reached the daemon as uses, at the close */
+	assert_int_equal(counter("reported_uses"), uses + 2);
 }
 
 /* A buffer too small, or the wrong model, is refused before a byte is
@@ -196,6 +211,21 @@ static void test_direct_refuses_bad_requests_and_damage(void **state)
 	assert_int_equal(k3cache_direct_view(dr, twin, lr.key, &v, &e), K3CACHE_CORRUPT);
 	assert_null(v);
 	assert_non_null(strstr(e.message, "stored entry damaged: layer 0"));
+	/* reported at once: the daemon checks the entry and takes it out of
+	 * service, so it is a miss for every reader */
+	assert_true(counter("reported_damaged") >= 1);
+	struct k3cache *c;
+	assert_int_equal(k3cache_connect(d.sock, &c, &e), 0);
+	int gone = 0;
+	for (int i = 0; i < 100 && !gone; i++) {
+		assert_int_equal(k3cache_lookup(c, twin->fingerprint, "", 0, t, 401, 0, &lr, &e),
+		                 0);
+		gone = lr.prefix_len == 0;
+		if (!gone)
+			daemonutil_sleep_ms(20);
+	}
+	assert_true(gone);
+	k3cache_close(c);
 	free((void *)l0.data);
 	free(file);
 	free_buffers(bufs);

@@ -14,9 +14,11 @@
  * reader can read every entry of every tenant in the store. Grant it to
  * the workers of one trusted service only (the daemon's group).
  *
- * Not yet: use counts and LRU touches sent back to the daemon, reports of
- * damage found here (a damaged entry is refused here, and quarantined when
- * the daemon next restores or verifies it). */
+ * Restores and views made here reach the daemon as uses (LRU order, hit
+ * counts) in batches of 256 and at close; an entry found damaged here is
+ * reported at once, and the daemon checks it and quarantines it. Both go
+ * over the connection opened at open; if the daemon is gone, reads go on
+ * and reports stop. */
 #ifndef K3CACHE_DIRECT_H
 #define K3CACHE_DIRECT_H
 
