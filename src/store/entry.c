@@ -281,6 +281,15 @@ const unsigned char *store_entry_part(const struct store_entry_plan *plan, uint3
 	return part ? b->v : b->k;
 }
 
+size_t store_entry_part_cost(const struct store_entry_plan *plan, uint32_t q)
+{
+	unsigned part;
+	const struct store_plan_block *b = &plan->blocks[part_of(plan, q, &part)];
+	if (b->known)
+		return 64;
+	return part ? b->vlen : b->klen;
+}
+
 /* What placing a block's k part did (plan->kst). */
 enum { KST_NONE, KST_HELD, KST_VOUCHED, KST_PRIVATE };
 

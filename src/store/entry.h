@@ -69,6 +69,9 @@ void store_entry_plan_free(struct store_entry_plan *plan);
 uint32_t store_entry_parts(const struct store_entry_plan *plan);
 const unsigned char *store_entry_part(const struct store_entry_plan *plan, uint32_t q, size_t *len,
                                       uint32_t *layer);
+/* What placing part q may write, for sizing a transaction: its rows, or
+ * for a block a delta's base vouches for, only a count and a held row. */
+size_t store_entry_part_cost(const struct store_entry_plan *plan, uint32_t q);
 
 /* Places parts [plan->done.placed, to) inside txn, first undoing whatever
  * an aborted transaction placed after done. A block's k part shares the

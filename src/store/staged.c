@@ -711,9 +711,7 @@ static uint32_t place_upto(const struct store_stage *g, uint64_t avail, int all,
 	uint32_t to = p->done.placed;
 	uint64_t bytes = 0, stage = g->s->opt.stage_bytes;
 	while (to < g->n_parts && part_at(g, to, 1) <= avail) {
-		size_t len;
-		uint32_t layer;
-		store_entry_part(p, to, &len, &layer);
+		size_t len = store_entry_part_cost(p, to);
 		if (to > p->done.placed && bytes + len > stage)
 			break;
 		bytes += len;
