@@ -259,12 +259,7 @@ static int copy_layer(const struct store_snapshot *snap, const struct k3cache_mo
 	size_t at = 0;
 	for (uint32_t j = 0; j < l->n_segments; j++) {
 		const unsigned char *p = l->segments[j].data;
-		size_t left = l->segments[j].len;
-		if (left > l->size - at) {
-			blob_stream_abandon(&bs);
-			return fail(err, STATUS_CORRUPT,
-			            "layer %" PRIu32 ": longer than its record says", i);
-		}
+		size_t left = l->segments[j].len; /* they add up to l->size (open_entry) */
 		while (left) {
 			size_t n = left < COPY_PIECE ? left : COPY_PIECE;
 			memcpy(buf + at, p, n);
@@ -283,6 +278,7 @@ static int open_entry(struct k3cache_direct *d, const struct k3cache_model *mode
                       const uint8_t key[K3CACHE_KEY_LEN], struct store_snapshot **out,
                       struct k3cache_error *err)
 {
+	expire_old(d);
 	struct status st;
 	/* no chunk sums now: each layer's checksum, checked after, covers its bytes */
 	if (store_restore_opt(d->s, key, STORE_RESTORE_DEFER, out, &st) != STATUS_OK)
@@ -295,6 +291,18 @@ static int open_entry(struct k3cache_direct *d, const struct k3cache_model *mode
 		rc = fail(err, STATUS_CORRUPT,
 		          "stored entry damaged: %" PRIu32 " layers, model %s has %" PRIu32,
 		          (*out)->n_layers, model->name, model->n_layers);
+	for (uint32_t i = 0; i < (*out)->n_layers && !rc; i++) {
+		/* the pieces must make the layer, no more: a view hands them on */
+		const struct store_layer *l = &(*out)->layers[i];
+		uint64_t sum = 0;
+		for (uint32_t j = 0; j < l->n_segments; j++)
+			sum += l->segments[j].len;
+		if (sum != l->size)
+			rc = fail(err, STATUS_CORRUPT,
+			          "stored entry damaged: layer %" PRIu32 " is %" PRIu64
+			          " bytes in pieces, its record says %" PRIu64,
+			          i, sum, l->size);
+	}
 	if (rc) {
 		store_snapshot_release(*out);
 		*out = NULL;
@@ -307,7 +315,6 @@ int k3cache_direct_view(struct k3cache_direct *d, const struct k3cache_model *mo
                         struct k3cache_error *err)
 {
 	*out = NULL;
-	expire_old(d);
 	struct store_snapshot *snap;
 	int rc = open_entry(d, model, key, &snap, err);
 	if (rc)
@@ -394,7 +401,6 @@ int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_m
                                 const size_t *caps, size_t *lens, uint32_t *prefix_len,
                                 struct k3cache_error *err)
 {
-	expire_old(d);
 	struct store_snapshot *snap;
 	int rc = open_entry(d, model, key, &snap, err);
 	if (rc)

@@ -20,10 +20,16 @@ int store_check_layer(const struct store_publish_req *r, const struct k3cache_mo
 		         blob_class_name(berr.cls));
 		return -1;
 	}
-	if (b->xxh3 && b->xxh3 != *sum) {
+	return store_check_given_sum(b, i, *sum, message);
+}
+
+int store_check_given_sum(const struct store_blob *b, uint32_t i, uint64_t sum,
+                          char message[STATUS_MESSAGE_MAX])
+{
+	if (b->xxh3 && b->xxh3 != sum) {
 		snprintf(message, STATUS_MESSAGE_MAX,
 		         "layer %u: checksum mismatch: given %016llx, the bytes hash to %016llx", i,
-		         (unsigned long long)b->xxh3, (unsigned long long)*sum);
+		         (unsigned long long)b->xxh3, (unsigned long long)sum);
 		return -1;
 	}
 	return 0;

@@ -20,6 +20,11 @@ enum status_code store_check_publish(struct store *s, const struct store_publish
 int store_check_layer(const struct store_publish_req *r, const struct k3cache_model *m, uint32_t i,
                       uint64_t *sum, char message[STATUS_MESSAGE_MAX]);
 
+/* Layer i's checksum, computed (sum), against the one its publish gave
+ * (b->xxh3; 0: none given). 0, or -1 with the message. */
+int store_check_given_sum(const struct store_blob *b, uint32_t i, uint64_t sum,
+                          char message[STATUS_MESSAGE_MAX]);
+
 /* A layer's tag (its first byte; a delta's assembled layer is MLA). */
 static inline uint8_t store_check_tag(const struct store_blob *b)
 {

@@ -266,12 +266,8 @@ static int scan_layer(struct store_stage *g, struct hasher *h, size_t *at_seg, u
 		         blob_class_name(berr.cls));
 		return 1;
 	}
-	if (b->xxh3 && b->xxh3 != g->layer_sums[i]) {
-		snprintf(message, STATUS_MESSAGE_MAX,
-		         "layer %u: checksum mismatch: given %016llx, the bytes hash to %016llx", i,
-		         (unsigned long long)b->xxh3, (unsigned long long)g->layer_sums[i]);
+	if (store_check_given_sum(b, i, g->layer_sums[i], message) != 0)
 		return 1;
-	}
 	g->tags[i] = bs.kept[0];
 	return 0;
 }
