@@ -17,7 +17,8 @@
  *     10, and at nice 0 again with the daemon restarted with --yield-rate 0).
  *  5. The daemon's anonymous RSS while it ingests a 1 GiB snapshot.
  *
- * usage: bench_wire [DIR] [--quick]   (DIR defaults to ./bench-wire.tmp) */
+ * usage: bench_wire [DIR] [--quick] [--direct]   (DIR defaults to ./bench-wire.tmp;
+ * --direct: one publish, then only the direct reads against memcpy) */
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -58,6 +59,7 @@
 #define MIB       1048576.0
 
 static int quick;
+static int direct_only; /* --direct: one publish, then the direct reads only */
 static pid_t main_pid, daemon_pid;
 static pid_t kids[2];
 static char bench_dir[512], db_path[600], sock_path[600], log_path[600];
@@ -738,14 +740,123 @@ static void loaded_lookups(struct k3cache *c, const struct snap *s, const struct
 	munmap(ld, sizeof(*ld));
 }
 
+/* Direct reads (k3cache/direct.h): restore_into and views of entry key
+ * from the store's file in this process, rounds alternating with memcpy of
+ * the same bytes into the same buffers; the best of each. The first restore
+ * is compared with what was published. */
+static void direct_rounds(const struct k3cache_model *m, const uint8_t *key, const struct snap *s,
+                          void **bufs, size_t *lens, double *best_direct, double *best_view,
+                          double *best_copy, double *best_mapcopy, double *best_direct1)
+{
+	struct k3cache_error e;
+	/* direct reads: the same restore from the store's file in this
+	 * process, against memcpy of the same bytes into the same buffers,
+	 * rounds alternating */
+	struct k3cache_direct *dr, *dr1;
+	if (k3cache_direct_open(db_path, sock_path, &dr, &e) != 0)
+		die_k3("direct open", &e);
+	/* the same on the calling thread alone, for comparison */
+	const char *was = getenv("K3CACHE_DIRECT_THREADS");
+	char saved[32] = "";
+	if (was)
+		snprintf(saved, sizeof(saved), "%s", was);
+	setenv("K3CACHE_DIRECT_THREADS", "1", 1);
+	if (k3cache_direct_open(db_path, sock_path, &dr1, &e) != 0)
+		die_k3("direct open (one thread)", &e);
+	if (was)
+		setenv("K3CACHE_DIRECT_THREADS", saved, 1);
+	else
+		unsetenv("K3CACHE_DIRECT_THREADS");
+	*best_direct = *best_view = *best_copy = *best_mapcopy = *best_direct1 = 1e9;
+	/* BENCH_RESTORE_ROUNDS=N: more rounds, for a profiler to attach to */
+	const char *rounds_env = getenv("BENCH_RESTORE_ROUNDS");
+	long rounds = rounds_env ? strtol(rounds_env, NULL, 10) : 0;
+	if (rounds <= 0)
+		rounds = 5;
+	for (long round = 0; round < rounds; round++) {
+		uint32_t p = 0;
+		double t0 = benchutil_now();
+		if (k3cache_direct_restore_into(dr, m, key, bufs, s->sizes, lens, &p, &e) != 0)
+			die_k3("direct restore_into", &e);
+		double t = benchutil_now() - t0;
+		*best_direct = t < *best_direct ? t : *best_direct;
+		t0 = benchutil_now();
+		if (k3cache_direct_restore_into(dr1, m, key, bufs, s->sizes, lens, &p, &e) != 0)
+			die_k3("direct restore_into (one thread)", &e);
+		t = benchutil_now() - t0;
+		*best_direct1 = t < *best_direct1 ? t : *best_direct1;
+		for (uint32_t i = 0; round == 0 && i < s->n; i++)
+			if (lens[i] != s->sizes[i] || memcmp(bufs[i], s->bufs[i], s->sizes[i]) != 0)
+				fail("direct restore_into: layer %u differs from what was "
+				     "published",
+				     i);
+		t0 = benchutil_now();
+		for (uint32_t i = 0; i < s->n; i++)
+			memcpy(bufs[i], s->bufs[i], s->sizes[i]);
+		t = benchutil_now() - t0;
+		*best_copy = t < *best_copy ? t : *best_copy;
+	}
+	/* views with every layer checked, against the same memcpy */
+	for (long round = 0; round < rounds; round++) {
+		struct k3cache_direct_view *v;
+		double t0 = benchutil_now();
+		if (k3cache_direct_view(dr, m, key, &v, &e) != 0)
+			die_k3("direct view", &e);
+		double t = benchutil_now() - t0;
+		*best_view = t < *best_view ? t : *best_view;
+		/* memcpy of the same bytes from where they are: the map */
+		t0 = benchutil_now();
+		for (uint32_t i = 0; i < v->n_layers; i++) {
+			unsigned char *to = bufs[i];
+			for (uint32_t j = 0; j < v->layers[i].n_pieces; j++) {
+				memcpy(to, v->layers[i].pieces[j].data, v->layers[i].pieces[j].len);
+				to += v->layers[i].pieces[j].len;
+			}
+		}
+		t = benchutil_now() - t0;
+		*best_mapcopy = t < *best_mapcopy ? t : *best_mapcopy;
+		k3cache_direct_view_release(v);
+		t0 = benchutil_now();
+		for (uint32_t i = 0; i < s->n; i++)
+			memcpy(bufs[i], s->bufs[i], s->sizes[i]);
+		t = benchutil_now() - t0;
+		*best_copy = t < *best_copy ? t : *best_copy;
+	}
+	k3cache_direct_close(dr);
+	k3cache_direct_close(dr1);
+}
+
+static void print_direct(const struct snap *s, double best_direct, double best_view,
+                         double best_copy, double best_mapcopy, double best_direct1)
+{
+	printf("memcpy of the snapshot from the store's map (a view's pieces) into the same "
+	       "buffers: %.1f ms, %.2f GB/s; direct restore: %.2fx that\n",
+	       best_mapcopy * 1e3, gbps(s->bytes, best_mapcopy), best_mapcopy / best_direct);
+	printf("direct restore into caller buffers (k3cache/direct.h, every layer checked): "
+	       "%.1f ms, %.2f GB/s; memcpy of the same bytes into the same buffers: %.1f ms, "
+	       "%.2f GB/s: %.2fx memcpy (target >= 0.8x: %s)\n",
+	       best_direct * 1e3, gbps(s->bytes, best_direct), best_copy * 1e3,
+	       gbps(s->bytes, best_copy), best_copy / best_direct,
+	       best_copy / best_direct >= 0.8 ? "met" : "NOT met");
+	printf("direct restore on the calling thread alone (K3CACHE_DIRECT_THREADS=1): %.1f ms, "
+	       "%.2f GB/s: %.2fx memcpy\n",
+	       best_direct1 * 1e3, gbps(s->bytes, best_direct1), best_copy / best_direct1);
+	printf("direct views (every layer checked, no copy): %.1f ms, %.2f GB/s: %.2fx memcpy "
+	       "(target >= 0.5x: %s)\n",
+	       best_view * 1e3, gbps(s->bytes, best_view), best_copy / best_view,
+	       best_copy / best_view >= 0.5 ? "met" : "NOT met");
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = "bench-wire.tmp";
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick"))
 			quick = 1;
+		else if (!strcmp(argv[i], "--direct"))
+			direct_only = 1;
 		else if (argv[i][0] == '-') {
-			fprintf(stderr, "usage: bench_wire [DIR] [--quick]\n");
+			fprintf(stderr, "usage: bench_wire [DIR] [--quick] [--direct]\n");
 			return 2;
 		} else
 			dir = argv[i];
@@ -779,6 +890,33 @@ int main(int argc, char **argv)
 	struct k3cache *c = daemon_start(NULL);
 	put_model(c, m);
 	struct k3cache_error e;
+	if (direct_only) {
+		fill_tokens(tokens, SNAP_P, 1);
+		struct k3cache_publish_result res;
+		if (k3cache_publish(c, m->fingerprint, NULL, 0, tokens, SNAP_P, s.k3, s.n, &res,
+		                    &e) != 0)
+			die_k3("publish", &e);
+		void **bufs = xmalloc(s.n * sizeof(void *));
+		size_t *lens = xmalloc(s.n * sizeof(size_t));
+		size_t off = 0;
+		for (uint32_t i = 0; i < s.n; off += s.sizes[i], i++)
+			bufs[i] = dst + off;
+		double best_direct, best_view, best_copy, best_mapcopy, best_direct1;
+		direct_rounds(m, res.key, &s, bufs, lens, &best_direct, &best_view, &best_copy,
+		              &best_mapcopy, &best_direct1);
+		print_direct(&s, best_direct, best_view, best_copy, best_mapcopy, best_direct1);
+		free(bufs);
+		free(lens);
+		free(tokens);
+		free_snap(&s);
+		model_free(m);
+		k3cache_close(c);
+		if (daemon_stop() != 0)
+			fail("k3cached did not stop cleanly on SIGTERM");
+		if (!getenv("BENCH_KEEP"))
+			benchutil_rm_rf(dir);
+		return 0;
+	}
 
 	printf("\n== snapshot: %u KDA + %u MLA layers at %u tokens, %.1f MiB (best of 3; 5 for the "
 	       "restore)\n",
@@ -964,45 +1102,10 @@ int main(int argc, char **argv)
 			fail("restore_into: layer %u differs from what was published", i);
 
 	/* direct reads: the same restore from the store's file in this
-	 * process, against memcpy of the same bytes into the same buffers,
-	 * rounds alternating */
-	struct k3cache_direct *dr;
-	if (k3cache_direct_open(db_path, sock_path, &dr, &e) != 0)
-		die_k3("direct open", &e);
-	double best_direct = 1e9, best_copy = 1e9;
-	for (int round = 0; round < 5; round++) {
-		uint32_t p = 0;
-		double t0 = benchutil_now();
-		if (k3cache_direct_restore_into(dr, m, key, bufs, s.sizes, lens, &p, &e) != 0)
-			die_k3("direct restore_into", &e);
-		double t = benchutil_now() - t0;
-		best_direct = t < best_direct ? t : best_direct;
-		t0 = benchutil_now();
-		for (uint32_t i = 0; i < s.n; i++)
-			memcpy(bufs[i], s.bufs[i], s.sizes[i]);
-		t = benchutil_now() - t0;
-		best_copy = t < best_copy ? t : best_copy;
-	}
-	/* views with every layer checked, against the same memcpy */
-	double best_view = 1e9;
-	for (int round = 0; round < 5; round++) {
-		struct k3cache_direct_view *v;
-		double t0 = benchutil_now();
-		if (k3cache_direct_view(dr, m, key, &v, &e) != 0)
-			die_k3("direct view", &e);
-		double t = benchutil_now() - t0;
-		best_view = t < best_view ? t : best_view;
-		k3cache_direct_view_release(v);
-		t0 = benchutil_now();
-		for (uint32_t i = 0; i < s.n; i++)
-			memcpy(bufs[i], s.bufs[i], s.sizes[i]);
-		t = benchutil_now() - t0;
-		best_copy = t < best_copy ? t : best_copy;
-	}
-	k3cache_direct_close(dr);
-	for (uint32_t i = 0; i < s.n; i++)
-		if (lens[i] != s.sizes[i] || memcmp(bufs[i], s.bufs[i], s.sizes[i]) != 0)
-			fail("direct restore_into: layer %u differs from what was published", i);
+	 * process, against memcpy of the same bytes into the same buffers */
+	double best_direct, best_view, best_copy, best_mapcopy, best_direct1;
+	direct_rounds(m, key, &s, bufs, lens, &best_direct, &best_view, &best_copy, &best_mapcopy,
+	              &best_direct1);
 	free(bufs);
 	free(lens);
 
@@ -1033,16 +1136,7 @@ int main(int argc, char **argv)
 	printf("(\"first\": measured first, on a quiet machine; \"beside the restore\": its rounds "
 	       "alternate with the restore's, after the publishes)\n");
 	printf("restore vs the fastest raw run of all: %.2fx\n", raw_fastest / best_rst);
-	printf("direct restore into caller buffers (k3cache/direct.h, every layer checked): "
-	       "%.1f ms, %.2f GB/s; memcpy of the same bytes into the same buffers: %.1f ms, "
-	       "%.2f GB/s: %.2fx memcpy (target >= 0.8x: %s)\n",
-	       best_direct * 1e3, gbps(s.bytes, best_direct), best_copy * 1e3,
-	       gbps(s.bytes, best_copy), best_copy / best_direct,
-	       best_copy / best_direct >= 0.8 ? "met" : "NOT met");
-	printf("direct views (every layer checked, no copy): %.1f ms, %.2f GB/s: %.2fx memcpy "
-	       "(target >= 0.5x: %s)\n",
-	       best_view * 1e3, gbps(s.bytes, best_view), best_copy / best_view,
-	       best_copy / best_view >= 0.5 ? "met" : "NOT met");
+	print_direct(&s, best_direct, best_view, best_copy, best_mapcopy, best_direct1);
 	printf("publish rounds, ms: store %.0f / %.0f / %.0f; daemon %.0f / %.0f / %.0f "
 	       "(interleaved: store first in rounds 1 and 3)\n",
 	       t_store[0] * 1e3, t_store[1] * 1e3, t_store[2] * 1e3, t_pub[0] * 1e3, t_pub[1] * 1e3,

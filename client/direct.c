@@ -1,11 +1,13 @@
 /* direct: lookups and restores from the store's own file, in the worker's
  * process (k3cache/direct.h). */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "blob_stream.h"
 #include "frame.h"
@@ -18,6 +20,14 @@
 
 struct view_priv;
 
+/* Threads that check the layers of one restore or view unless
+ * K3CACHE_DIRECT_THREADS says otherwise: the checks (XXH3, the finite scan)
+ * cost a core more than the copy, so one core cannot keep up with memcpy. */
+#define THREADS_MAX     16
+#define THREADS_DEFAULT 4
+/* Below this many bytes an entry is checked on the calling thread alone. */
+#define THREADS_MIN_BYTES ((uint64_t)32 << 20)
+
 /* Uses reported to the daemon in one Report. */
 #define REPORT_BATCH 256
 
@@ -29,6 +39,7 @@ struct k3cache_direct {
 	unsigned char ns[128]; /* the daemon's namespace for this process's salts */
 	size_t ns_len;
 	double view_seconds;     /* a view's life; 0: no limit */
+	unsigned threads;        /* checking a restore or a view: layers on this many threads */
 	struct view_priv *views; /* live views, oldest last */
 };
 
@@ -179,6 +190,22 @@ int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache
 		}
 		d->view_seconds = x;
 	}
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	d->threads = cpus > 0 && cpus < THREADS_DEFAULT ? (unsigned)cpus : THREADS_DEFAULT;
+	const char *th = getenv("K3CACHE_DIRECT_THREADS");
+	if (th && *th) {
+		char *end;
+		unsigned long x = strtoul(th, &end, 10);
+		if (*end || x < 1 || x > THREADS_MAX) {
+			k3cache_close(d->daemon);
+			free(d);
+			return fail(err, STATUS_INVALID,
+			            "K3CACHE_DIRECT_THREADS is \"%s\": a number of threads from 1 "
+			            "to %d",
+			            th, THREADS_MAX);
+		}
+		d->threads = (unsigned)x;
+	}
 	/* the daemon walked the file when it opened it, and writes it still */
 	struct store_options o = {.read_only = 1, .check = STORE_CHECK_NEVER};
 	struct status st;
@@ -248,13 +275,89 @@ static int layer_verdict(struct blob_stream *bs, const struct store_layer *l, ui
 	return 0;
 }
 
-/* Copies layer i of snap into buf, checking it piece by piece as it lands. */
-static int copy_layer(const struct store_snapshot *snap, const struct k3cache_model *model,
-                      uint32_t i, unsigned char *buf, struct k3cache_error *err)
+/* One pass over the layers of an entry: fn(ctx, i, err) for each, on
+ * d->threads threads taking layers in turn; the first failing layer's
+ * error is the answer, as if they had run in order. */
+typedef int (*layer_fn)(void *ctx, uint32_t i, struct k3cache_error *err);
+
+struct layer_pass {
+	layer_fn fn;
+	void *ctx;
+	uint32_t n;
+	uint32_t next;   /* the next layer to take (atomic) */
+	uint32_t failed; /* the lowest failing layer so far, n: none (under lock) */
+	int rc;
+	struct k3cache_error err;
+	pthread_mutex_t lock;
+};
+
+static void *layer_pass_run(void *arg)
 {
-	const struct store_layer *l = &snap->layers[i];
+	struct layer_pass *lp = arg;
+	for (;;) {
+		uint32_t i = __atomic_fetch_add(&lp->next, 1, __ATOMIC_RELAXED);
+		if (i >= lp->n)
+			break;
+		pthread_mutex_lock(&lp->lock);
+		int skip = i > lp->failed; /* an earlier layer failed already */
+		pthread_mutex_unlock(&lp->lock);
+		if (skip)
+			break;
+		struct k3cache_error e;
+		int rc = lp->fn(lp->ctx, i, &e);
+		if (rc) {
+			pthread_mutex_lock(&lp->lock);
+			if (i < lp->failed) {
+				lp->failed = i;
+				lp->rc = rc;
+				lp->err = e;
+			}
+			pthread_mutex_unlock(&lp->lock);
+		}
+	}
+	return NULL;
+}
+
+static int each_layer(const struct k3cache_direct *d, const struct store_snapshot *snap,
+                      layer_fn fn, void *ctx, struct k3cache_error *err)
+{
+	struct layer_pass lp = {
+	        .fn = fn, .ctx = ctx, .n = snap->n_layers, .failed = snap->n_layers};
+	pthread_mutex_init(&lp.lock, NULL);
+	uint64_t bytes = 0;
+	for (uint32_t i = 0; i < snap->n_layers; i++)
+		bytes += snap->layers[i].size;
+	unsigned want = bytes < THREADS_MIN_BYTES ? 1 : d->threads;
+	pthread_t th[THREADS_MAX];
+	unsigned started = 0;
+	while (started + 1 < want && started < snap->n_layers &&
+	       pthread_create(&th[started], NULL, layer_pass_run, &lp) == 0)
+		started++; /* a thread that cannot start leaves its share to the rest */
+	layer_pass_run(&lp);
+	for (unsigned k = 0; k < started; k++)
+		pthread_join(th[k], NULL);
+	pthread_mutex_destroy(&lp.lock);
+	if (lp.rc && err)
+		*err = lp.err;
+	return lp.rc;
+}
+
+/* What a restore into caller buffers checks its layers with. */
+struct copy_ctx {
+	const struct store_snapshot *snap;
+	const struct k3cache_model *model;
+	void *const *bufs;
+};
+
+/* Copies layer i of the snapshot into its buffer, checking it piece by
+ * piece as it lands. */
+static int copy_layer(void *arg, uint32_t i, struct k3cache_error *err)
+{
+	const struct copy_ctx *c = arg;
+	const struct store_layer *l = &c->snap->layers[i];
+	unsigned char *buf = c->bufs[i];
 	struct blob_stream bs;
-	if (blob_stream_begin(&bs, buf, (size_t)l->size, model, i, snap->prefix_len) != 0)
+	if (blob_stream_begin(&bs, buf, (size_t)l->size, c->model, i, c->snap->prefix_len) != 0)
 		return fail(err, STATUS_INTERNAL, "out of memory");
 	size_t at = 0;
 	for (uint32_t j = 0; j < l->n_segments; j++) {
@@ -267,6 +370,34 @@ static int copy_layer(const struct store_snapshot *snap, const struct k3cache_mo
 			p += n;
 			left -= n;
 			blob_stream_feed(&bs, at);
+		}
+	}
+	return layer_verdict(&bs, l, i, err);
+}
+
+/* What a view checks its layers with. */
+struct view_ctx {
+	const struct store_snapshot *snap;
+	const struct k3cache_model *model;
+};
+
+/* Checks layer i of the snapshot where it lies, a piece at a time. */
+static int check_layer(void *arg, uint32_t i, struct k3cache_error *err)
+{
+	const struct view_ctx *c = arg;
+	const struct store_layer *l = &c->snap->layers[i];
+	struct blob_stream bs;
+	if (blob_stream_begin_once(&bs, NULL, (size_t)l->size, c->model, i, c->snap->prefix_len) !=
+	    0)
+		return fail(err, STATUS_INTERNAL, "out of memory");
+	for (uint32_t j = 0; j < l->n_segments; j++) {
+		const unsigned char *p = l->segments[j].data;
+		size_t left = l->segments[j].len;
+		while (left) { /* a piece at a time, read twice while in cache */
+			size_t n = left < COPY_PIECE ? left : COPY_PIECE;
+			blob_stream_feed_piece(&bs, p, n);
+			p += n;
+			left -= n;
 		}
 	}
 	return layer_verdict(&bs, l, i, err);
@@ -336,30 +467,17 @@ int k3cache_direct_view(struct k3cache_direct *d, const struct k3cache_model *mo
 		return fail(err, STATUS_INTERNAL, "out of memory");
 	}
 	size_t at = 0;
-	for (uint32_t i = 0; i < snap->n_layers && !rc; i++) {
+	for (uint32_t i = 0; i < snap->n_layers; i++) {
 		const struct store_layer *l = &snap->layers[i];
-		struct blob_stream bs;
-		if (blob_stream_begin_once(&bs, NULL, (size_t)l->size, model, i,
-		                           snap->prefix_len) != 0) {
-			rc = fail(err, STATUS_INTERNAL, "out of memory");
-			break;
-		}
 		layers[i] =
 		        (struct k3cache_view_layer){pieces + at, l->n_segments, (size_t)l->size};
-		for (uint32_t j = 0; j < l->n_segments; j++) {
-			const unsigned char *p = l->segments[j].data;
-			size_t left = l->segments[j].len;
-			pieces[at + j] = (struct k3cache_buf){p, left};
-			while (left) { /* a piece at a time, read twice while in cache */
-				size_t n = left < COPY_PIECE ? left : COPY_PIECE;
-				blob_stream_feed_piece(&bs, p, n);
-				p += n;
-				left -= n;
-			}
-		}
+		for (uint32_t j = 0; j < l->n_segments; j++)
+			pieces[at + j] =
+			        (struct k3cache_buf){l->segments[j].data, l->segments[j].len};
 		at += l->n_segments;
-		rc = layer_verdict(&bs, l, i, err);
 	}
+	struct view_ctx vc = {snap, model};
+	rc = each_layer(d, snap, check_layer, &vc, err);
 	if (rc) {
 		free(v);
 		free(pv);
@@ -411,10 +529,12 @@ int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_m
 			          "layer %" PRIu32 ": needs %" PRIu64
 			          " bytes, its buffer holds %zu",
 			          i, snap->layers[i].size, caps[i]);
-	for (uint32_t i = 0; i < snap->n_layers && !rc; i++) {
-		rc = copy_layer(snap, model, i, bufs[i], err);
-		lens[i] = (size_t)snap->layers[i].size;
+	if (!rc) {
+		struct copy_ctx cc = {snap, model, bufs};
+		rc = each_layer(d, snap, copy_layer, &cc, err);
 	}
+	for (uint32_t i = 0; i < snap->n_layers && !rc; i++)
+		lens[i] = (size_t)snap->layers[i].size;
 	if (!rc)
 		*prefix_len = snap->prefix_len;
 	store_snapshot_release(snap);

@@ -75,6 +75,18 @@ static void free_buffers(void **bufs)
 	free(bufs);
 }
 
+/* Every layer restored into bufs is snapshot seed's at P = p, byte for
+ * byte. */
+static void assert_layers(void *const *bufs, const size_t *lens, uint32_t p, uint32_t seed)
+{
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		struct k3cache_buf want = make_layer(i, p, seed);
+		assert_int_equal(lens[i], want.len);
+		assert_memory_equal(bufs[i], want.data, want.len);
+		free((void *)want.data);
+	}
+}
+
 /* One of the daemon's counters. */
 static uint64_t counter(const char *name)
 {
@@ -121,12 +133,7 @@ static void test_direct_restores_what_was_published(void **state)
 	if (k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e) != 0)
 		fail_msg("restore: %s", e.message);
 	assert_int_equal(p, 2000);
-	for (uint32_t i = 0; i < twin->n_layers; i++) {
-		struct k3cache_buf want = make_layer(i, 2000, 2);
-		assert_int_equal(lens[i], want.len);
-		assert_memory_equal(bufs[i], want.data, want.len);
-		free((void *)want.data);
-	}
+	assert_layers(bufs, lens, 2000, 2);
 	/* views: the same bytes in pieces of the map, checked the same way */
 	struct k3cache_direct_view *v;
 	if (k3cache_direct_view(dr, twin, lr.key, &v, &e) != 0)
@@ -165,6 +172,28 @@ static void test_direct_restores_what_was_published(void **state)
 	assert_int_equal(counter("reported_uses"), uses + 2);
 }
 
+/* Flips one byte of layer i's floats (of snapshot seed at P = p) where
+ * data.mdb holds them. */
+static void flip_in_file(uint32_t i, uint32_t p, uint32_t seed)
+{
+	struct k3cache_buf l = make_layer(i, p, seed);
+	char path[400];
+	snprintf(path, sizeof(path), "%s/data.mdb", d.db);
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	off_t size = lseek(fd, 0, SEEK_END);
+	unsigned char *file = malloc((size_t)size);
+	assert_int_equal(pread(fd, file, (size_t)size, 0), size);
+	const unsigned char *needle = (const unsigned char *)l.data + 4096;
+	unsigned char *at = memmem(file, (size_t)size, needle, 64);
+	assert_non_null(at);
+	unsigned char flipped = (unsigned char)(at[10] ^ 0x01);
+	assert_int_equal(pwrite(fd, &flipped, 1, (off_t)(at - file) + 10), 1);
+	close(fd);
+	free(file);
+	free((void *)l.data);
+}
+
 /* A buffer too small, or the wrong model, is refused before a byte is
  * copied; a flipped byte in the file is refused as damage. */
 static void test_direct_refuses_bad_requests_and_damage(void **state)
@@ -189,21 +218,7 @@ static void test_direct_refuses_bad_requests_and_damage(void **state)
 	assert_non_null(strstr(e.message, "layer 1: needs"));
 	caps[1]++;
 
-	/* flip one byte of layer 0's floats where the file holds them */
-	struct k3cache_buf l0 = make_layer(0, 400, 7);
-	char path[400];
-	snprintf(path, sizeof(path), "%s/data.mdb", d.db);
-	int fd = open(path, O_RDWR);
-	assert_true(fd >= 0);
-	off_t size = lseek(fd, 0, SEEK_END);
-	unsigned char *file = malloc((size_t)size);
-	assert_int_equal(pread(fd, file, (size_t)size, 0), size);
-	const unsigned char *needle = (const unsigned char *)l0.data + 1024;
-	unsigned char *at = memmem(file, (size_t)size, needle, 64);
-	assert_non_null(at);
-	unsigned char flipped = (unsigned char)(at[10] ^ 0x01);
-	assert_int_equal(pwrite(fd, &flipped, 1, (off_t)(at - file) + 10), 1);
-	close(fd);
+	flip_in_file(0, 400, 7);
 	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e),
 	                 K3CACHE_CORRUPT);
 	assert_non_null(strstr(e.message, "stored entry damaged: layer 0"));
@@ -226,8 +241,59 @@ static void test_direct_refuses_bad_requests_and_damage(void **state)
 	}
 	assert_true(gone);
 	k3cache_close(c);
-	free((void *)l0.data);
-	free(file);
+	free_buffers(bufs);
+	free(caps);
+	free(lens);
+	k3cache_direct_close(dr);
+}
+
+/* An entry over 32 MiB is checked on several threads: the same bytes, and
+ * of two damaged layers the first is named, as one thread would. */
+static void test_large_entry_checked_on_threads(void **state)
+{
+	(void)state;
+	const uint32_t P = 4000; /* two MLA layers of 20 MB */
+	publish(P, 200000, 11);
+	struct k3cache_error e;
+	struct k3cache_direct *dr;
+	setenv("K3CACHE_DIRECT_THREADS", "0", 1);
+	assert_int_equal(k3cache_direct_open(d.db, d.sock, &dr, &e), K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "K3CACHE_DIRECT_THREADS"));
+	setenv("K3CACHE_DIRECT_THREADS", "4", 1);
+	dr = open_direct();
+	unsetenv("K3CACHE_DIRECT_THREADS");
+	uint32_t t[4001]; /* a token past the entry's: a lookup leaves one to prefill */
+	tokens_for(t, P + 1, 200000);
+	struct k3cache_lookup_result lr;
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, P + 1, 0, &lr, &e),
+	                 0);
+	assert_int_equal(lr.prefix_len, P);
+	assert_true(lr.bytes > (32u << 20));
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
+	       *lens = calloc(twin->n_layers, sizeof(size_t));
+	void **bufs = buffers(P, caps);
+	uint32_t p = 0;
+	if (k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e) != 0)
+		fail_msg("restore: %s", e.message);
+	assert_int_equal(p, P);
+	assert_layers(bufs, lens, P, 11);
+	struct k3cache_direct_view *v;
+	if (k3cache_direct_view(dr, twin, lr.key, &v, &e) != 0)
+		fail_msg("view: %s", e.message);
+	k3cache_direct_view_release(v);
+	/* both MLA layers damaged, the later one flipped first: layer 3 is the
+	 * answer, whichever thread finds its damage first */
+	flip_in_file(7, P, 11);
+	flip_in_file(3, P, 11);
+	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e),
+	                 K3CACHE_CORRUPT);
+	if (!strstr(e.message, "stored entry damaged: layer 3 "))
+		fail_msg("restore: %s", e.message);
+	/* the report may have reached the daemon already: then it is quarantined */
+	assert_int_equal(k3cache_direct_view(dr, twin, lr.key, &v, &e), K3CACHE_CORRUPT);
+	if (!strstr(e.message, "stored entry damaged: layer 3 ") &&
+	    !strstr(e.message, "quarantined"))
+		fail_msg("view: %s", e.message);
 	free_buffers(bufs);
 	free(caps);
 	free(lens);
@@ -404,6 +470,7 @@ int main(void)
 	        cmocka_unit_test(test_direct_refuses_bad_requests_and_damage),
 	        cmocka_unit_test(test_killed_reader_slot_is_reclaimed),
 	        cmocka_unit_test(test_view_held_too_long_expires),
+	        cmocka_unit_test(test_large_entry_checked_on_threads),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

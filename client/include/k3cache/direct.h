@@ -32,7 +32,15 @@ struct k3cache_direct;
 
 /* Opens the store in dir read-only. daemon_addr is the daemon serving it
  * (as for k3cache_connect; NULL: the default), asked once for this
- * process's namespace; the connection is closed again. */
+ * process's namespace; the connection stays open for the reports.
+ *
+ * An entry over 32 MiB is checked on several threads, each taking whole
+ * layers: XXH3 and the finite scan cost a core more than the copy itself,
+ * so one thread runs at about half of memcpy. K3CACHE_DIRECT_THREADS (read
+ * here; 1 to 16, default: the online CPUs, at most 4) sets how many; 1
+ * keeps every check on the calling thread. Errors are the same either way:
+ * of several damaged layers the first is named. A k3cache_direct is used
+ * from one thread at a time. */
 K3CACHE_API int k3cache_direct_open(const char *dir, const char *daemon_addr,
                                     struct k3cache_direct **out, struct k3cache_error *err);
 K3CACHE_API void k3cache_direct_close(struct k3cache_direct *d);
