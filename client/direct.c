@@ -342,31 +342,49 @@ static int each_layer(const struct k3cache_direct *d, const struct store_snapsho
 	return lp.rc;
 }
 
-/* What a restore into caller buffers checks its layers with. */
+/* What a restore checks its layers with: into whole-blob buffers, or
+ * scattered into each layer's two arrays. */
 struct copy_ctx {
 	const struct store_snapshot *snap;
 	const struct k3cache_model *model;
-	void *const *bufs;
+	void *const *bufs;                       /* or */
+	const struct k3cache_arrays_out *arrays; /* the header words are not written */
 };
 
-/* Copies layer i of the snapshot into its buffer, checking it piece by
+/* Copies layer i of the snapshot to its destination, checking it piece by
  * piece as it lands. */
 static int copy_layer(void *arg, uint32_t i, struct k3cache_error *err)
 {
 	const struct copy_ctx *c = arg;
 	const struct store_layer *l = &c->snap->layers[i];
-	unsigned char *buf = c->bufs[i];
 	struct blob_stream bs;
-	if (blob_stream_begin(&bs, buf, (size_t)l->size, c->model, i, c->snap->prefix_len) != 0)
+	int rc = c->arrays ? blob_stream_begin_parts(&bs, c->arrays[i].a, c->arrays[i].b, c->model,
+	                                             i, c->snap->prefix_len)
+	                   : blob_stream_begin(&bs, c->bufs[i], (size_t)l->size, c->model, i,
+	                                       c->snap->prefix_len);
+	if (rc != 0)
 		return fail(err, STATUS_INTERNAL, "out of memory");
+	if (bs.len != l->size) { /* arrays: sized by the model at the entry's P */
+		blob_stream_abandon(&bs);
+		return fail(err, STATUS_CORRUPT,
+		            "stored entry damaged: layer %" PRIu32 " is %" PRIu64
+		            " bytes, the model's shape at P=%" PRIu32 " is %zu",
+		            i, l->size, c->snap->prefix_len, bs.len);
+	}
 	size_t at = 0;
 	for (uint32_t j = 0; j < l->n_segments; j++) {
 		const unsigned char *p = l->segments[j].data;
 		size_t left = l->segments[j].len; /* they add up to l->size (open_entry) */
 		while (left) {
 			size_t n = left < COPY_PIECE ? left : COPY_PIECE;
-			memcpy(buf + at, p, n);
-			at += n;
+			for (size_t done = 0; done < n;) { /* a piece may span two arrays */
+				size_t run;
+				unsigned char *to = blob_stream_dest(&bs, at, &run);
+				size_t k = run < n - done ? run : n - done;
+				memcpy(to, p + done, k);
+				at += k;
+				done += k;
+			}
 			p += n;
 			left -= n;
 			blob_stream_feed(&bs, at);
@@ -530,12 +548,37 @@ int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_m
 			          " bytes, its buffer holds %zu",
 			          i, snap->layers[i].size, caps[i]);
 	if (!rc) {
-		struct copy_ctx cc = {snap, model, bufs};
+		struct copy_ctx cc = {snap, model, bufs, NULL};
 		rc = each_layer(d, snap, copy_layer, &cc, err);
 	}
 	for (uint32_t i = 0; i < snap->n_layers && !rc; i++)
 		lens[i] = (size_t)snap->layers[i].size;
 	if (!rc)
+		*prefix_len = snap->prefix_len;
+	store_snapshot_release(snap);
+	settle(d, key, rc);
+	return rc;
+}
+
+int k3cache_direct_restore_arrays(struct k3cache_direct *d, const struct k3cache_model *model,
+                                  const uint8_t key[K3CACHE_KEY_LEN],
+                                  const struct k3cache_arrays_out *layers, uint32_t n_layers,
+                                  uint32_t *prefix_len, struct k3cache_error *err)
+{
+	if (n_layers != model->n_layers)
+		return fail(err, STATUS_INVALID,
+		            "restore_arrays: %" PRIu32 " layers given, model %s has %" PRIu32,
+		            n_layers, model->name, model->n_layers);
+	struct store_snapshot *snap;
+	int rc = open_entry(d, model, key, &snap, err);
+	if (rc)
+		return rc;
+	rc = k3cache_arrays_fit(model, snap->prefix_len, layers, err);
+	if (!rc) {
+		struct copy_ctx cc = {snap, model, NULL, layers};
+		rc = each_layer(d, snap, copy_layer, &cc, err);
+	}
+	if (!rc && prefix_len)
 		*prefix_len = snap->prefix_len;
 	store_snapshot_release(snap);
 	settle(d, key, rc);

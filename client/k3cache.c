@@ -1391,12 +1391,9 @@ static int check_layer_list(const struct k3cache_model *model, const frame_respo
 	return 0;
 }
 
-/* Checks the caller's arrays against the layer list (already checked
- * against the model): each array present and long enough for its floats. */
-static int check_arrays(const struct k3cache_model *model, const frame_response *r,
-                        const struct k3cache_arrays_out *a, struct k3cache_error *err)
+int k3cache_arrays_fit(const struct k3cache_model *model, uint32_t p,
+                       const struct k3cache_arrays_out *a, struct k3cache_error *err)
 {
-	uint32_t p = r->prefix_len;
 	for (uint32_t i = 0; i < model->n_layers; i++) {
 		const struct model_layer *ml = &model->layers[i];
 		uint64_t n[2];
@@ -1488,7 +1485,7 @@ static int receive_snapshot(struct k3cache *c, const struct k3cache_model *model
 {
 	int rc = check_layer_list(model, r, d->bufs, d->caps, err);
 	if (!rc && d->arrays)
-		rc = check_arrays(model, r, d->arrays, err);
+		rc = k3cache_arrays_fit(model, r->prefix_len, d->arrays, err);
 	if (rc) {
 		drain_after_failure(c, err);
 		return rc;

@@ -21,6 +21,12 @@ void k3cache_response_free(struct K3cache__V1__Response *resp);
 int k3cache_namespace(struct k3cache *c, unsigned char *out, size_t cap, size_t *len,
                       struct k3cache_error *err);
 
+/* Checks a restore's arrays against the model at P = p: each array present
+ * and long enough for its floats (the message names the layer and array). */
+struct k3cache_arrays_out;
+int k3cache_arrays_fit(const struct k3cache_model *model, uint32_t p,
+                       const struct k3cache_arrays_out *a, struct k3cache_error *err);
+
 /* Reads `len` payload bytes that follow the last response into buf. */
 int k3cache_read_payload(struct k3cache *c, void *buf, size_t len, struct k3cache_error *err);
 

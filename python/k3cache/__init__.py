@@ -22,7 +22,7 @@ from . import _lib
 from ._buffers import Held
 
 __all__ = [
-    "Client", "LookupResult", "Error", "NotFoundError", "InvalidError", "CorruptError",
+    "Client", "Direct", "LookupResult", "Error", "NotFoundError", "InvalidError", "CorruptError",
     "UnknownModelError", "TooLargeError", "BusyError", "FullError", "UnsupportedError",
     "InternalError", "ERRORS",
 ]
@@ -164,7 +164,32 @@ class _Model:
         return (k, v) if p is None else (p * k, p * v)
 
 
-class Client:
+class _Handle:
+    """What Client and Direct share: close() (also at exit of a with block,
+    and when collected) releases the library's handle and the models."""
+
+    _models = {}
+
+    def close(self):
+        self._release()
+        for m in self._models.values():
+            _lib.model_free(m.handle)
+        self._models = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown, or a failed __init__
+            pass
+
+
+class Client(_Handle):
     """A connection to k3cached. addr: "unix:PATH", "tcp:HOST:PORT" or a
     socket path; None: $K3CACHE_SOCKET, then the default socket."""
 
@@ -179,25 +204,10 @@ class Client:
             _lib.set_timeout(self._c, int(timeout_ms))
 
     # ---- lifetime ----
-    def close(self):
+    def _release(self):
         if self._c:
             _lib.close(self._c)
             self._c = ctypes.c_void_p()
-        for m in self._models.values():
-            _lib.model_free(m.handle)
-        self._models = {}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
 
     def _conn(self):
         if not self._c:
@@ -209,61 +219,22 @@ class Client:
         """Stores a model spec on the daemon (idempotent) and returns its
         32-byte fingerprint. spec: a dict in shared/models' JSON form, JSON
         text, or a path to such a file."""
+        m = _load_model(spec, "put_model")
         err = _lib.error_t()
-        if isinstance(spec, dict):
-            spec = json.dumps(spec)
-        if isinstance(spec, (str, bytes)) and spec.lstrip()[:1] in ("{", b"{"):
-            text = spec.encode() if isinstance(spec, str) else spec
-            h = _lib.model_parse(text, len(text), ctypes.byref(err))
-        elif isinstance(spec, (str, bytes, os.PathLike)):
-            h = _lib.model_load(os.fsencode(spec), ctypes.byref(err))
-        else:
-            raise InvalidError("put_model: spec is a dict, JSON text or a file path, "
-                               f"not a {type(spec).__name__}")
-        if not h:
-            raise _error(err)
-        m = _Model(h)
-        rc = _lib.put_model(self._conn(), h, None, ctypes.byref(err))
+        rc = _lib.put_model(self._conn(), m.handle, None, ctypes.byref(err))
         if rc != 0:
-            _lib.model_free(h)
+            _lib.model_free(m.handle)
             raise _error(err)
-        if m.fp in self._models:
-            _lib.model_free(h)
-        else:
-            self._models[m.fp] = m
-        return m.fp
+        return _keep_model(self._models, m)
 
     def _model(self, fp):
-        if fp is None:
-            if len(self._models) == 1:
-                return next(iter(self._models.values()))
-            raise InvalidError(f"{len(self._models)} models are known to this Client: "
-                               "name one with fp=")
-        m = self._models.get(bytes(fp))
-        if m is None:
-            raise UnknownModelError("model %s... is not known to this Client: call "
-                                    "put_model(spec) first" % bytes(fp).hex()[:16])
-        return m
+        return _find_model(self._models, fp, "Client", "put_model")
 
     # ---- lookup ----
     def lookup(self, fp, tokens, salt=b"", limit=None):
         """The longest stored prefix of tokens with P <= limit (None: N-1).
         A model the daemon does not know is a miss like any other."""
-        if not isinstance(fp, (bytes, bytearray)) or len(fp) != _lib.FP_LEN:
-            raise InvalidError(f"fp: a model fingerprint is {_lib.FP_LEN} bytes")
-        keep, tp, n = _tokens(tokens)
-        s = _salt(salt)
-        if limit is not None and not 0 < limit < 2**32:
-            raise InvalidError(f"limit: None (the prompt's length - 1) or 1 to 2^32-1, "
-                               f"not {limit}")
-        res, err = _lib.lookup_result_t(), _lib.error_t()
-        fpb = (ctypes.c_uint8 * _lib.FP_LEN).from_buffer_copy(fp)
-        _check(_lib.lookup(self._conn(), fpb, s, len(s), tp, n, int(limit or 0),
-                           ctypes.byref(res), ctypes.byref(err)), err)
-        key = bytes(res.key) if res.prefix_len else None
-        if key:
-            self._p[key] = res.prefix_len
-        return LookupResult(res.prefix_len, key, res.hint, res.bytes)
+        return _lookup(_lib.lookup, self._conn(), self._p, fp, tokens, salt, limit)
 
     # ---- publish ----
     def publish(self, fp, tokens, layers, salt=b"", base_key=None, base_rows=0):
@@ -306,23 +277,8 @@ class Client:
         """Fills the caller's float32 buffers in place: layers[i] is a
         (conv, recurrent) or (k, v) pair, of the model's sizes at the entry's
         P. Returns P. On an error their contents must not be used."""
-        m = self._model(fp)
-        kb = _key(key)
-        if len(layers) != len(m.layers):
-            raise InvalidError(f"restore_into: {len(layers)} layers given, the model has "
-                               f"{len(m.layers)}")
-        out = (_lib.arrays_out_t * len(layers))()
-        rows = None
-        known = self._p.get(bytes(key))
-        with Held() as held:
-            for i, got in enumerate(_hold_layers(held, m, layers, True)):
-                out[i] = _lib.arrays_out_t(got[0][0], got[0][1], got[1][0], got[1][1])
-                rows = _check_sizes(m, i, m.shape(i, None), [got[0][1], got[1][1]], rows,
-                                    known)
-            p, err = ctypes.c_uint32(0), _lib.error_t()
-            _check(_lib.restore_arrays(self._conn(), m.handle, kb, out, len(layers),
-                                       ctypes.byref(p), ctypes.byref(err)), err)
-        return p.value
+        return _restore_arrays(_lib.restore_arrays, self._conn(), self._model(fp), key, layers,
+                               self._p.get(bytes(key)) if isinstance(key, bytes) else None)
 
     def restore(self, key, fp=None):
         """The entry's layers in new one-dimensional float32 arrays (numpy
@@ -362,6 +318,141 @@ class Client:
         _check(rc, err)
         got.prefix_len = p.value
         return got
+
+
+def _load_model(spec, what):
+    """A model handle of libk3cache from spec: a dict in shared/models' JSON
+    form, JSON text, or a path to such a file."""
+    err = _lib.error_t()
+    if isinstance(spec, dict):
+        spec = json.dumps(spec)
+    if isinstance(spec, (str, bytes)) and spec.lstrip()[:1] in ("{", b"{"):
+        text = spec.encode() if isinstance(spec, str) else spec
+        h = _lib.model_parse(text, len(text), ctypes.byref(err))
+    elif isinstance(spec, (str, bytes, os.PathLike)):
+        h = _lib.model_load(os.fsencode(spec), ctypes.byref(err))
+    else:
+        raise InvalidError(f"{what}: spec is a dict, JSON text or a file path, "
+                           f"not a {type(spec).__name__}")
+    if not h:
+        raise _error(err)
+    return _Model(h)
+
+
+def _keep_model(models, m):
+    """Keeps m in models under its fingerprint (freed if known already)."""
+    if m.fp in models:
+        _lib.model_free(m.handle)
+    else:
+        models[m.fp] = m
+    return m.fp
+
+
+def _find_model(models, fp, who, how):
+    if fp is None:
+        if len(models) == 1:
+            return next(iter(models.values()))
+        if not models:
+            raise UnknownModelError(f"no model is known to this {who}: call {how}(spec) first")
+        raise InvalidError(f"{len(models)} models are known to this {who}: name one with fp=")
+    m = models.get(bytes(fp))
+    if m is None:
+        raise UnknownModelError("model %s... is not known to this %s: call %s(spec) first"
+                                % (bytes(fp).hex()[:16], who, how))
+    return m
+
+
+def _lookup(call, handle, known, fp, tokens, salt, limit):
+    """A lookup through call (the daemon's or the store's), the key's P kept
+    in known for later size checks."""
+    if not isinstance(fp, (bytes, bytearray)) or len(fp) != _lib.FP_LEN:
+        raise InvalidError(f"fp: a model fingerprint is {_lib.FP_LEN} bytes")
+    keep, tp, n = _tokens(tokens)
+    s = _salt(salt)
+    if limit is not None and not 0 < limit < 2**32:
+        raise InvalidError(f"limit: None (the prompt's length - 1) or 1 to 2^32-1, "
+                           f"not {limit}")
+    res, err = _lib.lookup_result_t(), _lib.error_t()
+    fpb = (ctypes.c_uint8 * _lib.FP_LEN).from_buffer_copy(fp)
+    _check(call(handle, fpb, s, len(s), tp, n, int(limit or 0), ctypes.byref(res),
+                ctypes.byref(err)), err)
+    key = bytes(res.key) if res.prefix_len else None
+    if key:
+        known[key] = res.prefix_len
+    return LookupResult(res.prefix_len, key, res.hint, res.bytes)
+
+
+def _restore_arrays(call, handle, m, key, layers, known):
+    """A restore into the caller's (a, b) float32 pairs through call (the
+    daemon's or the store's), the sizes checked before it is made."""
+    kb = _key(key)
+    if len(layers) != len(m.layers):
+        raise InvalidError(f"restore_into: {len(layers)} layers given, the model has "
+                           f"{len(m.layers)}")
+    out = (_lib.arrays_out_t * len(layers))()
+    rows = None
+    with Held() as held:
+        for i, got in enumerate(_hold_layers(held, m, layers, True)):
+            out[i] = _lib.arrays_out_t(got[0][0], got[0][1], got[1][0], got[1][1])
+            rows = _check_sizes(m, i, m.shape(i, None), [got[0][1], got[1][1]], rows, known)
+        p, err = ctypes.c_uint32(0), _lib.error_t()
+        _check(call(handle, m.handle, kb, out, len(layers), ctypes.byref(p),
+                    ctypes.byref(err)), err)
+    return p.value
+
+
+class Direct(_Handle):
+    """Direct reads of the store in directory path by a worker on the
+    daemon's host (libk3cache-direct.so.0): lookups and restores run in this
+    process from the store's file, with the daemon's rules and every check
+    of a restore. addr is the daemon serving the store (as for Client), asked
+    once for this process's namespace; uses and damage are reported to it.
+
+    Direct reads mean trust with the whole store: whoever may write its
+    lock.mdb can read every entry of every tenant.
+
+        with k3cache.Direct("/var/lib/k3cache") as d:
+            fp = d.add_model(spec)
+            r = d.lookup(fp, tokens)
+            n = d.restore_into(r.key, layers)
+    """
+
+    def __init__(self, path, addr=None):
+        self._lib = _lib.direct()
+        self._d = ctypes.c_void_p()
+        self._models = {}
+        self._p = {}
+        err = _lib.error_t()
+        a = None if addr is None else os.fsencode(addr)
+        _check(self._lib.open(os.fsencode(path), a, ctypes.byref(self._d), ctypes.byref(err)),
+               err)
+
+    def _release(self):
+        if self._d:
+            self._lib.close(self._d)
+            self._d = ctypes.c_void_p()
+
+    def _handle(self):
+        if not self._d:
+            raise InvalidError("the Direct reader is closed")
+        return self._d
+
+    def add_model(self, spec):
+        """Makes a model known to this reader (its layers' shapes, for
+        restores; the daemon is not asked) and returns its fingerprint.
+        spec: as for Client.put_model."""
+        return _keep_model(self._models, _load_model(spec, "add_model"))
+
+    def lookup(self, fp, tokens, salt=b"", limit=None):
+        """Client.lookup, answered from the store itself."""
+        return _lookup(self._lib.lookup, self._handle(), self._p, fp, tokens, salt, limit)
+
+    def restore_into(self, key, layers, fp=None):
+        """Client.restore_into, from the store itself: each layer is copied
+        straight into its two buffers and checked. Returns P."""
+        m = _find_model(self._models, fp, "Direct reader", "add_model")
+        return _restore_arrays(self._lib.restore_arrays, self._handle(), m, key, layers,
+                               self._p.get(bytes(key)) if isinstance(key, bytes) else None)
 
 
 def _hold_layers(held, m, layers, writable):

@@ -1,8 +1,11 @@
-"""ctypes bindings of libk3cache.so.0 (<k3cache/k3cache.h>).
+"""ctypes bindings of libk3cache.so.0 (<k3cache/k3cache.h>) and, for direct
+reads, of libk3cache-direct.so.0 (<k3cache/direct.h>).
 
 The library is found from $K3CACHE_LIBRARY first, then the prefix the package
-was installed under (make install), then the system's loader. Every call
-through ctypes.CDLL releases the GIL while it runs.
+was installed under (make install), then the system's loader. The direct
+library is loaded on first use: from $K3CACHE_DIRECT_LIBRARY, then beside the
+libk3cache.so.0 loaded, then the same places. Every call through ctypes.CDLL
+releases the GIL while it runs.
 """
 import ctypes
 import ctypes.util
@@ -138,3 +141,62 @@ publish_arrays = _fn("k3cache_publish_arrays", ctypes.c_int, vp, vp, ctypes.c_ch
 restore_arrays = _fn("k3cache_restore_arrays", ctypes.c_int, vp, vp, u8p, P(arrays_out_t),
                      ctypes.c_uint32, u32p, errp)
 restore_each = _fn("k3cache_restore_each", ctypes.c_int, vp, vp, u8p, LAYER_FN, vp, u32p, errp)
+
+
+_direct = None
+
+
+def _direct_candidates():
+    env = os.environ.get("K3CACHE_DIRECT_LIBRARY")
+    if env:
+        yield env
+        return
+    name = "libk3cache-direct.so.0"
+    loaded = getattr(lib, "_name", "")
+    if os.sep in loaded:  # beside the libk3cache.so.0 in use (a build tree, a prefix)
+        yield os.path.join(os.path.dirname(loaded), name)
+    try:
+        from . import _install
+        yield os.path.join(_install.LIBDIR, name)
+    except ImportError:
+        pass
+    yield name
+
+
+def direct():
+    """libk3cache-direct.so.0, its functions typed, loaded on first use."""
+    global _direct
+    if _direct is not None:
+        return _direct
+    tried = []
+    for path in _direct_candidates():
+        try:
+            d = ctypes.CDLL(path)
+            break
+        except OSError as e:
+            tried.append(f"{path}: {e}")
+    else:
+        raise ImportError(
+            "k3cache: cannot load libk3cache-direct.so.0 for direct reads (set "
+            "K3CACHE_DIRECT_LIBRARY to its path, or install it with `make install`); "
+            "tried:\n  " + "\n  ".join(tried))
+
+    def fn(name, restype, *argtypes):
+        f = getattr(d, name)
+        f.restype = restype
+        f.argtypes = list(argtypes)
+        return f
+
+    class Direct:
+        open = fn("k3cache_direct_open", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+                  P(vp), errp)
+        close = fn("k3cache_direct_close", None, vp)
+        lookup = fn("k3cache_direct_lookup", ctypes.c_int, vp, u8p, ctypes.c_char_p,
+                    ctypes.c_size_t, u32p, ctypes.c_uint32, ctypes.c_uint32,
+                    P(lookup_result_t), errp)
+        restore_arrays = fn("k3cache_direct_restore_arrays", ctypes.c_int, vp, vp, u8p,
+                            P(arrays_out_t), ctypes.c_uint32, u32p, errp)
+        path = d._name
+
+    _direct = Direct
+    return _direct

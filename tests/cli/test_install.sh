@@ -12,12 +12,14 @@ ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "
 cmake --install "$build" --prefix "$dir/prefix" >/dev/null; ok "cmake --install" $?
 lib=$dir/prefix/lib
 for f in bin/k3cachectl bin/k3worker sbin/k3cached include/k3cache/k3cache.h \
-         lib/libk3cache.so lib/libk3cache.so.0 lib/libk3cache.a \
+         include/k3cache/direct.h lib/libk3cache.so lib/libk3cache.so.0 lib/libk3cache.a \
+         lib/libk3cache-direct.so lib/libk3cache-direct.so.0 lib/pkgconfig/k3cache-direct.pc \
          lib/pkgconfig/k3cache.pc lib/systemd/system/k3cached.service; do
   [ -e "$dir/prefix/$f" ]; ok "installs $f" $?
 done
-# only the public header: nothing of the project's internals beside it
-[ "$(ls "$dir/prefix/include/k3cache")" = k3cache.h ]; ok "one header in include/k3cache" $?
+# only the public headers: nothing of the project's internals beside them
+[ "$(ls "$dir/prefix/include/k3cache" | tr '\n' ' ')" = "direct.h k3cache.h " ]
+ok "two headers in include/k3cache" $?
 
 so=$(readlink -f "$lib/libk3cache.so")
 objdump -p "$so" | grep -q 'SONAME *libk3cache.so.0$'; ok "SONAME libk3cache.so.0" $?
@@ -74,6 +76,61 @@ cc $san -Wall -Werror "$dir/app/use.c" -I"$dir/app" $flags -o "$dir/use-static"
 ok "a program builds against libk3cache.a (pkg-config --static)" $?
 ! ldd "$dir/use-static" | grep -q libk3cache; ok "and needs no libk3cache.so" $?
 [ "$("$dir/use-static")" = "$want" ]; ok "and runs (static)" $?
+# direct reads: libk3cache-direct.so.0 exports its own calls only, and a
+# program built with pkg-config k3cache-direct restores, from the store
+# itself, what it published through an installed daemon
+dso=$(readlink -f "$lib/libk3cache-direct.so")
+objdump -p "$dso" | grep -q 'SONAME *libk3cache-direct.so.0$'; ok "SONAME libk3cache-direct.so.0" $?
+bad=$(nm -D --defined-only "$dso" | awk '{print $3}' | grep -v '^k3cache_direct_')
+[ -z "$bad" ]; ok "nm -D: libk3cache-direct exports only k3cache_direct_ (found: $(echo $bad | head -c 300))" $?
+cat > "$dir/app/direct.c" <<'EOC'
+#include <k3cache/direct.h>
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv)
+{
+	struct k3cache *c;
+	struct k3cache_direct *d;
+	struct k3cache_error e;
+	struct k3cache_layer l[2] = {{K3CACHE_MIXER_KDA, 4, 8, 0, 0}, {K3CACHE_MIXER_MLA, 0, 0, 2, 2}};
+	struct k3cache_model *m = k3cache_model_new("m", "r", "seed", l, 2, &e);
+	float conv[4] = {1, 2, 3, 4}, rec[8] = {5, 6, 7, 8, 9, 10, 11, 12};
+	float k[6] = {.5f, 1, 2, 3, 4, 5}, v[6] = {6, 7, 8, 9, 10, 11};
+	struct k3cache_arrays in[2] = {{conv, 4, rec, 8}, {k, 6, v, 6}};
+	uint32_t t[4] = {7, 8, 9, 10}, p = 0;
+	struct k3cache_publish_result pr;
+	struct k3cache_lookup_result lr;
+	if (k3cache_connect(argv[2], &c, &e) || k3cache_put_model(c, m, NULL, &e) ||
+	    k3cache_publish_arrays(c, m, NULL, 0, t, 3, in, 2, NULL, 0, &pr, &e) ||
+	    k3cache_direct_open(argv[1], argv[2], &d, &e) ||
+	    k3cache_direct_lookup(d, k3cache_model_fingerprint(m), NULL, 0, t, 4, 0, &lr, &e)) {
+		printf("error: %s\n", e.message);
+		return 1;
+	}
+	float conv2[4], rec2[8], k2[6], v2[6];
+	struct k3cache_arrays_out out[2] = {{conv2, 4, rec2, 8}, {k2, 6, v2, 6}};
+	int rc = k3cache_direct_restore_arrays(d, m, lr.key, out, 2, &p, &e);
+	printf("%d %u %u %d\n", rc, lr.prefix_len, p,
+	       !memcmp(conv, conv2, sizeof(conv)) && !memcmp(rec, rec2, sizeof(rec)) &&
+	               !memcmp(k, k2, sizeof(k)) && !memcmp(v, v2, sizeof(v)));
+	k3cache_direct_close(d);
+	k3cache_close(c);
+	k3cache_model_free(m);
+	return argc == 3 ? 0 : 1;
+}
+EOC
+flags=$(pkg-config --cflags --libs k3cache-direct); ok "pkg-config --libs knows k3cache-direct ($flags)" $?
+cc $san -Wall -Werror "$dir/app/direct.c" $flags -Wl,-rpath,"$lib" -o "$dir/use-direct"
+ok "a program builds against libk3cache-direct.so (pkg-config)" $?
+ldd "$dir/use-direct" | grep -q "$lib/libk3cache-direct.so.0"; ok "and loads the installed libk3cache-direct.so.0" $?
+mkdir -p "$dir/db"
+"$dir/prefix/sbin/k3cached" --db "$dir/db" --socket "$dir/k3.sock" >"$dir/k3cached.log" 2>&1 &
+kpid=$!
+for _ in $(seq 100); do [ -S "$dir/k3.sock" ] && break; sleep 0.05; done
+got=$("$dir/use-direct" "$dir/db" "unix:$dir/k3.sock")
+[ "$got" = "0 3 3 1" ]; ok "and restores from the store what it published ($got)" $?
+kill "$kpid"; wait "$kpid" 2>/dev/null
+
 # the Python package, beside the library it loads (no K3CACHE_LIBRARY)
 site=$(ls -d "$lib"/python3.*/dist-packages 2>/dev/null | head -1)
 [ -f "$site/k3cache/__init__.py" ]; ok "installs the Python package (lib/python3.X/dist-packages/k3cache)" $?
@@ -85,6 +142,9 @@ try:
 except k3cache.InternalError as e:
     print(l.lib._name, e.unreachable)')
   [ "$got" = "$lib/libk3cache.so.0 True" ]; ok "import k3cache loads the installed library ($got)" $?
+  got=$(cd "$dir" && env -u K3CACHE_LIBRARY -u K3CACHE_DIRECT_LIBRARY PYTHONPATH="$site" \
+        /usr/bin/python3 -c 'import k3cache._lib as l; print(l.direct().path)')
+  [ "$got" = "$lib/libk3cache-direct.so.0" ]; ok "k3cache.Direct loads the installed libk3cache-direct ($got)" $?
 fi
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

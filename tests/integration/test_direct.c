@@ -134,6 +134,34 @@ static void test_direct_restores_what_was_published(void **state)
 		fail_msg("restore: %s", e.message);
 	assert_int_equal(p, 2000);
 	assert_layers(bufs, lens, 2000, 2);
+	/* into each layer's two arrays: the same floats, no header words */
+	struct k3cache_arrays_out *arr = calloc(twin->n_layers, sizeof(*arr));
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		uint64_t n[2];
+		model_layer_floats(&twin->layers[i], 2000, n);
+		arr[i] = (struct k3cache_arrays_out){calloc(n[0], 4), n[0], calloc(n[1], 4), n[1]};
+	}
+	arr[3].b_cap--; /* one float short: refused before a byte is copied */
+	assert_int_equal(
+	        k3cache_direct_restore_arrays(dr, twin, lr.key, arr, twin->n_layers, &p, &e),
+	        K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "layer 3: its "));
+	arr[3].b_cap++;
+	p = 0;
+	if (k3cache_direct_restore_arrays(dr, twin, lr.key, arr, twin->n_layers, &p, &e) != 0)
+		fail_msg("restore_arrays: %s", e.message);
+	assert_int_equal(p, 2000);
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		struct k3cache_buf want = make_layer(i, 2000, 2);
+		size_t head = twin->layers[i].mixer == MODEL_MIXER_KDA ? 5 : 9;
+		const unsigned char *w = want.data;
+		assert_memory_equal(arr[i].a, w + head, arr[i].a_cap * 4);
+		assert_memory_equal(arr[i].b, w + head + arr[i].a_cap * 4 + 4, arr[i].b_cap * 4);
+		free((void *)want.data);
+		free(arr[i].a);
+		free(arr[i].b);
+	}
+	free(arr);
 	/* views: the same bytes in pieces of the map, checked the same way */
 	struct k3cache_direct_view *v;
 	if (k3cache_direct_view(dr, twin, lr.key, &v, &e) != 0)
@@ -168,8 +196,8 @@ static void test_direct_restores_what_was_published(void **state)
 	free(caps);
 	free(lens);
 	k3cache_direct_close(dr);
-	/* the restore and the view reached the daemon as uses, at the close */
-	assert_int_equal(counter("reported_uses"), uses + 2);
+	/* the restores and the view reached the daemon as uses, at the close */
+	assert_int_equal(counter("reported_uses"), uses + 3);
 }
 
 /* Flips one byte of layer i's floats (of snapshot seed at P = p) where

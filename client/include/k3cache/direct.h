@@ -60,6 +60,16 @@ K3CACHE_API int k3cache_direct_restore_into(struct k3cache_direct *d,
                                             const size_t *caps, size_t *lens, uint32_t *prefix_len,
                                             struct k3cache_error *err);
 
+/* k3cache_restore_arrays() from the store itself: each layer scattered
+ * straight into its two arrays (KDA conv and recurrent, MLA k and v at the
+ * entry's P), with the same checks. */
+K3CACHE_API int k3cache_direct_restore_arrays(struct k3cache_direct *d,
+                                              const struct k3cache_model *model,
+                                              const uint8_t key[K3CACHE_KEY_LEN],
+                                              const struct k3cache_arrays_out *layers,
+                                              uint32_t n_layers, uint32_t *prefix_len,
+                                              struct k3cache_error *err);
+
 /* Form 2: read-only views into the store's map, no copy. Each layer is
  * its blob as pieces in order (the seed's format once joined), every layer
  * checked (the same checks) before the call succeeds. Meanwhile LMDB keeps
