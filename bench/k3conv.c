@@ -6,7 +6,7 @@
  * position), the publish time of the last turn against the first, and the
  * restore of the last turn.
  *
- * The daemon runs with its default stage size (32 MiB), so every snapshot
+ * The daemon runs with its default stage size (16 MiB), so every snapshot
  * here is staged: its stream written a stage per commit, its blocks placed
  * a stage at a time. BENCH_STAGE_SIZE=SIZE sets another (4GiB: every
  * snapshot in one transaction, for comparison).
@@ -45,7 +45,7 @@ static double median(double *v, long n)
 
 static pid_t daemon_pid;
 static const char *row_block;
-static const char *stage_size = "32MiB"; /* the daemon's default */
+static const char *stage_size = "16MiB"; /* the daemon's default */
 
 static void die(const char *what, const struct k3cache_error *e)
 {

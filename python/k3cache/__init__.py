@@ -408,6 +408,10 @@ class Direct(_Handle):
     of a restore. addr is the daemon serving the store (as for Client), asked
     once for this process's namespace; uses and damage are reported to it.
 
+    Calls release the GIL; a Direct reader is used from one thread at a
+    time, and the arrays of one restore must not overlap (layers of a large
+    entry are copied and checked on several threads at once).
+
     Direct reads mean trust with the whole store: whoever may write its
     lock.mdb can read every entry of every tenant.
 

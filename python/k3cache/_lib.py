@@ -98,7 +98,8 @@ def _load():
     tried = []
     for path in _candidates():
         try:
-            return ctypes.CDLL(path)
+            # absolute, so that the direct library is found beside it after a chdir
+            return ctypes.CDLL(os.path.abspath(path) if os.sep in path else path)
         except OSError as e:
             tried.append(f"{path}: {e}")
     raise ImportError(

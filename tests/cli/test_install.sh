@@ -126,7 +126,7 @@ ldd "$dir/use-direct" | grep -q "$lib/libk3cache-direct.so.0"; ok "and loads the
 mkdir -p "$dir/db"
 "$dir/prefix/sbin/k3cached" --db "$dir/db" --socket "$dir/k3.sock" >"$dir/k3cached.log" 2>&1 &
 kpid=$!
-for _ in $(seq 100); do [ -S "$dir/k3.sock" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ -S "$dir/k3.sock" ] && break; sleep 0.05; done
 got=$("$dir/use-direct" "$dir/db" "unix:$dir/k3.sock")
 [ "$got" = "0 3 3 1" ]; ok "and restores from the store what it published ($got)" $?
 kill "$kpid"; wait "$kpid" 2>/dev/null

@@ -284,9 +284,12 @@ static void test_large_entry_checked_on_threads(void **state)
 	publish(P, 200000, 11);
 	struct k3cache_error e;
 	struct k3cache_direct *dr;
-	setenv("K3CACHE_DIRECT_THREADS", "0", 1);
-	assert_int_equal(k3cache_direct_open(d.db, d.sock, &dr, &e), K3CACHE_INVALID);
-	assert_non_null(strstr(e.message, "K3CACHE_DIRECT_THREADS"));
+	const char *bad[] = {"0", "17", "abc", "4x"};
+	for (int i = 0; i < 4; i++) {
+		setenv("K3CACHE_DIRECT_THREADS", bad[i], 1);
+		assert_int_equal(k3cache_direct_open(d.db, d.sock, &dr, &e), K3CACHE_INVALID);
+		assert_non_null(strstr(e.message, "K3CACHE_DIRECT_THREADS"));
+	}
 	setenv("K3CACHE_DIRECT_THREADS", "4", 1);
 	dr = open_direct();
 	unsetenv("K3CACHE_DIRECT_THREADS");
@@ -309,9 +312,9 @@ static void test_large_entry_checked_on_threads(void **state)
 	if (k3cache_direct_view(dr, twin, lr.key, &v, &e) != 0)
 		fail_msg("view: %s", e.message);
 	k3cache_direct_view_release(v);
-	/* both MLA layers damaged, the later one flipped first: layer 3 is the
-	 * answer, whichever thread finds its damage first */
-	flip_in_file(7, P, 11);
+	/* MLA layer 3 (20 MB) and KDA layer 6 (45 KB, checked long before
+	 * layer 3 ends) damaged: layer 3 is the answer, as on one thread */
+	flip_in_file(6, P, 11);
 	flip_in_file(3, P, 11);
 	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e),
 	                 K3CACHE_CORRUPT);
@@ -322,6 +325,23 @@ static void test_large_entry_checked_on_threads(void **state)
 	if (!strstr(e.message, "stored entry damaged: layer 3 ") &&
 	    !strstr(e.message, "quarantined"))
 		fail_msg("view: %s", e.message);
+	struct k3cache_arrays_out *arr = calloc(twin->n_layers, sizeof(*arr));
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		uint64_t n[2];
+		model_layer_floats(&twin->layers[i], P, n);
+		arr[i] = (struct k3cache_arrays_out){calloc(n[0], 4), n[0], calloc(n[1], 4), n[1]};
+	}
+	assert_int_equal(
+	        k3cache_direct_restore_arrays(dr, twin, lr.key, arr, twin->n_layers, &p, &e),
+	        K3CACHE_CORRUPT);
+	if (!strstr(e.message, "stored entry damaged: layer 3 ") &&
+	    !strstr(e.message, "quarantined"))
+		fail_msg("restore_arrays: %s", e.message);
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		free(arr[i].a);
+		free(arr[i].b);
+	}
+	free(arr);
 	free_buffers(bufs);
 	free(caps);
 	free(lens);

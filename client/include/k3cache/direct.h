@@ -39,8 +39,13 @@ struct k3cache_direct;
  * so one thread runs at about half of memcpy. K3CACHE_DIRECT_THREADS (read
  * here; 1 to 16, default: the online CPUs, at most 4) sets how many; 1
  * keeps every check on the calling thread. Errors are the same either way:
- * of several damaged layers the first is named. A k3cache_direct is used
- * from one thread at a time. */
+ * of several damaged layers the first is named. So the destinations of one
+ * restore (buffers, arrays) must not overlap. A k3cache_direct is used
+ * from one thread at a time.
+ *
+ * The model passed to these calls is libk3cache's (k3cache_model_load and
+ * the like); libk3cache-direct must be of the same version as the
+ * libk3cache loaded beside it (k3cache-direct.pc requires it). */
 K3CACHE_API int k3cache_direct_open(const char *dir, const char *daemon_addr,
                                     struct k3cache_direct **out, struct k3cache_error *err);
 K3CACHE_API void k3cache_direct_close(struct k3cache_direct *d);
