@@ -292,7 +292,7 @@ void k3d_conn_close(struct k3d_conn *c)
 	int held = c->ingest != NULL; /* the writer has our streamed publish */
 	if (held)
 		k3d_ingest_cancel(c); /* it removes what it wrote, then hands it back */
-	if (c->state == K3D_BUSY || held) {
+	if (c->state == K3D_BUSY || held || c->orphans) {
 		/* the writer holds our request: free us when it hands it back */
 		c->dead = 1;
 		return;
@@ -304,12 +304,20 @@ void k3d_conn_request_done(struct k3d_conn *c)
 {
 	if (c->dead) {
 		set_state(c, K3D_READ_LEN);
-		conn_free(c);
+		if (!c->orphans) /* else the last one frees it */
+			conn_free(c);
 		return;
 	}
 	k3d_conn_reset(c);
 	k3d_conn_resume_waiting(c->srv);
 	process(c);
+}
+
+void k3d_conn_orphan_done(struct k3d_conn *c)
+{
+	c->orphans--;
+	if (c->dead && !c->orphans && c->state != K3D_BUSY && !c->ingest)
+		conn_free(c);
 }
 
 /* Queues resp; 0 when a short TOO_LARGE answer (or nothing, out of memory)
@@ -704,6 +712,11 @@ static void window_next(struct k3d_conn *c)
 			c->srv->window_waits++;
 		set_state(c, K3D_WAIT_WINDOW);
 	} else {
+		/* the writer hands the job back later (k3d_conn_orphan_done);
+		 * this connection discards the rest and answers by itself */
+		c->ingest->orphaned = 1;
+		c->orphans++;
+		c->pending_id = c->ingest->req->id;
 		k3d_ingest_cancel(c);
 		status_set(&c->pending, STATUS_BUSY,
 		           "out of memory for a receive window; retry later");
@@ -834,7 +847,8 @@ static void process(struct k3d_conn *c)
 			break;
 		case K3D_DISCARD:
 			if (c->pgot == c->plen) {
-				k3d_conn_error(c, c->req ? c->req->id : 0, &c->pending);
+				k3d_conn_error(c, c->req ? c->req->id : c->pending_id, &c->pending);
+				c->pending_id = 0;
 				/* what it held (a trial window) goes to those waiting
 				 * at the next tick (on_tick): not from here, inside
 				 * another connection's processing */

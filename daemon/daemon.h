@@ -170,8 +170,11 @@ struct k3d_conn {
 	unsigned rate_ticks;        /* seconds of that window the daemon was reading */
 	uint64_t pcap;              /* capacity of the payload buffer */
 	struct status pending;      /* the error to answer after a discard */
+	uint64_t pending_id;        /* its request's id when the request went to a job */
 	struct k3d_job *ingest;     /* a publish written while its payload arrives */
 	struct k3d_window *win;     /* its receive window (the job's; window.h) */
+	uint32_t orphans;           /* streamed publishes given up by the loop, not yet
+	                               handed back by the writer (each job->orphaned) */
 	struct k3d_stream *sending; /* a restore whose chunks are still to queue */
 	uint64_t send_chunk;        /* its next chunk */
 	uint64_t send_id;           /* its request's id */
@@ -236,6 +239,9 @@ void k3d_conn_respond(struct k3d_conn *c, frame_response *resp);
 void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st);
 /* Called by the writer completion path when a queued request finished. */
 void k3d_conn_request_done(struct k3d_conn *c);
+/* The writer handed back a streamed publish the loop had given up on
+ * (job->orphaned): c is freed if it is closed and holds nothing else. */
+void k3d_conn_orphan_done(struct k3d_conn *c);
 /* Resumes connections waiting for in-flight memory. */
 void k3d_conn_resume_waiting(struct k3d_server *srv);
 /* The writer moved on: streamed payloads hand back the stages the store
@@ -287,6 +293,8 @@ struct k3d_job {
 	double t_request;
 	/* a publish streamed into the store while its payload arrives (ingest.c) */
 	int streamed;
+	int orphaned; /* given up by the loop, which answers by itself: the
+	                 writer hands it back only to be freed */
 	struct k3d_ingest *ingest;
 	struct k3d_job *snext; /* the writer's list of streamed publishes */
 	int kicked;            /* under the writer's mutex */

@@ -150,6 +150,12 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			job = next;
 			continue;
 		}
+		if (job->orphaned) { /* its connection answered by itself */
+			k3d_job_free(job);
+			k3d_conn_orphan_done(c);
+			job = next;
+			continue;
+		}
 		if (job->streamed && !c->dead && c->state != K3D_BUSY) {
 			/* a streamed publish the writer ended before its payload was
 			 * whole (the daemon is stopping): there is nothing to answer */
