@@ -56,13 +56,21 @@ int store_chunks_write(struct store *s, MDB_txn *txn, const uint8_t *key,
 }
 
 int store_chunks_put(struct store *s, MDB_txn *txn, const uint8_t *key, uint32_t c,
-                     const void *data, size_t len)
+                     const void *data, size_t len, const uint64_t *sum)
 {
 	unsigned char ck[STORE_CHUNK_KEY_LEN];
 	memcpy(ck, key, STORE_KEY_LEN);
 	store_be32(ck + STORE_KEY_LEN, c);
 	MDB_val k = {sizeof(ck), ck};
-	return store_value_put(txn, s->chunks, &k, data, len, c, 0);
+	if (!sum)
+		return store_value_put(txn, s->chunks, &k, data, len, c, 0);
+	MDB_val v = {len + 8, NULL};
+	int rc = mdb_put(txn, s->chunks, &k, &v, MDB_RESERVE);
+	if (rc)
+		return rc;
+	memcpy(v.mv_data, sum, 8);
+	memcpy((unsigned char *)v.mv_data + 8, data, len);
+	return 0;
 }
 
 int store_chunks_get(struct store *s, MDB_txn *txn, const uint8_t *key, uint64_t c, MDB_val *v)

@@ -38,9 +38,10 @@ int store_chunks_write(struct store *s, MDB_txn *txn, const uint8_t *key,
                        const uint64_t *sums);
 
 /* Writes one chunk c of len bytes (at most STORE_CHUNK_DATA) under key,
- * with its XXH3. */
+ * with its XXH3: *sum when the caller hashed the bytes already (seeded with
+ * c), else computed here. */
 int store_chunks_put(struct store *s, MDB_txn *txn, const uint8_t *key, uint32_t c,
-                     const void *data, size_t len);
+                     const void *data, size_t len, const uint64_t *sum);
 
 /* The number of chunks of `total` bytes. */
 uint32_t store_chunks_count(uint64_t total);

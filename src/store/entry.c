@@ -306,7 +306,7 @@ static int put_private(struct store *s, MDB_txn *txn, const uint8_t *key,
                        size_t len)
 {
 	p->now.stored += len;
-	return store_chunks_put(s, txn, key, STORE_CHUNK_PRIVATE + 2 * bi + part, rows, len);
+	return store_chunks_put(s, txn, key, STORE_CHUNK_PRIVATE + 2 * bi + part, rows, len, NULL);
 }
 
 static int place_k(struct store *s, MDB_txn *txn, const uint8_t *key, struct store_entry_plan *p,

@@ -357,8 +357,10 @@ static int op_stage(struct store *s, void *ctx)
 			continue;
 		}
 		uint64_t off = (uint64_t)c * STORE_CHUNK_DATA, left = g->stream.total - off;
+		/* hashed by the scan as it was copied aside: not again here */
 		rc = store_chunks_put(s, txn, g->key, c, g->carry[k].data,
-		                      (size_t)(left < STORE_CHUNK_DATA ? left : STORE_CHUNK_DATA));
+		                      (size_t)(left < STORE_CHUNK_DATA ? left : STORE_CHUNK_DATA),
+		                      &g->chunk_sums[c]);
 	}
 	return store_txn_end(txn, rc);
 }

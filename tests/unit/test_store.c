@@ -20,6 +20,7 @@
 #include "store/chunks.h" /* STORE_CHUNK_DATA */
 #include "store/record.h"
 #include "storeutil.h"
+#include "xxh_dispatch.h"
 
 struct fixture {
 	char *dir;
@@ -154,6 +155,29 @@ static uint32_t expect_same_layers(const struct store_snapshot *snap,
 }
 
 /* Multi-chunk entries: layers cross chunk boundaries and come back whole. */
+/* A chunk written with the sum its caller computed keeps that sum (the
+ * staged scan's, for a chunk it copied aside): intact when it is the bytes'
+ * XXH3, damaged when it is not. */
+static void test_chunk_put_keeps_a_given_sum(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t key[STORE_KEY_LEN] = {7};
+	const char data[] = "rows of a chunk copied aside";
+	uint64_t good = XXH3_64bits_withSeed(data, sizeof(data), 3), bad = good ^ 1;
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	assert_int_equal(store_chunks_put(f->st, txn, key, 3, data, sizeof(data), &good), 0);
+	assert_int_equal(store_chunks_put(f->st, txn, key, 4, data, sizeof(data), &bad), 0);
+	MDB_val v;
+	assert_int_equal(store_chunks_get(f->st, txn, key, 3, &v), 0);
+	assert_int_equal(v.mv_size, sizeof(data) + 8);
+	assert_memory_equal((const char *)v.mv_data + 8, data, sizeof(data));
+	assert_true(store_chunks_intact(&v, 3));
+	assert_int_equal(store_chunks_get(f->st, txn, key, 4, &v), 0);
+	assert_false(store_chunks_intact(&v, 4));
+	mdb_txn_abort(txn);
+}
+
 static void test_large_entry_spans_chunks(void **state)
 {
 	struct fixture *f = *state;
@@ -1704,7 +1728,8 @@ static void test_publish_reclaims_dead_staged_key(void **state)
 	assert_int_equal(store_blocks_addref(f->st, txn, h[64 / PREFIX_BLOCK], 2, &shared), 0);
 	assert_true(shared);
 	assert_int_equal(store_blocks_hold(f->st, txn, key, h[64 / PREFIX_BLOCK], 2), 0);
-	assert_int_equal(store_chunks_put(f->st, txn, key, STORE_CHUNK_PRIVATE + 40, "junk", 4), 0);
+	assert_int_equal(
+	        store_chunks_put(f->st, txn, key, STORE_CHUNK_PRIVATE + 40, "junk", 4, NULL), 0);
 	assert_int_equal(mdb_txn_commit(txn), 0);
 
 	assert_int_equal(conv_publish(f, t, 200, 1, 2, &b), STATUS_OK);
@@ -2605,6 +2630,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_publish_restore_identical, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_large_entry_spans_chunks, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_chunk_put_keeps_a_given_sum, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_staged_publish_restores_identical, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_staged_invalid_stores_nothing, setup,
