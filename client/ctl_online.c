@@ -145,12 +145,16 @@ int ctl_cmd_stat(const struct ctl_globals *g, int argc, char **argv)
 		rc = ctl_answer_error(resp, "stat");
 	} else if (json) {
 		json_t *doc = json_object();
+		if (resp->server && *resp->server) /* a daemon's, not --db */
+			json_object_set_new(doc, "version", json_string(resp->server));
 		for (size_t i = 0; i < resp->n_counters; i++)
 			json_object_set_new(doc, resp->counters[i]->name,
 			                    json_integer((json_int_t)resp->counters[i]->value));
 		print_json(doc);
 	} else {
 		uint64_t hits = 0, misses = 0;
+		if (resp->server && *resp->server)
+			printf("%-24s %16s\n", "version", resp->server);
 		for (size_t i = 0; i < resp->n_counters; i++) {
 			const K3cache__V1__Counter *c = resp->counters[i];
 			if (!strcmp(c->name, "hits"))

@@ -34,6 +34,7 @@ static const char usage[] =
         "                 else the daemon's default socket)\n"
         "  --db DIR       read a store directly, read-only (after a crash, say)\n"
         "  --json         print one JSON document\n"
+        "  --version      print k3cachectl's version\n"
         "  --help         this text; COMMAND --help for a command's\n"
         "KEY is a unique hex prefix of at least 8 digits.\n"
         "\n"
@@ -42,11 +43,10 @@ static const char usage[] =
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
-	                                     {"db", required_argument, NULL, 'd'},
-	                                     {"json", no_argument, NULL, 'j'},
-	                                     {"help", no_argument, NULL, 'h'},
-	                                     {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {
+	        {"socket", required_argument, NULL, 's'}, {"db", required_argument, NULL, 'd'},
+	        {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
+	        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
 	struct ctl_globals g = {.socket = getenv("K3CACHE_SOCKET")};
 	int c;
 	/* "+": stop at the first non-option, which is the command */
@@ -63,6 +63,9 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			fputs(usage, stdout);
+			return CTL_EXIT_OK;
+		case 'V':
+			puts("k3cachectl " K3_VERSION);
 			return CTL_EXIT_OK;
 		default:
 			fputs(usage, stderr);

@@ -16,7 +16,7 @@
 #include "tenancy.h"
 #include "window.h"
 
-#define K3D_VERSION "k3cached 0.1.0"
+#define K3D_VERSION "k3cached " K3_VERSION
 #define K3D_INBUF   65536u
 
 enum k3d_log { K3D_LOG_ERROR, K3D_LOG_WARN, K3D_LOG_INFO, K3D_LOG_DEBUG };
@@ -79,6 +79,7 @@ struct k3d_server {
 	struct event_base *base;
 	struct store *store;
 	struct k3d_writer *writer;
+	double started; /* k3d_now() at start: stat's uptime_seconds */
 	struct evconnlistener *unix_listener, *tcp_listener;
 	struct evhttp *http;
 	char listen_bound[64], metrics_bound[80]; /* what getsockname says */

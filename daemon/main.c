@@ -72,6 +72,7 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        (HOST and PORT as for --listen)\n"
 	        "  --log-level LEVEL     error, warn, info (default) or debug\n"
 	        "  --help                this text\n"
+	        "  --version             print k3cached's version\n"
 	        "\n"
 	        "SIZE takes K/M/G/T or KiB/MiB/GiB/TiB; DUR takes s/m/h/d. SIGTERM or SIGINT\n"
 	        "stops the daemon cleanly; SIGHUP is logged and ignored (no configuration file\n"
@@ -193,7 +194,8 @@ int main(int argc, char **argv)
 		O_SHARE,
 		O_TOKENS,
 		O_INSECURE,
-		O_HELP
+		O_HELP,
+		O_VERSION
 	};
 	static const struct option opts[] = {
 	        {"db", required_argument, NULL, O_DB},
@@ -219,6 +221,7 @@ int main(int argc, char **argv)
 	        {"token-file", required_argument, NULL, O_TOKENS},
 	        {"insecure-tcp", no_argument, NULL, O_INSECURE},
 	        {"help", no_argument, NULL, O_HELP},
+	        {"version", no_argument, NULL, O_VERSION},
 	        {NULL, 0, NULL, 0},
 	};
 	const char *env = getenv("K3CACHE_SOCKET"); /* paths_default_socket() takes it */
@@ -340,6 +343,9 @@ int main(int argc, char **argv)
 		case O_HELP:
 		case 'h':
 			usage(stdout, cfg.db, cfg.socket);
+			return 0;
+		case O_VERSION:
+			puts(K3D_VERSION);
 			return 0;
 		default:
 			usage(stderr, cfg.db, cfg.socket);

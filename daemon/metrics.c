@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "daemon.h"
 #include "service.h"
 
@@ -31,6 +33,9 @@ void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds)
 
 void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 {
+	r->server = (char *)K3D_VERSION; /* static: not freed with the response */
+	service_add_counter(r, "pid", (uint64_t)getpid());
+	service_add_counter(r, "uptime_seconds", (uint64_t)(k3d_now() - srv->started));
 	service_store_counters(srv->store, r);
 	service_add_counter(r, "connections_open", srv->connections_open);
 	service_add_counter(r, "connections_accepted", srv->connections_total);
@@ -67,13 +72,26 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 
 static int is_counter(const char *name)
 {
-	static const char *const gauges[] = {
-	        "entries",          "bytes",          "max_bytes",
-	        "models",           "map_size",       "map_used_pages",
-	        "free_pages",       "page_size",      "file_bytes",
-	        "connections_open", "inflight_bytes", "restores_streaming",
-	        "chunks",           "staging",        "logical_bytes",
-	        "blocks",           "row_block"};
+	static const char *const gauges[] = {"entries",
+	                                     "bytes",
+	                                     "max_bytes",
+	                                     "models",
+	                                     "map_size",
+	                                     "map_used_pages",
+	                                     "free_pages",
+	                                     "page_size",
+	                                     "file_bytes",
+	                                     "connections_open",
+	                                     "inflight_bytes",
+	                                     "restores_streaming",
+	                                     "chunks",
+	                                     "staging",
+	                                     "logical_bytes",
+	                                     "blocks",
+	                                     "row_block",
+	                                     "window_bytes",
+	                                     "pid",
+	                                     "uptime_seconds"};
 	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++)
 		if (!strcmp(gauges[i], name))
 			return 0;

@@ -456,6 +456,7 @@ int k3d_server_run(const struct k3d_config *cfg)
 		return code == STATUS_CORRUPT ? K3D_EXIT_DAMAGED : 1;
 	}
 	int rc = 1;
+	srv->started = k3d_now();
 	srv->base = event_base_new();
 	if (srv->base)
 		event_base_priority_init(srv->base, 2); /* K3D_PRIO_HIGH, K3D_PRIO_BULK */

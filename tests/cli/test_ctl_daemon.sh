@@ -75,6 +75,12 @@ c inspect 00000000ffffffff >/dev/null 2>&1; ok "missing key exits 4" $([ $? = 4 
 
 out=$(c stat); ok "stat counts entries" $(grep -q '^entries  *3 *$' <<<"$out"; echo $?)
 out=$(c --json stat); ok "stat json" $([ "$(json_num publishes <<<"$out")" = 3 ] && [ "$(json_num models <<<"$out")" = 2 ]; echo $?)
+# the daemon's version, pid and uptime, as redis-cli INFO shows them; and --version
+ver=$("$daemon" --version); ok "k3cached --version ($ver)" $([[ $ver =~ ^k3cached\ [0-9]+\.[0-9]+\.[0-9]+$ ]]; echo $?)
+out=$("$ctl" --version); ok "k3cachectl --version ($out)" $([ "$out" = "k3cachectl ${ver#k3cached }" ]; echo $?)
+out=$(c stat); ok "stat shows the daemon's version first" $([ "$(head -1 <<<"$out" | tr -s ' ')" = "version $ver" ]; echo $?)
+ok "stat shows the daemon's pid" $(grep -q "^pid  *$pid *$" <<<"$out"; echo $?)
+out=$(c --json stat); ok "stat json: version, pid, uptime_seconds" $(grep -q "\"version\": \"$ver\"" <<<"$out" && [ "$(json_num pid <<<"$out")" = "$pid" ] && [ -n "$(json_num uptime_seconds <<<"$out")" ]; echo $?)
 out=$(c ping); ok "ping" $(grep -q '^PONG from k3cached' <<<"$out"; echo $?)
 out=$(c --json ping); ok "ping json" $(grep -q '"ok": true' <<<"$out"; echo $?)
 out=$(c verify); ok "verify clean" $([ "$out" = "verified 3 entries: 0 damaged" ]; echo $?)
