@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <unistd.h>
 
@@ -70,32 +71,104 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 	}
 }
 
-static int is_counter(const char *name)
+/* What /metrics says of each stat counter: its family name (k3cache_ and
+ * this, with Prometheus' unit suffixes), its type and its HELP. A counter
+ * not listed here is exported as an "undocumented" gauge, which the
+ * daemon_flags_net test refuses: add its row. errors_* and requests_* are
+ * one family each, labelled by code and op; pid and uptime_seconds are
+ * process_start_time_seconds there. */
+struct metric_meta {
+	const char *stat, *family;
+	int counter;
+	const char *help;
+};
+
+static const struct metric_meta metric_metas[] = {
+        {"entries", "entries", 0, "Entries stored."},
+        {"bytes", "stored_bytes", 0,
+         "Bytes stored: what the capacity counts (shared blocks once)."},
+        {"logical_bytes", "logical_bytes", 0,
+         "Bytes of the entries whole, as if nothing were shared."},
+        {"blocks", "blocks", 0, "Shared MLA row blocks stored."},
+        {"blocks_mismatched", "blocks_mismatched_total", 1,
+         "Blocks kept privately because their bytes differed from the stored block."},
+        {"models_repaired", "models_repaired_total", 1,
+         "Damaged model specs replaced by a put of the same spec, since open."},
+        {"indexes_rebuilt", "indexes_rebuilt_total", 1,
+         "Times verify rebuilt the indexes, since open."},
+        {"row_block", "row_block_rows", 0, "Token rows per shared MLA block."},
+        {"max_bytes", "max_bytes", 0, "The store's capacity (--max-bytes)."},
+        {"models", "models", 0, "Model specs stored."},
+        {"hits", "hits_total", 1, "Lookups that found a stored prefix."},
+        {"misses", "misses_total", 1, "Lookups that found none."},
+        {"hit_tokens", "hit_tokens_total", 1, "Prompt tokens covered by the prefixes found."},
+        {"publishes", "publishes_total", 1, "Entries published."},
+        {"publishes_existing", "publishes_existing_total", 1,
+         "Publishes of an entry that was stored already."},
+        {"restores", "restores_total", 1, "Restores served."},
+        {"evictions", "evictions_total", 1, "Entries evicted."},
+        {"quarantined", "quarantined_total", 1, "Entries taken out of service as damaged."},
+        {"corrupt", "corrupt_total", 1, "Checksum failures found on read."},
+        {"map_full_retries", "map_full_retries_total", 1,
+         "Writes retried after LMDB's map was full."},
+        {"map_size", "map_size_bytes", 0, "Size of LMDB's memory map."},
+        {"map_used_pages", "map_used_pages", 0, "Pages of the map in use."},
+        {"free_pages", "free_pages", 0, "Pages on LMDB's free list."},
+        {"page_size", "page_size_bytes", 0, "LMDB's page size."},
+        {"file_bytes", "file_bytes", 0, "Size of the data file."},
+        {"chunks", "chunks", 0, "Chunk rows, staged or committed."},
+        {"staging", "staging", 0, "Staged publishes in progress."},
+        {"staged_swept", "staged_swept_total", 1,
+         "Staged publishes a dead process left, removed at open."},
+        {"connections_open", "connections_open", 0, "Client connections open."},
+        {"connections_accepted", "connections_accepted_total", 1, "Client connections accepted."},
+        {"accept_errors", "accept_errors_total", 1, "Connections refused or failed at accept."},
+        {"inflight_bytes", "inflight_bytes", 0,
+         "Payload and window bytes held for requests in flight (--max-inflight)."},
+        {"restores_streaming", "restores_streaming", 0, "Restores being sent now."},
+        {"bytes_in", "received_bytes_total", 1, "Bytes read from clients."},
+        {"bytes_out", "sent_bytes_total", 1, "Bytes written to clients."},
+        {"ingest_yields", "ingest_yields_total", 1, "Upload pauses that let lookups through."},
+        {"timeouts", "timeouts_total", 1, "Connections closed for idling mid-request."},
+        {"closed_mid_frame", "closed_mid_frame_total", 1, "Connections that ended mid-frame."},
+        {"uploads_too_slow", "uploads_too_slow_total", 1,
+         "Uploads closed under --min-upload-rate."},
+        {"restores_cut", "restores_cut_total", 1,
+         "Restores ended early because a chunk failed its check after sending began."},
+        {"delta_publishes", "delta_publishes_total", 1, "Publishes that sent only new MLA rows."},
+        {"delta_refused", "delta_refused_total", 1, "Delta publishes whose base could not serve."},
+        {"inflight_waits", "inflight_waits_total", 1,
+         "Requests that waited for --max-inflight memory."},
+        {"window_bytes", "window_bytes", 0, "Stage memory backing receive windows now."},
+        {"window_waits", "window_waits_total", 1,
+         "Times an upload waited for its receive window to drain."},
+        {"reported_uses", "reported_uses_total", 1,
+         "Restores and views reported by direct readers."},
+        {"reported_damaged", "reported_damaged_total", 1,
+         "Entries reported damaged by direct readers."},
+};
+
+static const struct metric_meta *metric_meta(const char *stat)
 {
-	static const char *const gauges[] = {"entries",
-	                                     "bytes",
-	                                     "max_bytes",
-	                                     "models",
-	                                     "map_size",
-	                                     "map_used_pages",
-	                                     "free_pages",
-	                                     "page_size",
-	                                     "file_bytes",
-	                                     "connections_open",
-	                                     "inflight_bytes",
-	                                     "restores_streaming",
-	                                     "chunks",
-	                                     "staging",
-	                                     "logical_bytes",
-	                                     "blocks",
-	                                     "row_block",
-	                                     "window_bytes",
-	                                     "pid",
-	                                     "uptime_seconds"};
-	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++)
-		if (!strcmp(gauges[i], name))
-			return 0;
-	return 1;
+	for (size_t i = 0; i < sizeof(metric_metas) / sizeof(metric_metas[0]); i++)
+		if (!strcmp(metric_metas[i].stat, stat))
+			return &metric_metas[i];
+	return NULL;
+}
+
+/* The counters of one labelled family (errors_*, requests_*): one HELP and
+ * TYPE, a sample per label value. */
+static void labelled(struct evbuffer *b, const frame_response *r, const char *prefix,
+                     const char *family, const char *label, const char *help)
+{
+	size_t n = strlen(prefix);
+	evbuffer_add_printf(b, "# HELP k3cache_%s %s\n# TYPE k3cache_%s counter\n", family, help,
+	                    family);
+	for (size_t i = 0; i < r->n_counters; i++)
+		if (!strncmp(r->counters[i]->name, prefix, n))
+			evbuffer_add_printf(b, "k3cache_%s{%s=\"%s\"} %llu\n", family, label,
+			                    r->counters[i]->name + n,
+			                    (unsigned long long)r->counters[i]->value);
 }
 
 static void on_metrics(struct evhttp_request *req, void *arg)
@@ -108,20 +181,41 @@ static void on_metrics(struct evhttp_request *req, void *arg)
 	}
 	frame_response r = K3CACHE__V1__RESPONSE__INIT;
 	k3d_fill_counters(srv, &r);
+	evbuffer_add_printf(b,
+	                    "# HELP k3cache_build_info The daemon's version.\n"
+	                    "# TYPE k3cache_build_info gauge\n"
+	                    "k3cache_build_info{version=\"%s\"} 1\n",
+	                    K3_VERSION);
+	struct timespec wall;
+	clock_gettime(CLOCK_REALTIME, &wall);
+	evbuffer_add_printf(b,
+	                    "# HELP process_start_time_seconds Start time of the process since "
+	                    "unix epoch in seconds.\n"
+	                    "# TYPE process_start_time_seconds gauge\n"
+	                    "process_start_time_seconds %.3f\n",
+	                    (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9 -
+	                            (k3d_now() - srv->started));
 	for (size_t i = 0; i < r.n_counters; i++) {
 		const char *name = r.counters[i]->name;
-		int counter = is_counter(name);
-		evbuffer_add_printf(b, "# TYPE k3cache_%s%s %s\nk3cache_%s%s %llu\n", name,
-		                    counter ? "_total" : "", counter ? "counter" : "gauge", name,
-		                    counter ? "_total" : "",
+		if (!strncmp(name, "errors_", 7) || !strncmp(name, "requests_", 9) ||
+		    !strcmp(name, "pid") || !strcmp(name, "uptime_seconds"))
+			continue;
+		const struct metric_meta *mm = metric_meta(name);
+		const char *family = mm ? mm->family : name;
+		evbuffer_add_printf(b,
+		                    "# HELP k3cache_%s %s\n# TYPE k3cache_%s %s\nk3cache_%s %llu\n",
+		                    family, mm ? mm->help : "undocumented", family,
+		                    mm && mm->counter ? "counter" : "gauge", family,
 		                    (unsigned long long)r.counters[i]->value);
 	}
+	labelled(b, &r, "errors_", "errors_total", "code", "Error answers, by code.");
+	labelled(b, &r, "requests_", "requests_total", "op", "Requests, by op.");
 	service_response_clear(&r);
-	evbuffer_add_printf(b, "# TYPE k3cache_request_seconds histogram\n");
-	for (int op = 0; op < K3D_N_OPS; op++) {
+	evbuffer_add_printf(b, "# HELP k3cache_request_seconds Time from a request's header to "
+	                       "its answer, by op.\n"
+	                       "# TYPE k3cache_request_seconds histogram\n");
+	for (int op = 0; op < K3D_N_OPS; op++) { /* every op's series, from the start */
 		const struct k3d_hist *h = &srv->latency[op];
-		if (!h->n)
-			continue;
 		uint64_t cum = 0;
 		for (int i = 0; i < K3D_N_BUCKETS; i++) {
 			cum += h->counts[i];

@@ -51,7 +51,18 @@ m=$(http_get 127.0.0.1 "$p2" /metrics)
 ok "metrics: HTTP 200" $(grep -q '^HTTP/1.[01] 200' <<<"$m"; echo $?)
 ok "metrics: entries gauge" $(grep -q '^k3cache_entries 1$' <<<"$m"; echo $?)
 ok "metrics: publishes counter" $(grep -q '^k3cache_publishes_total 1$' <<<"$m"; echo $?)
-ok "metrics: errors by code" $(grep -q '^k3cache_errors_not_found_total 1$' <<<"$m"; echo $?)
+ok "metrics: errors by code, one family" $(grep -q '^k3cache_errors_total{code="not_found"} 1$' <<<"$m"; echo $?)
+ok "metrics: requests by op, one family" $(grep -q '^k3cache_requests_total{op="publish"} 1$' <<<"$m"; echo $?)
+ok "metrics: build_info and process_start_time_seconds" $(grep -q '^k3cache_build_info{version="[0-9.]*"} 1$' <<<"$m" && grep -q '^process_start_time_seconds [0-9]' <<<"$m"; echo $?)
+ok "metrics: byte gauges end in _bytes" $(grep -q '^k3cache_stored_bytes [0-9]' <<<"$m" && grep -q '^k3cache_received_bytes_total [0-9]' <<<"$m"; echo $?)
+ok "metrics: a HELP on every family, none undocumented" $([ "$(grep -c '^# HELP' <<<"$m")" = "$(grep -c '^# TYPE' <<<"$m")" ] && ! grep -q 'undocumented' <<<"$m"; echo $?)
+ok "metrics: an op not asked yet has its series" $(grep -q '^k3cache_request_seconds_count{op="verify"} 0' <<<"$m"; echo $?)
+if command -v promtool >/dev/null; then
+  body=$(sed '1,/^\r*$/d' <<<"$m")
+  out=$(promtool check metrics <<<"$body" 2>&1); ok "metrics: promtool check metrics passes ($out)" $([ $? = 0 ] && [ -z "$out" ]; echo $?)
+else
+  echo "SKIP: promtool check metrics (promtool missing: Debian's prometheus package)"
+fi
 ok "metrics: connections" $(grep -q '^k3cache_connections_accepted_total [0-9]' <<<"$m" && grep -q '^k3cache_connections_open [0-9]' <<<"$m"; echo $?)
 ok "metrics: latency histogram" $(grep -q '^k3cache_request_seconds_bucket{op="publish",le="+Inf"} 1$' <<<"$m"; echo $?)
 
