@@ -36,8 +36,8 @@ int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const c
 			return CTL_EXIT_USAGE;
 		}
 		fprintf(stderr,
-		        "k3cachectl %s: %s\n  (start one with `make run`, name it with --socket "
-		        "PATH, or read a store without a daemon with --db DIR)\n",
+		        "k3cachectl %s: %s\n  (name the daemon's socket with --socket PATH or "
+		        "$K3CACHE_SOCKET, or read a store without a daemon with --db DIR)\n",
 		        cmd, err.message);
 		return CTL_EXIT_NODAEMON;
 	}

@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <netdb.h>
@@ -31,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -524,6 +526,37 @@ static int connect_wait(int fd, const struct sockaddr *sa, socklen_t salen, int 
 	return soerr;
 }
 
+/* What a failed connect to a Unix socket means, for a person to act on. */
+static void unix_failure(const char *path, int e, char *out, size_t cap)
+{
+	struct stat st;
+	if (e == ENOENT) {
+		snprintf(out, cap,
+		         "no socket there: is k3cached running, and is this its --socket?");
+	} else if (e == ECONNREFUSED) {
+		snprintf(out, cap, "nothing listens there: the daemon that made it has stopped");
+	} else if ((e == EACCES || e == EPERM) && stat(path, &st) == 0) {
+		char gbuf[1024];
+		struct group g, *gr = NULL;
+		(void)getgrgid_r(st.st_gid, &g, gbuf, sizeof(gbuf), &gr);
+		char gname[64];
+		if (gr)
+			snprintf(gname, sizeof(gname), "%s", gr->gr_name);
+		else
+			snprintf(gname, sizeof(gname), "%u", (unsigned)st.st_gid);
+		snprintf(out, cap,
+		         "the socket is mode %04o, group %s: this user needs that group, or "
+		         "write access to the socket's directory",
+		         (unsigned)(st.st_mode & 07777), gname);
+	} else if (e == EACCES || e == EPERM) {
+		snprintf(out, cap, "a directory on the way is closed to this user");
+	} else if (e == EAGAIN) {
+		snprintf(out, cap, "the daemon's listen queue is full");
+	} else {
+		snprintf(out, cap, "k3cached's socket");
+	}
+}
+
 static int connect_unix(struct k3cache *c, const char *path, struct k3cache_error *err)
 {
 	struct sockaddr_un sa;
@@ -562,12 +595,10 @@ static int connect_unix(struct k3cache *c, const char *path, struct k3cache_erro
 		e = errno;
 	if (e) {
 		close(fd);
-		char eb[128];
-		return FAIL(err, STATUS_INTERNAL, 1, "cannot connect to %s: %s%s", c->addr,
-		            errno_text(e, eb, sizeof(eb)),
-		            e == ENOENT || e == ECONNREFUSED ? " (is k3cached running?)"
-		            : e == EAGAIN ? " (the daemon's listen queue is full)"
-		                          : "");
+		char eb[128], why[256];
+		unix_failure(path, e, why, sizeof(why));
+		return FAIL(err, STATUS_INTERNAL, 1, "cannot connect to %s: %s (%s)", c->addr,
+		            errno_text(e, eb, sizeof(eb)), why);
 	}
 	c->fd = fd;
 	return 0;
@@ -636,7 +667,7 @@ const char *k3cache_default_socket(char *buf, size_t bufsz)
 {
 	if (!buf || bufsz == 0)
 		return buf;
-	return paths_default_socket(buf, bufsz); /* the daemon's own default */
+	return paths_client_socket(buf, bufsz);
 }
 
 int k3cache_connect(const char *addr, struct k3cache **out, struct k3cache_error *err)

@@ -14,11 +14,29 @@ const char *paths_default_socket(char *buf, size_t bufsz)
 	if (env && *env)
 		snprintf(buf, bufsz, "%s", env);
 	else if (geteuid() == 0)
-		snprintf(buf, bufsz, "/run/k3cache/k3cached.sock");
+		snprintf(buf, bufsz, "%s", PATHS_SYSTEM_SOCKET);
 	else if (xdg && *xdg)
 		snprintf(buf, bufsz, "%s/k3cache/k3cached.sock", xdg);
 	else
 		snprintf(buf, bufsz, "/tmp/k3cache-%u/k3cached.sock", (unsigned)geteuid());
+	return buf;
+}
+
+/* Whether path names a Unix socket. */
+static int is_socket(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+const char *paths_client_socket(char *buf, size_t bufsz)
+{
+	paths_default_socket(buf, bufsz);
+	const char *env = getenv("K3CACHE_SOCKET");
+	if ((env && *env) || geteuid() == 0 || is_socket(buf))
+		return buf;
+	if (is_socket(PATHS_SYSTEM_SOCKET))
+		snprintf(buf, bufsz, "%s", PATHS_SYSTEM_SOCKET);
 	return buf;
 }
 

@@ -9,7 +9,7 @@ daemon=$1 ctl=$2 pub=$3 shared=$4
 dir=$(mktemp -d /tmp/k3net-test-XXXXXX)
 sock=$dir/k3cached.sock
 pid=
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"; }
+cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"; [ -n "${rundir_made:-}" ] && rm -rf /run/k3cache; }
 trap cleanup EXIT
 pass=0 fail=0
 ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
@@ -192,6 +192,29 @@ if [ "$(id -u)" != 0 ] || { [ ${#as[@]} -gt 0 ] && "${as[@]}" test -x "$daemon";
   kill -TERM "$pid"; wait "$pid"; pid=
 else
   echo "skip: the default runtime directory (root, and no setpriv to run as nobody)"
+fi
+
+# ---- connection errors say what failed; a user's client finds the system daemon
+out=$("$ctl" --socket "$dir/none.sock" ping 2>&1)
+ok "no socket: says so, no make run hint ($out)" $(grep -q "no socket there: is k3cached running" <<<"$out" && ! grep -q 'make run' <<<"$out"; echo $?)
+python3 -c "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" "$dir/dead.sock"
+out=$("$ctl" --socket "$dir/dead.sock" ping 2>&1)
+ok "a socket nothing listens on: says the daemon stopped ($out)" $(grep -q "nothing listens there" <<<"$out"; echo $?)
+rundir_made=
+if [ ${#as[@]} -gt 0 ] && [ ! -e /run/k3cache ] && mkdir -m 755 /run/k3cache 2>/dev/null; then
+  rundir_made=1
+  "$daemon" --db "$dir/sys" --socket /run/k3cache/k3cached.sock --log-level warn 2>>"$dir/log" &
+  pid=$!
+  up /run/k3cache/k3cached.sock
+  # nobody, no daemon of its own (XDG_RUNTIME_DIR empty): the system
+  # daemon's socket is dialled, and its mode and group are the reason
+  out=$("${as[@]}" env -u K3CACHE_SOCKET XDG_RUNTIME_DIR="$dir/u/xdg" "$ctl" ping 2>&1)
+  ok "a user's client dials /run/k3cache/k3cached.sock when it exists ($out)" $(grep -q "unix:/run/k3cache/k3cached.sock" <<<"$out"; echo $?)
+  ok "permission denied: names the socket's mode and group" $(grep -q "Permission denied (the socket is mode 0660, group root" <<<"$out"; echo $?)
+  kill -TERM "$pid"; wait "$pid"; pid=
+  rm -rf /run/k3cache
+else
+  echo "skip: the system socket as another user (not root, no setpriv, or /run/k3cache exists)"
 fi
 
 # ---- a store over --max-bytes at start-up -----------------------------------

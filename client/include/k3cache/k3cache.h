@@ -135,7 +135,9 @@ K3CACHE_API int k3cache_connect(const char *addr, struct k3cache **out, struct k
 K3CACHE_API void k3cache_close(struct k3cache *c);
 
 /* The default socket: $K3CACHE_SOCKET; else /run/k3cache/k3cached.sock for root;
- * else $XDG_RUNTIME_DIR/k3cache/k3cached.sock; else /tmp/k3cache-UID/k3cached.sock.
+ * else this user's daemon's ($XDG_RUNTIME_DIR/k3cache/k3cached.sock, else
+ * /tmp/k3cache-UID/k3cached.sock) if it exists, else the system daemon's
+ * /run/k3cache/k3cached.sock if that exists, else this user's path.
  * Writes into buf and returns it. */
 K3CACHE_API const char *k3cache_default_socket(char *buf, size_t bufsz);
 
