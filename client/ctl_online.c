@@ -1,5 +1,5 @@
 /* The k3cachectl commands that talk to a daemon (or read a store with --db):
- * ping, stat, ls, inspect, evict, verify, models, model add. */
+ * ping, ls, inspect, evict, verify, models, model add (stat: ctl_stat.c). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -108,71 +108,6 @@ int ctl_cmd_ping(const struct ctl_globals *g, int argc, char **argv)
 		printf("PONG from %s at %s in %.2f ms\n", server, b.where, ms);
 	ctl_backend_close(&b);
 	return CTL_EXIT_OK;
-}
-
-/* ---- stat ------------------------------------------------------------------ */
-
-static int is_size_counter(const char *name)
-{
-	return !strcmp(name, "bytes") || !strcmp(name, "max_bytes") || !strcmp(name, "map_size") ||
-	       !strcmp(name, "file_bytes") || !strcmp(name, "inflight_bytes") ||
-	       !strcmp(name, "bytes_in") || !strcmp(name, "bytes_out") ||
-	       !strcmp(name, "logical_bytes");
-}
-
-int ctl_cmd_stat(const struct ctl_globals *g, int argc, char **argv)
-{
-	static const char text[] = "k3cachectl [--socket PATH | --db DIR] [--json] stat";
-	int json = g->json;
-	int rc = simple_opts(argc, argv, &json, "stat", text,
-	                     "Prints everything the daemon counts: entries, bytes, hits, misses,\n"
-	                     "publishes, evictions, errors by code, connections, the map.\n");
-	if (rc >= 0)
-		return rc;
-	struct ctl_backend b;
-	if ((rc = ctl_backend_open(g, &b, "stat")) != 0)
-		return rc;
-	frame_request req = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__Stat st = K3CACHE__V1__STAT__INIT;
-	req.op_case = K3CACHE__V1__REQUEST__OP_STAT;
-	req.stat = &st;
-	frame_response *resp;
-	if ((rc = ctl_call(&b, &req, &resp, "stat")) != 0) {
-		ctl_backend_close(&b);
-		return rc;
-	}
-	if (resp->code != 0) {
-		rc = ctl_answer_error(resp, "stat");
-	} else if (json) {
-		json_t *doc = json_object();
-		if (resp->server && *resp->server) /* a daemon's, not --db */
-			json_object_set_new(doc, "version", json_string(resp->server));
-		for (size_t i = 0; i < resp->n_counters; i++)
-			json_object_set_new(doc, resp->counters[i]->name,
-			                    json_integer((json_int_t)resp->counters[i]->value));
-		print_json(doc);
-	} else {
-		uint64_t hits = 0, misses = 0;
-		if (resp->server && *resp->server)
-			printf("%-24s %16s\n", "version", resp->server);
-		for (size_t i = 0; i < resp->n_counters; i++) {
-			const K3cache__V1__Counter *c = resp->counters[i];
-			if (!strcmp(c->name, "hits"))
-				hits = c->value;
-			if (!strcmp(c->name, "misses"))
-				misses = c->value;
-			char human[32] = "";
-			if (is_size_counter(c->name))
-				ctl_size(c->value, human, sizeof(human));
-			printf("%-24s %16" PRIu64 "  %s\n", c->name, c->value, human);
-		}
-		if (hits + misses)
-			printf("%-24s %15.1f%%\n", "hit_ratio",
-			       100.0 * (double)hits / (double)(hits + misses));
-	}
-	ctl_response_free(&b, resp);
-	ctl_backend_close(&b);
-	return rc;
 }
 
 /* ---- models ---------------------------------------------------------------- */

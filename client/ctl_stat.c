@@ -1,0 +1,225 @@
+/* ctl_stat: k3cachectl stat, once (every counter, and the daemon's version)
+ * or every N seconds (--interval), a line of rates as redis-cli --stat
+ * prints them. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctl.h"
+#include "frame.h"
+
+static const char text[] =
+        "k3cachectl [--socket PATH | --db DIR] [--json] stat [--interval SECONDS [--count N]]";
+
+static int usage(const char *msg)
+{
+	fprintf(stderr, "k3cachectl stat: %s\nusage: %s\n", msg, text);
+	return CTL_EXIT_USAGE;
+}
+
+static int is_size_counter(const char *name)
+{
+	return !strcmp(name, "bytes") || !strcmp(name, "max_bytes") || !strcmp(name, "map_size") ||
+	       !strcmp(name, "file_bytes") || !strcmp(name, "inflight_bytes") ||
+	       !strcmp(name, "bytes_in") || !strcmp(name, "bytes_out") ||
+	       !strcmp(name, "logical_bytes") || !strcmp(name, "window_bytes");
+}
+
+/* One Stat request; *resp to free with ctl_response_free(). */
+static int fetch(struct ctl_backend *b, frame_response **resp)
+{
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Stat st = K3CACHE__V1__STAT__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_STAT;
+	req.stat = &st;
+	*resp = NULL;
+	int rc = ctl_call(b, &req, resp, "stat");
+	if (rc)
+		return rc;
+	if (!*resp)
+		return CTL_EXIT_ERROR;
+	if ((*resp)->code != 0) {
+		rc = ctl_answer_error(*resp, "stat");
+		ctl_response_free(b, *resp);
+		*resp = NULL;
+		return rc ? rc : CTL_EXIT_ERROR;
+	}
+	return 0;
+}
+
+static uint64_t counter(const frame_response *r, const char *name)
+{
+	for (size_t i = 0; i < r->n_counters; i++)
+		if (!strcmp(r->counters[i]->name, name))
+			return r->counters[i]->value;
+	return 0;
+}
+
+static void print_all(const frame_response *resp, int json)
+{
+	if (json) {
+		json_t *doc = json_object();
+		if (resp->server && *resp->server) /* a daemon's, not --db */
+			json_object_set_new(doc, "version", json_string(resp->server));
+		for (size_t i = 0; i < resp->n_counters; i++)
+			json_object_set_new(doc, resp->counters[i]->name,
+			                    json_integer((json_int_t)resp->counters[i]->value));
+		char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		if (s)
+			puts(s);
+		free(s);
+		json_decref(doc);
+		return;
+	}
+	if (resp->server && *resp->server)
+		printf("%-24s %16s\n", "version", resp->server);
+	for (size_t i = 0; i < resp->n_counters; i++) {
+		const K3cache__V1__Counter *c = resp->counters[i];
+		char human[32] = "";
+		if (is_size_counter(c->name))
+			ctl_size(c->value, human, sizeof(human));
+		printf("%-24s %16" PRIu64 "  %s\n", c->name, c->value, human);
+	}
+	uint64_t hits = counter(resp, "hits"), misses = counter(resp, "misses");
+	if (hits + misses)
+		printf("%-24s %15.1f%%\n", "hit_ratio",
+		       100.0 * (double)hits / (double)(hits + misses));
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Every `interval` seconds, a line: the store's size, then the rates since
+ * the line before (the first line: since the daemon started). JSON: one
+ * object a line. */
+static int repeat(struct ctl_backend *b, double interval, long count, int json)
+{
+	static const char *const rates[] = {"hits",     "misses",   "publishes",
+	                                    "restores", "bytes_in", "bytes_out"};
+	enum { N_RATES = sizeof(rates) / sizeof(rates[0]) };
+	uint64_t last[N_RATES] = {0};
+	double t_last = 0;
+	for (long line = 0; count <= 0 || line < count; line++) {
+		if (line > 0) {
+			struct timespec ts = {(time_t)interval,
+			                      (long)((interval - (double)(time_t)interval) * 1e9)};
+			while (nanosleep(&ts, &ts) != 0) {
+			}
+		}
+		frame_response *r;
+		int rc = fetch(b, &r);
+		if (rc)
+			return rc;
+		double t = now();
+		double span = line ? t - t_last : (double)counter(r, "uptime_seconds");
+		if (span <= 0)
+			span = 1;
+		double rate[N_RATES];
+		for (int i = 0; i < N_RATES; i++) {
+			uint64_t v = counter(r, rates[i]);
+			rate[i] = (double)(v - (line ? last[i] : 0)) / span;
+			last[i] = v;
+		}
+		t_last = t;
+		char stored[32], in[32], out[32];
+		ctl_size(counter(r, "bytes"), stored, sizeof(stored));
+		ctl_size((uint64_t)rate[4], in, sizeof(in));
+		ctl_size((uint64_t)rate[5], out, sizeof(out));
+		if (json) {
+			printf("{\"entries\": %" PRIu64 ", \"bytes\": %" PRIu64
+			       ", \"connections\": %" PRIu64
+			       ", \"hits_per_s\": %.1f, \"misses_per_s\": %.1f, "
+			       "\"publishes_per_s\": "
+			       "%.1f, \"restores_per_s\": %.1f, \"bytes_in_per_s\": %.0f, "
+			       "\"bytes_out_per_s\": %.0f}\n",
+			       counter(r, "entries"), counter(r, "bytes"),
+			       counter(r, "connections_open"), rate[0], rate[1], rate[2], rate[3],
+			       rate[4], rate[5]);
+		} else {
+			if (line % 20 == 0)
+				printf("%8s %10s %5s %9s %9s %9s %9s %10s %10s\n", "entries",
+				       "stored", "conns", "hits/s", "misses/s", "publish/s",
+				       "restore/s", "in/s", "out/s");
+			printf("%8" PRIu64 " %10s %5" PRIu64 " %9.1f %9.1f %9.1f %9.1f %10s %10s\n",
+			       counter(r, "entries"), stored, counter(r, "connections_open"),
+			       rate[0], rate[1], rate[2], rate[3], in, out);
+		}
+		fflush(stdout);
+		ctl_response_free(b, r);
+	}
+	return 0;
+}
+
+int ctl_cmd_stat(const struct ctl_globals *g, int argc, char **argv)
+{
+	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+	                                     {"interval", required_argument, NULL, 'i'},
+	                                     {"count", required_argument, NULL, 'c'},
+	                                     {"help", no_argument, NULL, 'h'},
+	                                     {NULL, 0, NULL, 0}};
+	int json = g->json, c;
+	double interval = 0;
+	long count = 0;
+	char *end;
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			json = 1;
+			break;
+		case 'i':
+			interval = strtod(optarg, &end);
+			if (*end || !(interval >= 0.1 && interval <= 86400))
+				return usage("--interval: seconds, from 0.1 to 86400");
+			break;
+		case 'c':
+			count = strtol(optarg, &end, 10);
+			if (*end || count < 1)
+				return usage("--count: a number of lines, at least 1");
+			break;
+		case 'h':
+			printf("usage: %s\n"
+			       "Prints everything the daemon counts: its version, pid and uptime,\n"
+			       "entries, bytes, hits, misses, publishes, evictions, errors by "
+			       "code,\n"
+			       "connections, the map. With --interval, a line every SECONDS (the\n"
+			       "store's size, then rates since the line before; the first since "
+			       "the\n"
+			       "daemon started), as redis-cli --stat; --count stops after N "
+			       "lines.\n",
+			       text);
+			return CTL_EXIT_OK;
+		default:
+			return usage("unknown option");
+		}
+	}
+	if (optind != argc)
+		return usage("unexpected argument");
+	if (count && !interval)
+		return usage("--count goes with --interval");
+	if (interval && g->db)
+		return usage("--interval needs a daemon, not --db");
+	struct ctl_backend b;
+	int rc = ctl_backend_open(g, &b, "stat");
+	if (rc)
+		return rc;
+	if (interval) {
+		rc = repeat(&b, interval, count, json);
+	} else {
+		frame_response *r;
+		if ((rc = fetch(&b, &r)) == 0) {
+			print_all(r, json);
+			ctl_response_free(&b, r);
+		}
+	}
+	ctl_backend_close(&b);
+	return rc;
+}
