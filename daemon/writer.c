@@ -11,6 +11,7 @@
 #include "daemon.h"
 #include "hexutil.h"
 #include "service.h"
+#include "units.h"
 
 #define BATCH_MAX 64
 
@@ -23,6 +24,7 @@ struct k3d_writer {
 	struct k3d_job *done_head, *done_tail;
 	struct k3d_job *streams; /* streamed publishes begun (ingest.c) */
 	int stop;
+	uint64_t evicted_logged, evicted_bytes_logged; /* log_evictions() */
 };
 
 void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
@@ -197,6 +199,23 @@ static void check_entry(struct store *s, const uint8_t *key)
 		k3d_log(K3D_LOG_WARN, "a direct reader's report: %s", st.message);
 }
 
+/* Logs the evictions made for room since the last call, one line a batch
+ * (an operator sees the cache turn over, as memcached's evictions stat and
+ * Redis's evicted_keys show it). */
+static void log_evictions(struct k3d_writer *w)
+{
+	uint64_t n, bytes;
+	store_room_evictions(w->srv->store, &n, &bytes);
+	if (n == w->evicted_logged)
+		return;
+	char human[32];
+	units_format_size(bytes - w->evicted_bytes_logged, human, sizeof(human));
+	k3d_log(K3D_LOG_INFO, "evicted %llu least recently used entries (%s) to make room",
+	        (unsigned long long)(n - w->evicted_logged), human);
+	w->evicted_logged = n;
+	w->evicted_bytes_logged = bytes;
+}
+
 static void *writer_main(void *arg)
 {
 	struct k3d_writer *w = arg;
@@ -239,6 +258,7 @@ static void *writer_main(void *arg)
 		}
 		pthread_mutex_unlock(&w->mu);
 		progress_streams(w, 0);
+		log_evictions(w);
 		if (n == 0)
 			continue;
 		if (batch[0]->streamed) {
@@ -265,6 +285,7 @@ static void *writer_main(void *arg)
 			k3d_writer_run_one(w->srv, batch[0]);
 		for (uint32_t i = 0; i < n; i++)
 			finish(w, batch[i]);
+		log_evictions(w);
 	}
 	return NULL;
 }

@@ -236,6 +236,10 @@ uint64_t store_stage_consumed(struct store_stage *g);
 /* The store's stage size: a publish larger than this is staged. */
 uint64_t store_stage_bytes(const struct store *s);
 
+/* Entries evicted since open to make room for publishes (least recently
+ * used first), and the bytes that freed: for the daemon's log. */
+void store_room_evictions(struct store *s, uint64_t *entries, uint64_t *bytes);
+
 /* ---- delta publish (store/delta.c) ----
  *
  * A worker that resumed from a stored entry sends only what is new: its

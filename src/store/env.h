@@ -81,6 +81,8 @@ struct store {
 	atomic_uint_fast64_t hits, misses, hit_tokens, publishes, publish_exists, evictions,
 	        quarantined, restores, corrupt, map_full_retries, blocks_mismatched,
 	        models_repaired, indexes_rebuilt;
+	/* evictions to make room (lru.c), and the bytes they freed */
+	atomic_uint_fast64_t room_evictions, room_evicted_bytes;
 };
 
 /* Now, in seconds (options.clock when set). */

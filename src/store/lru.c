@@ -198,6 +198,7 @@ int store_lru_make_room(struct store *s, uint64_t need, uint32_t *evicted, int f
 	if (force) /* after a MAP_FULL: free at least `need` more than now */
 		target = t.bytes >= need ? t.bytes - need : 0;
 	uint32_t n = 0;
+	uint64_t was = t.bytes;
 	if (t.bytes > target) {
 		rc = store_lru_evict(s, txn, &t, target, 0, NULL, NULL, &n);
 		if (!rc)
@@ -205,6 +206,8 @@ int store_lru_make_room(struct store *s, uint64_t need, uint32_t *evicted, int f
 	}
 	if ((rc = store_txn_end(txn, rc)) != 0)
 		return rc;
+	atomic_fetch_add(&s->room_evictions, n);
+	atomic_fetch_add(&s->room_evicted_bytes, was > t.bytes ? was - t.bytes : 0);
 	if (evicted)
 		*evicted += n;
 	if (force && n == 0)
@@ -215,6 +218,12 @@ int store_lru_make_room(struct store *s, uint64_t need, uint32_t *evicted, int f
 		rc = store_txn_end(txn, rc);
 	}
 	return rc;
+}
+
+void store_room_evictions(struct store *s, uint64_t *entries, uint64_t *bytes)
+{
+	*entries = atomic_load(&s->room_evictions);
+	*bytes = atomic_load(&s->room_evicted_bytes);
 }
 
 int store_lru_room_for(struct store *s, uint64_t need, uint32_t *evicted)

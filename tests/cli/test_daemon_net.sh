@@ -225,13 +225,14 @@ up "$dir/cap.sock"
 "$pub" "$dir/cap.sock" "$twin" N:40 >/dev/null
 "$pub" "$dir/cap.sock" "$twin" N:20 >/dev/null
 kill -TERM "$pid"; wait "$pid"; pid=
-"$daemon" --db "$dir/cap" --socket "$dir/cap.sock" --max-bytes 500KiB --log-level warn 2>"$dir/cap.log" &
+"$daemon" --db "$dir/cap" --socket "$dir/cap.sock" --max-bytes 500KiB --log-level info 2>"$dir/cap.log" &
 pid=$!
 up "$dir/cap.sock"
 ok "over --max-bytes at start-up: a warning with both sizes" $(grep -q 'warn: .* holds 1\.1 MiB (1155232 bytes), over --max-bytes 500 KiB' "$dir/cap.log"; echo $?)
 ok "over --max-bytes at start-up: it says what happens" $(grep -q 'next publish evicts' "$dir/cap.log"; echo $?)
 "$pub" "$dir/cap.sock" "$shared/models/tiny-hybrid.json" 1,2,3 >/dev/null
 ok "and the next publish does evict down to --max-bytes" $([ "$("$ctl" --socket "$dir/cap.sock" --json stat | json_num bytes)" -le 512000 ]; echo $?)
+ok "and the daemon logs what it evicted, with the bytes" $(grep -Eq 'info: evicted [12] least recently used entries \([0-9.]+ [KM]iB\) to make room' "$dir/cap.log"; echo $?)
 kill -TERM "$pid"; wait "$pid"; pid=
 
 echo "$pass passed, $fail failed"
