@@ -148,6 +148,8 @@ static void kick(void *ctx)
 	k3d_writer_kick(job->ingest->w, job);
 }
 
+static void tell_consumed(struct k3d_ingest *in, uint64_t consumed);
+
 void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 {
 	(void)w;
@@ -168,11 +170,21 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 	struct store_stage *g = NULL;
 	job->st.code = STATUS_OK;
 	job->st.message[0] = 0;
-	store_stage_begin(job->conn->srv->store, &in->req,
-	                  (uint64_t)in->win.stage * K3D_WINDOW_STAGES, kick, job, &g, &job->pub,
+	uint64_t window = (uint64_t)in->win.stage * K3D_WINDOW_STAGES;
+	store_stage_begin(job->conn->srv->store, &in->req, window, kick, job, &g, &job->pub,
 	                  &job->st);
-	if (!g)
-		return; /* refused, or stored already: answered once the payload is in */
+	if (!g) {
+		/* refused, or stored already: answered once the payload is in. Its
+		 * bytes are not read, so the window lets them through, unless the
+		 * answer is BUSY (another publish of this prompt under way) and the
+		 * window holds the whole payload: then it is begun again once the
+		 * payload is in (k3d_ingest_progress). */
+		if (job->st.code != STATUS_BUSY || job->plen > window) {
+			in->retried = 1;
+			tell_consumed(in, UINT64_MAX);
+		}
+		return;
+	}
 	pthread_mutex_lock(&in->mu);
 	in->stage = g;
 	store_stage_arrived(g, in->arrived);

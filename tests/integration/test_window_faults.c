@@ -3,7 +3,8 @@
  * real daemon: without MREMAP_DONTUNMAP the stages use fresh pages and the
  * publish still stores every byte; a window that cannot be opened, or
  * cannot grow mid-upload, is answered BUSY, stores nothing, and the next
- * publish goes through. */
+ * publish goes through; a publish the store refuses at its start drains
+ * its window and is answered. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -186,6 +187,42 @@ static void test_window_that_cannot_grow_is_busy(void **state)
 	daemonutil_cleanup(&d);
 }
 
+/* A streamed publish the store refuses at its start (a model the daemon does
+ * not know, with 20 MB through a 3 MiB window) is answered once its bytes
+ * are in, and stores nothing; the window drains meanwhile. Before, the
+ * window never drained: the client waited until its timeout. */
+static void test_refused_at_start_drains_the_window(void **state)
+{
+	(void)state;
+	struct daemonutil d;
+	start(&d, "none");
+	struct k3cache *c;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_connect(d.sock, &c, &e), 0);
+	k3cache_set_timeout(c, 20000);
+	const uint32_t p = 2000;
+	struct k3cache_buf *bufs = calloc(twin->n_layers, sizeof(*bufs));
+	for (uint32_t i = 0; i < twin->n_layers; i++)
+		bufs[i] = snaputil_layer(twin, i, p, 5);
+	uint32_t *t = malloc(p * sizeof(uint32_t));
+	tokens_for(t, p, 500000);
+	uint8_t fp[K3CACHE_FP_LEN];
+	memcpy(fp, twin->fingerprint, sizeof(fp));
+	fp[0] ^= 0xff; /* a model never put */
+	struct k3cache_publish_result res;
+	int rc = k3cache_publish(c, fp, "", 0, t, p, bufs, twin->n_layers, &res, &e);
+	if (rc != K3CACHE_UNKNOWN_MODEL)
+		fail_msg("publish: code %d: %s", rc, e.message);
+	for (uint32_t i = 0; i < twin->n_layers; i++)
+		free((void *)bufs[i].data);
+	free(bufs);
+	free(t);
+	k3cache_close(c);
+	assert_int_equal(counter(&d, "window_bytes"), 0);
+	assert_int_equal(counter(&d, "entries"), 0);
+	daemonutil_cleanup(&d);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -208,6 +245,7 @@ int main(void)
 	        cmocka_unit_test(test_without_dontunmap_stages_are_fresh_pages),
 	        cmocka_unit_test(test_window_that_cannot_open_is_busy),
 	        cmocka_unit_test(test_window_that_cannot_grow_is_busy),
+	        cmocka_unit_test(test_refused_at_start_drains_the_window),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
