@@ -251,10 +251,11 @@ void k3d_conn_windows_moved(struct k3d_server *srv);
 void k3d_conn_sweep_timeouts(struct k3d_server *srv);
 /* Answers resp, then streams the blobs of snap (taken with
  * STORE_RESTORE_DEFER) from the map, a chunk at a time: each chunk is checked
- * against its stored sum just before it is queued. A chunk that fails is sent
- * all the same (the client's own check of that layer rejects it; the
- * connection stays in step) and the writer thread quarantines the entry. The
- * snapshot is released when the last byte has been sent. */
+ * against its stored sum just before it is queued. A chunk that fails is
+ * never sent: if no byte of the answer has gone, CORRUPT goes instead;
+ * otherwise the connection ends after the checked chunks (restores_cut).
+ * The writer thread quarantines the entry. The snapshot is released when
+ * the last byte has been sent. */
 void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp,
                               struct store_snapshot *snap);
 

@@ -17,8 +17,10 @@
  * block is looked at. map holds, per MLA layer in layer order,
  * ceil((P / row_block) / 8) bytes: bit b set when block b is a shared block
  * (blocks.h); clear when the entry keeps the block's rows itself, as two
- * private chunks (chunks.h, STORE_CHUNK_PRIVATE) numbered by the clear bits
- * in (layer, block) order. stored counts the stream and the private
+ * private chunks (chunks.h, STORE_CHUNK_PRIVATE): numbered by place,
+ * PRIVATE + 2 (m * P / row_block + b) + part, in a record with
+ * STORE_FLAG_PRIVATE_AT (env.h), and by the clear bits in (layer, block)
+ * order in one written before. stored counts the stream and the private
  * blocks. */
 #ifndef K3_STORE_RECORD_H
 #define K3_STORE_RECORD_H

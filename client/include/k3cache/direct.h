@@ -34,7 +34,7 @@ struct k3cache_direct;
  * (as for k3cache_connect; NULL: the default), asked once for this
  * process's namespace; the connection stays open for the reports.
  *
- * An entry over 32 MiB is checked on several threads, each taking whole
+ * An entry of 32 MiB or more is checked on several threads, each taking whole
  * layers: XXH3 and the finite scan cost a core more than the copy itself,
  * so one thread runs at about half of memcpy. K3CACHE_DIRECT_THREADS (read
  * here; 1 to 16, default: the online CPUs, at most 4) sets how many; 1
