@@ -28,19 +28,41 @@ void k3d_set_log_level(enum k3d_log level)
 	log_level = level;
 }
 
+/* Whether stderr is systemd's journal stream: $JOURNAL_STREAM names its
+ * device and inode (systemd.exec(5)). Then each line starts with its
+ * syslog priority, <3> to <7> (sd-daemon(3)), and journald stamps the time. */
+static int to_journal(void)
+{
+	static int journal = -1;
+	if (journal < 0) {
+		const char *js = getenv("JOURNAL_STREAM");
+		unsigned long long dev, ino;
+		struct stat st;
+		journal = js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
+		          (unsigned long long)st.st_dev == dev &&
+		          (unsigned long long)st.st_ino == ino;
+	}
+	return journal;
+}
+
 void k3d_log(enum k3d_log level, const char *fmt, ...)
 {
 	static const char *const names[] = {"error", "warn", "info", "debug"};
+	static const int priorities[] = {3, 4, 6, 7}; /* LOG_ERR, WARNING, INFO, DEBUG */
 	if (level > log_level)
 		return;
-	char when[32];
-	time_t t = time(NULL);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "%s k3cached %s: ", when, names[level]);
+	if (to_journal()) {
+		fprintf(stderr, "<%d>%s: ", priorities[level], names[level]);
+	} else {
+		char when[32];
+		time_t t = time(NULL);
+		struct tm tm;
+		gmtime_r(&t, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		fprintf(stderr, "%s k3cached %s: ", when, names[level]);
+	}
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);

@@ -194,6 +194,22 @@ else
   echo "skip: the default runtime directory (root, and no setpriv to run as nobody)"
 fi
 
+# ---- under systemd: journald priorities when stderr is the journal's stream
+: >"$dir/j.log"
+js=$(stat -c '%d:%i' "$dir/j.log")
+JOURNAL_STREAM=$js "$daemon" --db "$dir/jdb" --socket "$dir/j.sock" 2>>"$dir/j.log" &
+pid=$!
+up "$dir/j.sock"
+kill -HUP "$pid"; sleep 0.3
+kill -TERM "$pid"; wait "$pid"; pid=
+ok "journal stream: info lines start <6>, no timestamp" $(grep -q '^<6>info: k3cached [0-9.]* ready' "$dir/j.log"; echo $?)
+ok "journal stream: warnings start <4>" $(grep -q '^<4>warn: SIGHUP ignored' "$dir/j.log"; echo $?)
+JOURNAL_STREAM=1:1 "$daemon" --db "$dir/jdb" --socket "$dir/j.sock" 2>"$dir/j2.log" &
+pid=$!
+up "$dir/j.sock"
+kill -TERM "$pid"; wait "$pid"; pid=
+ok "another stream's JOURNAL_STREAM: plain lines with the time" $(grep -q '^20[0-9-]*T[0-9:]*Z k3cached info: k3cached [0-9.]* ready' "$dir/j2.log" && ! grep -q '^<' "$dir/j2.log"; echo $?)
+
 # ---- connection errors say what failed; a user's client finds the system daemon
 out=$("$ctl" --socket "$dir/none.sock" ping 2>&1)
 ok "no socket: says so, no make run hint ($out)" $(grep -q "no socket there: is k3cached running" <<<"$out" && ! grep -q 'make run' <<<"$out"; echo $?)
