@@ -36,9 +36,11 @@ static int to_journal(void)
 	static int journal = -1;
 	if (journal < 0) {
 		const char *js = getenv("JOURNAL_STREAM");
-		unsigned long long dev, ino;
+		char *colon = NULL, *end = NULL;
+		unsigned long long dev = js ? strtoull(js, &colon, 10) : 0;
+		unsigned long long ino = colon && *colon == ':' ? strtoull(colon + 1, &end, 10) : 0;
 		struct stat st;
-		journal = js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
+		journal = end && end > colon + 1 && !*end && fstat(2, &st) == 0 &&
 		          (unsigned long long)st.st_dev == dev &&
 		          (unsigned long long)st.st_ino == ino;
 	}
