@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -352,6 +353,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	struct k3d_server *srv = arg;
 	k3d_log(K3D_LOG_INFO, "%s: stopping (finishing queued commits)",
 	        sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	(void)sd_notify(0, "STOPPING=1\nSTATUS=stopping: finishing queued commits");
 	srv->stopping = 1;
 	if (srv->unix_listener) {
 		evconnlistener_free(srv->unix_listener);
@@ -526,6 +528,9 @@ int k3d_server_run(const struct k3d_config *cfg)
 	        cfg->db, (unsigned long long)stats.entries, used, cap,
 	        store_durability_name(cfg->durability), cfg->metrics.text ? ", metrics " : "",
 	        srv->metrics_bound);
+	/* Type=notify: the socket accepts from here on (a no-op outside systemd) */
+	(void)sd_notifyf(0, "READY=1\nSTATUS=serving %s: %llu entries, %s of %s", cfg->db,
+	                 (unsigned long long)stats.entries, used, cap);
 	if (stats.unclean_stop)
 		k3d_log(K3D_LOG_WARN,
 		        "store %s: the last process to write it did not stop cleanly%s", cfg->db,

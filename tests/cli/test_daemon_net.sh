@@ -194,6 +194,34 @@ else
   echo "skip: the default runtime directory (root, and no setpriv to run as nobody)"
 fi
 
+# ---- under systemd: sd_notify READY once the socket accepts, STOPPING on SIGTERM
+python3 - "$dir/notify.sock" "$dir/notify.txt" <<'EOP' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(20)
+with open(sys.argv[2], "w") as out:
+    try:
+        while True:
+            m = s.recv(4096).decode()
+            out.write(m.replace("\n", " ") + "\n")
+            out.flush()
+            if "STOPPING=1" in m:
+                break
+    except socket.timeout:
+        pass
+EOP
+lpid=$!
+for _ in $(seq 100); do [ -S "$dir/notify.sock" ] && break; sleep 0.05; done
+NOTIFY_SOCKET=$dir/notify.sock "$daemon" --db "$dir/ndb" --socket "$dir/n.sock" 2>>"$dir/log" &
+pid=$!
+for _ in $(seq 100); do grep -q READY=1 "$dir/notify.txt" 2>/dev/null && break; sleep 0.05; done
+ok "sd_notify: READY=1 with a STATUS line" $(grep -q '^READY=1 STATUS=serving .*ndb: 0 entries' "$dir/notify.txt"; echo $?)
+"$ctl" --socket "$dir/n.sock" ping >/dev/null 2>&1; ok "sd_notify: the socket accepts once READY is sent" $?
+kill -TERM "$pid"; wait "$pid"; pid=
+wait "$lpid"
+ok "sd_notify: STOPPING=1 on SIGTERM" $(grep -q '^STOPPING=1' "$dir/notify.txt"; echo $?)
+
 # ---- under systemd: journald priorities when stderr is the journal's stream
 : >"$dir/j.log"
 js=$(stat -c '%d:%i' "$dir/j.log")

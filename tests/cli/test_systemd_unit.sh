@@ -4,7 +4,7 @@
 set -u
 unit=$1 daemon=$2
 fail=0
-for opt in RuntimeDirectory= StateDirectory= User=k3cache NoNewPrivileges=yes \
+for opt in RuntimeDirectory= StateDirectory= User=k3cache Type=notify NoNewPrivileges=yes \
            ProtectSystem=strict PrivateTmp=yes ProtectHome=yes KillSignal=SIGTERM; do
   grep -q "^$opt" "$unit" || { echo "FAIL: $unit lacks $opt"; fail=1; }
 done
