@@ -6,6 +6,7 @@
 #include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 static inline double benchutil_now(void)
@@ -16,6 +17,15 @@ static inline double benchutil_now(void)
 }
 
 /* Keeps a value alive so the compiler cannot drop the work that made it. */
+/* BENCH_RESTORE_ROUNDS=N: more rounds of a restore, for a profiler to
+ * attach to; `def` when unset or not a positive number. */
+static inline long benchutil_restore_rounds(long def)
+{
+	const char *env = getenv("BENCH_RESTORE_ROUNDS");
+	long n = env ? strtol(env, NULL, 10) : 0;
+	return n > 0 ? n : def;
+}
+
 static inline void benchutil_keep(const void *p)
 {
 	__asm__ volatile("" : : "r"(p) : "memory");

@@ -228,11 +228,7 @@ int main(int argc, char **argv)
 		memset(out[i], 0, caps[i]);
 	}
 	double best = 1e9;
-	/* BENCH_RESTORE_ROUNDS=N: more rounds, for a profiler to attach to */
-	const char *rounds_env = getenv("BENCH_RESTORE_ROUNDS");
-	long rounds = rounds_env ? strtol(rounds_env, NULL, 10) : 0;
-	if (rounds <= 0)
-		rounds = 3;
+	long rounds = benchutil_restore_rounds(3);
 	for (long r = 0; r < rounds; r++) {
 		uint32_t got = 0;
 		double t0 = benchutil_now();

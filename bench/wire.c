@@ -777,11 +777,7 @@ static void direct_rounds(const struct k3cache_model *m, const uint8_t *key, con
 	else
 		unsetenv("K3CACHE_DIRECT_THREADS");
 	*best_direct = *best_view = *best_copy = *best_mapcopy = *best_direct1 = 1e9;
-	/* BENCH_RESTORE_ROUNDS=N: more rounds, for a profiler to attach to */
-	const char *rounds_env = getenv("BENCH_RESTORE_ROUNDS");
-	long rounds = rounds_env ? strtol(rounds_env, NULL, 10) : 0;
-	if (rounds <= 0)
-		rounds = 5;
+	long rounds = benchutil_restore_rounds(5);
 	for (long round = 0; round < rounds; round++) {
 		uint32_t p = 0;
 		double t0 = benchutil_now();
@@ -1062,11 +1058,7 @@ int main(int argc, char **argv)
 	struct k3cache_arrays *arr_in_check = xmalloc(s.n * sizeof(*arr_in_check));
 	arrays_at(m, SNAP_P, (unsigned char *const *)bufs, NULL, arr_out);
 	arrays_at(m, SNAP_P, s.bufs, arr_in_check, NULL);
-	/* BENCH_RESTORE_ROUNDS=N: more rounds, for a profiler to attach to */
-	const char *rounds_env = getenv("BENCH_RESTORE_ROUNDS");
-	long rounds = rounds_env ? strtol(rounds_env, NULL, 10) : 0;
-	if (rounds <= 0)
-		rounds = 5;
+	long rounds = benchutil_restore_rounds(5);
 	struct raw_sender rs = raw_open(&s, 4 << 20);
 	for (long r = 0; r < rounds; r++) {
 		double traw = raw_round(&rs, &s, dst);

@@ -87,6 +87,27 @@ static void assert_layers(void *const *bufs, const size_t *lens, uint32_t p, uin
 	}
 }
 
+/* Each layer's two arrays at P = p, zeroed. */
+static struct k3cache_arrays_out *new_arrays(uint32_t p)
+{
+	struct k3cache_arrays_out *arr = calloc(twin->n_layers, sizeof(*arr));
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		uint64_t n[2];
+		model_layer_floats(&twin->layers[i], p, n);
+		arr[i] = (struct k3cache_arrays_out){calloc(n[0], 4), n[0], calloc(n[1], 4), n[1]};
+	}
+	return arr;
+}
+
+static void free_arrays(struct k3cache_arrays_out *arr)
+{
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		free(arr[i].a);
+		free(arr[i].b);
+	}
+	free(arr);
+}
+
 /* One of the daemon's counters. */
 static uint64_t counter(const char *name)
 {
@@ -135,12 +156,7 @@ static void test_direct_restores_what_was_published(void **state)
 	assert_int_equal(p, 2000);
 	assert_layers(bufs, lens, 2000, 2);
 	/* into each layer's two arrays: the same floats, no header words */
-	struct k3cache_arrays_out *arr = calloc(twin->n_layers, sizeof(*arr));
-	for (uint32_t i = 0; i < twin->n_layers; i++) {
-		uint64_t n[2];
-		model_layer_floats(&twin->layers[i], 2000, n);
-		arr[i] = (struct k3cache_arrays_out){calloc(n[0], 4), n[0], calloc(n[1], 4), n[1]};
-	}
+	struct k3cache_arrays_out *arr = new_arrays(2000);
 	arr[3].b_cap--; /* one float short: refused before a byte is copied */
 	assert_int_equal(
 	        k3cache_direct_restore_arrays(dr, twin, lr.key, arr, twin->n_layers, &p, &e),
@@ -158,10 +174,8 @@ static void test_direct_restores_what_was_published(void **state)
 		assert_memory_equal(arr[i].a, w + head, arr[i].a_cap * 4);
 		assert_memory_equal(arr[i].b, w + head + arr[i].a_cap * 4 + 4, arr[i].b_cap * 4);
 		free((void *)want.data);
-		free(arr[i].a);
-		free(arr[i].b);
 	}
-	free(arr);
+	free_arrays(arr);
 	/* views: the same bytes in pieces of the map, checked the same way */
 	struct k3cache_direct_view *v;
 	if (k3cache_direct_view(dr, twin, lr.key, &v, &e) != 0)
@@ -325,23 +339,14 @@ static void test_large_entry_checked_on_threads(void **state)
 	if (!strstr(e.message, "stored entry damaged: layer 3 ") &&
 	    !strstr(e.message, "quarantined"))
 		fail_msg("view: %s", e.message);
-	struct k3cache_arrays_out *arr = calloc(twin->n_layers, sizeof(*arr));
-	for (uint32_t i = 0; i < twin->n_layers; i++) {
-		uint64_t n[2];
-		model_layer_floats(&twin->layers[i], P, n);
-		arr[i] = (struct k3cache_arrays_out){calloc(n[0], 4), n[0], calloc(n[1], 4), n[1]};
-	}
+	struct k3cache_arrays_out *arr = new_arrays(P);
 	assert_int_equal(
 	        k3cache_direct_restore_arrays(dr, twin, lr.key, arr, twin->n_layers, &p, &e),
 	        K3CACHE_CORRUPT);
 	if (!strstr(e.message, "stored entry damaged: layer 3 ") &&
 	    !strstr(e.message, "quarantined"))
 		fail_msg("restore_arrays: %s", e.message);
-	for (uint32_t i = 0; i < twin->n_layers; i++) {
-		free(arr[i].a);
-		free(arr[i].b);
-	}
-	free(arr);
+	free_arrays(arr);
 	free_buffers(bufs);
 	free(caps);
 	free(lens);
