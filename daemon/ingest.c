@@ -39,6 +39,7 @@ struct k3d_ingest {
 	int retried; /* begun again after BUSY, once the payload was whole */
 	struct store_blob *blobs;
 	struct store_publish_req req;
+	struct store_delta delta; /* a delta's layers, assembled unread */
 };
 
 /* ---- the loop's side ------------------------------------------------------- */
@@ -47,8 +48,7 @@ int k3d_ingest_wants(const struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
 	return !srv->stopping && c->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH &&
-	       c->plen > store_stage_bytes(srv->store) &&
-	       !c->req->publish->base_key.len; /* a delta is assembled whole from its base */
+	       c->plen > store_stage_bytes(srv->store);
 }
 
 int k3d_ingest_start(struct k3d_conn *c)
@@ -171,8 +171,20 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 	job->st.code = STATUS_OK;
 	job->st.message[0] = 0;
 	uint64_t window = (uint64_t)in->win.stage * K3D_WINDOW_STAGES;
-	store_stage_begin(job->conn->srv->store, &in->req, window, kick, job, &g, &job->pub,
-	                  &job->st);
+	struct store *store = job->conn->srv->store;
+	const K3cache__V1__Publish *p = job->req->publish;
+	int refused = 0;
+	if (p->base_key.len &&
+	    store_delta_assemble_unread(store, &in->req, p->base_key.data, p->base_rows, &in->delta,
+	                                &refused, &job->st) != STATUS_OK) {
+		job->delta_refused = refused; /* the worker publishes whole */
+		in->retried = 1;
+		tell_consumed(in, UINT64_MAX);
+		return;
+	}
+	if (p->base_key.len)
+		in->req.blobs = in->delta.blobs; /* its rows read as they arrive */
+	store_stage_begin(store, &in->req, window, kick, job, &g, &job->pub, &job->st);
 	if (!g) {
 		/* refused, or stored already: answered once the payload is in. Its
 		 * bytes are not read, so the window lets them through, unless the
@@ -228,6 +240,7 @@ int k3d_ingest_progress(struct k3d_job *job, int stopping)
 		in->retried = 1;
 		free(in->blobs);
 		in->blobs = NULL;
+		store_delta_free(&in->delta);
 		k3d_ingest_begin(in->w, job);
 		pthread_mutex_lock(&in->mu);
 		g = in->stage;
@@ -265,6 +278,8 @@ int k3d_ingest_progress(struct k3d_job *job, int stopping)
 	in->stage = NULL;
 	pthread_mutex_unlock(&in->mu);
 	store_stage_end(g, &job->pub, &job->st);
+	job->delta_refused = job->pub.delta_refused;
+	store_delta_free(&in->delta); /* the base's read transaction ends */
 	if (gone && job->st.code == STATUS_OK)
 		status_set(&job->st, STATUS_INVALID, "the connection closed mid-payload");
 	return 1;
@@ -276,6 +291,7 @@ void k3d_ingest_free(struct k3d_ingest *in)
 		return;
 	pthread_mutex_destroy(&in->mu);
 	k3d_window_close(in->srv, &in->win);
+	store_delta_free(&in->delta);
 	free(in->blobs);
 	free(in);
 }

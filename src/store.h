@@ -139,6 +139,16 @@ struct store_rows {
 	const unsigned char *known;
 	uint32_t n_known, row_block;
 	uint64_t base_sum; /* the base's layer, whole: the blocks are its */
+	/* The request's own bytes of this layer: its new k rows, then its new
+	 * v rows (fresh_k + fresh_v bytes at fresh), from row first_row on. */
+	const unsigned char *fresh;
+	uint64_t fresh_k, fresh_v;
+	uint32_t first_row, k_row, v_row; /* k_row, v_row: floats a row */
+	const uint8_t *base_key;          /* the base entry */
+	/* Assembled before the fresh bytes arrived (store_delta_assemble_unread):
+	 * a staged publish's scan checks them (finite, then the whole blob's sum
+	 * against the store_blob's xxh3) as they come. */
+	int unread;
 };
 
 struct store_blob {
@@ -165,6 +175,9 @@ struct store_publish_res {
 	int created;      /* 0: the entry existed already; nothing was written */
 	uint64_t bytes;   /* blob bytes of the entry */
 	uint32_t evicted; /* entries evicted to make room */
+	/* A delta's assembled layer did not hash to its given sum: the worker
+	 * should publish whole (store_delta_assemble's *refused, found late). */
+	int delta_refused;
 };
 
 /* Validates every blob against the model (slot, shape, seq_len == P, finite,
@@ -193,10 +206,13 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
  * layer passed. A crash leaves a pending row and chunks, which the next open
  * removes.
  *
- * With a window (its size in bytes; 0: none) the request's blobs lie end to
- * end in one buffer of which only that many bytes need be in memory: blob
- * bytes before store_stage_consumed() are never read again, so the caller
- * may drop them, and each byte is read only after `arrived` said it is in.
+ * The payload is the bytes the caller supplies: each layer's blob, or for a
+ * delta's assembled layer (store_blob.rows) only its fresh rows, layer after
+ * layer; the base's rows come from the map and are always in place. With a
+ * window (its size in bytes; 0: none) the payload lies end to end in one
+ * buffer of which only that many bytes need be in memory: payload bytes
+ * before store_stage_consumed() are never read again, so the caller may
+ * drop them, and each byte is read only after `arrived` said it is in.
  * The writer writes whole stages while the window has room, and whatever
  * is ready once it is two thirds full, so a window of three stages (each at
  * least one chunk) always moves.
@@ -207,7 +223,7 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
  *            until end. *out is NULL when the entry exists (res->created 0).
  *            notify(ctx) is called from the helper thread whenever step may
  *            make progress.
- *   arrived  any thread: blob bytes [0, bytes) are in place.
+ *   arrived  any thread: payload bytes [0, bytes) are in place.
  *   cancel   any thread: the rest will never arrive.
  *   step     the writer: writes up to max_stages ready stages (0: all).
  *   wait     blocks until step may make progress.
@@ -263,10 +279,29 @@ struct store_delta {
 	unsigned char *known;          /* the base's map, copied */
 	struct store_segment **pieces; /* per layer, owned */
 	struct store_snapshot *base;   /* the base's rows, in the map */
+	uint8_t base_key[STORE_KEY_LEN];
 };
 enum status_code store_delta_assemble(struct store *s, const struct store_publish_req *req,
                                       const uint8_t base[STORE_KEY_LEN], uint32_t base_rows,
                                       struct store_delta *out, int *refused, struct status *st);
+/* The same for a delta whose bytes have not arrived yet (a streamed publish
+ * read through a window, store_stage_begin): the request's pointers and
+ * sizes are used, never its bytes. Everything that needs only the base and
+ * the request's header is checked here; each fresh layer is marked unread
+ * (store_rows.unread), and the staged publish's scan checks its new rows
+ * (finite) and the assembled blob's sum piecewise as they arrive. A sum
+ * that does not match ends the publish with res->delta_refused set; the
+ * base is then checked whole (and taken out of service if damaged), as
+ * here. Such a delta can only be published staged, through
+ * store_stage_begin(). */
+enum status_code store_delta_assemble_unread(struct store *s, const struct store_publish_req *req,
+                                             const uint8_t base[STORE_KEY_LEN], uint32_t base_rows,
+                                             struct store_delta *out, int *refused,
+                                             struct status *st);
+/* Checks the base entry of a delta that was refused for its sum: every piece
+ * is read, and a damaged one takes the base (and every entry that uses a
+ * damaged block) out of service, as a restore would. */
+void store_delta_check_base(struct store *s, const uint8_t base[STORE_KEY_LEN]);
 void store_delta_free(struct store_delta *d);
 
 /* ---- lookup and restore ---- */

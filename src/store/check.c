@@ -10,6 +10,11 @@ int store_check_layer(const struct store_publish_req *r, const struct k3cache_mo
                       uint64_t *sum, char message[STATUS_MESSAGE_MAX])
 {
 	const struct store_blob *b = &r->blobs[i];
+	if (b->rows && b->rows->unread) { /* its checks run in a staged scan only */
+		snprintf(message, STATUS_MESSAGE_MAX,
+		         "layer %u: a delta assembled unread is published staged only", i);
+		return -1;
+	}
 	if (b->rows) { /* a delta's layer, checked when it was assembled (delta.c) */
 		*sum = b->xxh3;
 		return 0;

@@ -16,7 +16,8 @@ enum status_code store_check_publish(struct store *s, const struct store_publish
 /* Checks layer i of a publish against the model (slot, shape, seq_len, finite;
  * blob_check_sum) and against its given checksum, if any. 0 with *sum set, or
  * -1 with the message naming the layer. A layer a delta assembled in pieces
- * (store_blob.rows) was checked then: its xxh3 is the sum. */
+ * (store_blob.rows) was checked then: its xxh3 is the sum; one assembled
+ * unread is refused (only a staged scan checks it). */
 int store_check_layer(const struct store_publish_req *r, const struct k3cache_model *m, uint32_t i,
                       uint64_t *sum, char message[STATUS_MESSAGE_MAX]);
 

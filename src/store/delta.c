@@ -88,9 +88,46 @@ static uint64_t rows_sum(const struct store_rows *r, uint32_t layer, XXH3_state_
 /* Refuses the delta: the worker publishes whole instead. */
 #define REFUSE(...) (*refused = 1, status_set(st, __VA_ARGS__))
 
-enum status_code store_delta_assemble(struct store *s, const struct store_publish_req *req,
-                                      const uint8_t base[STORE_KEY_LEN], uint32_t base_rows,
-                                      struct store_delta *out, int *refused, struct status *st)
+void store_delta_check_base(struct store *s, const uint8_t base[STORE_KEY_LEN])
+{
+	struct store_snapshot *chk = NULL;
+	struct status cst;
+	if (store_restore_opt(s, base, 0, &chk, &cst) == STATUS_OK)
+		store_snapshot_release(chk);
+}
+
+/* Checks a fresh layer whose bytes are all in: its new rows finite, the
+ * assembled blob's sum the given one. */
+static enum status_code check_fresh(const struct store_rows *r, uint32_t i, uint64_t given,
+                                    XXH3_state_t *hs, uint64_t *sum, int *refused, int *check_base,
+                                    struct status *st)
+{
+	struct blob_f32vec nv[2] = {{r->fresh, (uint32_t)(r->fresh_k / 4)},
+	                            {r->fresh + r->fresh_k, (uint32_t)(r->fresh_v / 4)}};
+	for (int part = 0; part < 2; part++) {
+		int64_t bad = blob_first_nonfinite(&nv[part]);
+		if (bad >= 0)
+			return status_set(
+			        st, STATUS_INVALID,
+			        "layer %u: %s row %llu holds a NaN or an Inf (non-finite)", i,
+			        part ? "v" : "k",
+			        (unsigned long long)r->first_row +
+			                (unsigned long long)bad / (part ? r->v_row : r->k_row));
+	}
+	*sum = rows_sum(r, i, hs);
+	if (*sum != given) {
+		*check_base = 1; /* the worker's rows, or the base's? */
+		return REFUSE(STATUS_INVALID,
+		              "layer %u: the base's rows and these make a blob that hashes to "
+		              "%016llx, the publish says %016llx",
+		              i, (unsigned long long)*sum, (unsigned long long)given);
+	}
+	return STATUS_OK;
+}
+
+static enum status_code assemble(struct store *s, const struct store_publish_req *req,
+                                 const uint8_t base[STORE_KEY_LEN], uint32_t base_rows, int unread,
+                                 struct store_delta *out, int *refused, struct status *st)
 {
 	memset(out, 0, sizeof(*out));
 	*refused = 0;
@@ -149,6 +186,7 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 		goto out;
 	}
 	out->n_blobs = n;
+	memcpy(out->base_key, base, STORE_KEY_LEN);
 	for (uint32_t i = 0; i < n; i++)
 		if (m->layers[i].mixer == MODEL_MIXER_MLA &&
 		    (uint64_t)p * (m->layers[i].k_row > m->layers[i].v_row ? m->layers[i].k_row
@@ -220,35 +258,28 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 			r->row_block = known_rb;
 			r->base_sum = bl->xxh3;
 		}
+		r->fresh = d;
+		r->fresh_k = nk;
+		r->fresh_v = nvb;
+		r->first_row = base_rows;
+		r->k_row = l->k_row;
+		r->v_row = l->v_row;
+		r->base_key = out->base_key;
+		r->unread = unread;
 		mla++;
-		/* the new rows are checked here; the base's were when it was
-		 * stored, and any damage since fails the sum below */
-		struct blob_f32vec nv[2] = {{d, (uint32_t)((p - base_rows) * l->k_row)},
-		                            {d + nk, (uint32_t)((p - base_rows) * l->v_row)}};
-		for (int part = 0; part < 2; part++) {
-			int64_t bad = blob_first_nonfinite(&nv[part]);
-			if (bad >= 0) {
-				code = status_set(
-				        st, STATUS_INVALID,
-				        "layer %u: %s row %llu holds a NaN or an Inf (non-finite)",
-				        i, part ? "v" : "k",
-				        (unsigned long long)base_rows +
-				                (unsigned long long)bad /
-				                        (part ? l->v_row : l->k_row));
-				goto out;
-			}
-		}
-		uint64_t sum = rows_sum(r, i, hs);
-		if (!req->blobs[i].xxh3 || sum != req->blobs[i].xxh3) {
-			check_base =
-			        req->blobs[i].xxh3 != 0; /* the worker's rows, or the base's? */
+		if (!req->blobs[i].xxh3) {
 			code = REFUSE(
 			        STATUS_INVALID,
-			        "layer %u: the base's rows and these make a blob that hashes to "
-			        "%016llx, the publish says %016llx",
-			        i, (unsigned long long)sum, (unsigned long long)req->blobs[i].xxh3);
+			        "layer %u: a delta's MLA layer needs the whole blob's checksum", i);
 			goto out;
 		}
+		/* the new rows are checked here (or, unread, by the staged scan);
+		 * the base's were when it was stored, and any damage since fails
+		 * the sum */
+		uint64_t sum = req->blobs[i].xxh3;
+		if (!unread && (code = check_fresh(r, i, req->blobs[i].xxh3, hs, &sum, refused,
+		                                   &check_base, st)) != STATUS_OK)
+			goto out;
 		out->blobs[i] = (struct store_blob){.data = NULL,
 		                                    .size = 13 + (uint64_t)p * (krow + vrow),
 		                                    .xxh3 = sum,
@@ -263,17 +294,28 @@ enum status_code store_delta_assemble(struct store *s, const struct store_publis
 out:
 	XXH3_freeState(hs);
 	store_snapshot_release(snap);
-	if (check_base) {
-		/* the restore above checked nothing (deferred); this one checks every
-		 * piece of the base and takes it out of service if one is damaged
-		 * (and every entry that uses a damaged block), as a restore would */
-		struct store_snapshot *chk = NULL;
-		struct status cst;
-		if (store_restore_opt(s, base, 0, &chk, &cst) == STATUS_OK)
-			store_snapshot_release(chk);
-	}
+	/* the restore above checked nothing (deferred); this one checks every
+	 * piece of the base and takes it out of service if one is damaged (and
+	 * every entry that uses a damaged block), as a restore would */
+	if (check_base)
+		store_delta_check_base(s, base);
 	model_free(m);
 	if (code != STATUS_OK)
 		store_delta_free(out);
 	return code;
+}
+
+enum status_code store_delta_assemble(struct store *s, const struct store_publish_req *req,
+                                      const uint8_t base[STORE_KEY_LEN], uint32_t base_rows,
+                                      struct store_delta *out, int *refused, struct status *st)
+{
+	return assemble(s, req, base, base_rows, 0, out, refused, st);
+}
+
+enum status_code store_delta_assemble_unread(struct store *s, const struct store_publish_req *req,
+                                             const uint8_t base[STORE_KEY_LEN], uint32_t base_rows,
+                                             struct store_delta *out, int *refused,
+                                             struct status *st)
+{
+	return assemble(s, req, base, base_rows, 1, out, refused, st);
 }

@@ -48,11 +48,31 @@ struct rows_view {
 	uint64_t start; /* its first byte's offset */
 };
 
-/* Rows bytes [off, off+len) as one pointer: inside their piece, or, when
- * they span pieces, copied into a buffer the plan owns. NULL: no memory. */
-static const unsigned char *rows_at(struct store_entry_plan *p, struct rows_view *w, uint64_t off,
-                                    size_t len)
+/* Adds a copy to make before a part is placed. */
+static int add_fill(struct store_entry_plan *p, unsigned char *dst, const unsigned char *src,
+                    size_t len)
 {
+	if (p->n_fills == p->cap_fills) {
+		uint32_t nc = p->cap_fills ? p->cap_fills * 2 : 8;
+		struct store_plan_fill *nf = realloc(p->fills, nc * sizeof(*nf));
+		if (!nf)
+			return -1;
+		p->fills = nf;
+		p->cap_fills = nc;
+	}
+	p->fills[p->n_fills++] = (struct store_plan_fill){dst, src, len, 0};
+	return 0;
+}
+
+/* Rows bytes [off, off+len) as one pointer: inside their piece, or, when
+ * they span pieces, a buffer the plan owns, filled from the pieces only
+ * when the part is placed (its bytes may not have arrived yet): its fills
+ * are plan->fills[*fill, *fill + *n_fill). NULL: no memory. */
+static const unsigned char *rows_at(struct store_entry_plan *p, struct rows_view *w, uint64_t off,
+                                    size_t len, uint32_t *fill, uint32_t *n_fill)
+{
+	*fill = p->n_fills;
+	*n_fill = 0;
 	while (w->at < w->n && off >= w->start + w->pieces[w->at].len) {
 		w->start += w->pieces[w->at].len;
 		w->at++;
@@ -77,7 +97,9 @@ static const unsigned char *rows_at(struct store_entry_plan *p, struct rows_view
 		size_t take = (size_t)(w->pieces[j].len - from);
 		if (take > len - done)
 			take = (size_t)(len - done);
-		memcpy(buf + done, w->pieces[j].data + from, take);
+		if (add_fill(p, buf + done, w->pieces[j].data + from, take) != 0)
+			return NULL;
+		(*n_fill)++;
 		done += take;
 		start += w->pieces[j].len;
 	}
@@ -149,8 +171,12 @@ static int plan_mla(const struct store_publish_req *r, const struct model_layer 
 		vcount = d + 9 + (size_t)n * row[0];
 	}
 	for (uint32_t b = 0; b < nb; b++) {
-		const unsigned char *k = rows_at(p, &w[0], (uint64_t)b * rb * row[0], rb * row[0]);
-		const unsigned char *v = rows_at(p, &w[1], (uint64_t)b * rb * row[1], rb * row[1]);
+		uint32_t fill[2], n_fill[2];
+		const unsigned char *k = rows_at(p, &w[0], (uint64_t)b * rb * row[0], rb * row[0],
+		                                 &fill[0], &n_fill[0]);
+		const unsigned char *v = k ? rows_at(p, &w[1], (uint64_t)b * rb * row[1],
+		                                     rb * row[1], &fill[1], &n_fill[1])
+		                           : NULL;
 		if (!k || !v)
 			return ENOMEM;
 		const struct store_rows *rw = blob->rows;
@@ -169,6 +195,8 @@ static int plan_mla(const struct store_publish_req *r, const struct model_layer 
 		        .vlen = rb * row[1],
 		        .known = known,
 		        .base_sum = known ? rw->base_sum : 0,
+		        .fill = {fill[0], fill[1]},
+		        .n_fill = {n_fill[0], n_fill[1]},
 		};
 	}
 	/* k: the words before its rows, then its tail; v: its count, its tail */
@@ -242,6 +270,7 @@ void store_entry_plan_free(struct store_entry_plan *plan)
 	for (size_t i = 0; i < plan->n_owned; i++)
 		free(plan->owned[i]);
 	free(plan->owned);
+	free(plan->fills);
 	memset(plan, 0, sizeof(*plan));
 }
 
@@ -279,6 +308,28 @@ const unsigned char *store_entry_part(const struct store_entry_plan *plan, uint3
 	*len = part ? b->vlen : b->klen;
 	*layer = b->layer;
 	return part ? b->v : b->k;
+}
+
+uint32_t store_entry_part_fills(const struct store_entry_plan *plan, uint32_t q,
+                                const struct store_plan_fill **fills)
+{
+	unsigned part;
+	const struct store_plan_block *b = &plan->blocks[part_of(plan, q, &part)];
+	*fills = plan->fills ? plan->fills + b->fill[part] : NULL;
+	return b->n_fill[part];
+}
+
+/* Makes the copies part q's rows wait for (rows_at). */
+static void fill_part(struct store_entry_plan *plan, uint32_t q)
+{
+	unsigned part;
+	const struct store_plan_block *b = &plan->blocks[part_of(plan, q, &part)];
+	for (uint32_t j = 0; j < b->n_fill[part]; j++) {
+		struct store_plan_fill *f = &plan->fills[b->fill[part] + j];
+		if (!f->done)
+			memcpy(f->dst, f->src, f->len);
+		f->done = 1;
+	}
 }
 
 size_t store_entry_part_cost(const struct store_entry_plan *plan, uint32_t q)
@@ -396,6 +447,7 @@ int store_entry_place(struct store *s, MDB_txn *txn, const uint8_t *key,
 	for (; now->placed < to; now->placed++) {
 		unsigned part;
 		uint32_t bi = part_of(plan, now->placed, &part);
+		fill_part(plan, now->placed);
 		int rc = part ? place_v(s, txn, key, plan, bi, hold)
 		              : place_k(s, txn, key, plan, bi, base_stored ? &base : NULL, hold);
 		if (rc)

@@ -7,6 +7,16 @@
 #include "prefix.h"
 #include "record.h"
 
+/* A copy into a block whose rows span a delta's pieces (the base's in the
+ * map, the request's), made when the block is placed: the request's bytes
+ * may arrive only then. */
+struct store_plan_fill {
+	unsigned char *dst;
+	const unsigned char *src;
+	size_t len;
+	int done;
+};
+
 /* A full block of an MLA layer's rows, to be placed: shared (blocks.h) or
  * kept by the entry as a private block (record.h). */
 struct store_plan_block {
@@ -15,8 +25,9 @@ struct store_plan_block {
 	const uint8_t *node; /* its name: the chained node hash of its last row */
 	const unsigned char *k, *v;
 	size_t klen, vlen;
-	int known;         /* a block the delta's base uses (store_rows.known) */
-	uint64_t base_sum; /* the base's layer it was taken from */
+	int known;                   /* a block the delta's base uses (store_rows.known) */
+	uint64_t base_sum;           /* the base's layer it was taken from */
+	uint32_t fill[2], n_fill[2]; /* per part: its fills (k, v), or none */
 };
 
 /* What a plan has placed: a mark to go back to when a transaction that
@@ -49,8 +60,10 @@ struct store_entry_plan {
 	struct store_plan_mark done; /* what committed transactions placed */
 	uint8_t (*nodes)[PREFIX_NODE_LEN];
 	const uint8_t *base;   /* a delta's base entry (its known blocks) */
-	unsigned char **owned; /* blocks whose rows span a delta's pieces, copied */
+	unsigned char **owned; /* blocks whose rows span a delta's pieces */
 	size_t n_owned, cap_owned;
+	struct store_plan_fill *fills; /* the copies that fill them */
+	uint32_t n_fills, cap_fills;
 };
 
 /* Lays out a publish from its model m and its blob sizes alone (a staged
@@ -69,12 +82,18 @@ void store_entry_plan_free(struct store_entry_plan *plan);
 uint32_t store_entry_parts(const struct store_entry_plan *plan);
 const unsigned char *store_entry_part(const struct store_entry_plan *plan, uint32_t q, size_t *len,
                                       uint32_t *layer);
+/* A part whose rows span a delta's pieces is a buffer of the plan's, filled
+ * when it is placed: its fills (their sources are where its bytes come
+ * from), or 0 for a part that points into one piece. */
+uint32_t store_entry_part_fills(const struct store_entry_plan *plan, uint32_t q,
+                                const struct store_plan_fill **fills);
 /* What placing part q may write, for sizing a transaction: its rows, or
  * for a block a delta's base vouches for, only a count and a held row. */
 size_t store_entry_part_cost(const struct store_entry_plan *plan, uint32_t q);
 
-/* Places parts [plan->done.placed, to) inside txn, first undoing whatever
- * an aborted transaction placed after done. A block's k part shares the
+/* Places parts [plan->done.placed, to) inside txn (their bytes must be in
+ * place: a part's fills are made here), first undoing whatever an aborted
+ * transaction placed after done. A block's k part shares the
  * stored block when its k rows are the same, or stores them when none is
  * stored (one more reference; with hold, also a held row under key,
  * blocks.h, for a publish whose record comes in a later transaction);

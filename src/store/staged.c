@@ -59,8 +59,10 @@ struct store_stage {
 	uint64_t window;        /* the caller's window, bytes; 0: every byte stays */
 	uint8_t *tags;
 	uint64_t *sizes, *layer_sums, *chunk_sums;
-	uint64_t *blob_at;            /* per layer: where its bytes start among the blobs' */
-	uint64_t *seg_at, *seg_from;  /* per stream segment: blob offset, stream offset */
+	uint64_t pay_total;           /* the payload's bytes (store.h, "staged publish") */
+	uint64_t *blob_at;            /* per layer: where its payload bytes start */
+	uint64_t *seg_at, *seg_from;  /* per stream segment: payload offset, stream offset */
+	unsigned char *seg_pay;       /* per stream segment: 1 if payload bytes */
 	struct store_entry_plan plan; /* the stream and the blocks to place */
 	struct store_stream stream;
 	void (*notify)(void *ctx);
@@ -68,12 +70,13 @@ struct store_stage {
 
 	pthread_mutex_t mu; /* guards the fields below */
 	pthread_cond_t cv;
-	uint64_t avail;        /* blob bytes [0, avail) are in place */
-	uint64_t scanned;      /* blob bytes [0, scanned) were read by the scan */
+	uint64_t avail;        /* payload bytes [0, avail) are in place */
+	uint64_t scanned;      /* payload bytes [0, scanned) were read by the scan */
 	uint32_t chunks_ready; /* chunk_sums[0, chunks_ready) are known */
 	uint32_t layers_ready; /* layers [0, layers_ready) passed their check */
 	int done;              /* every layer scanned (or one failed) */
 	int failed;
+	int refused;   /* a delta's layer did not hash to its sum */
 	int stop;      /* end() or cancel(): the scan gives up waiting */
 	int cancelled; /* the bytes will never all arrive */
 	char message[STATUS_MESSAGE_MAX];
@@ -107,7 +110,7 @@ static void poke(struct store_stage *g)
 		g->notify(g->notify_ctx);
 }
 
-/* Waits until blob bytes [0, end) are in place; returns how many are (at
+/* Waits until payload bytes [0, end) are in place; returns how many are (at
  * least end), or 0 when told to stop. */
 static uint64_t wait_bytes(struct store_stage *g, uint64_t end)
 {
@@ -119,15 +122,16 @@ static uint64_t wait_bytes(struct store_stage *g, uint64_t end)
 	return got;
 }
 
-/* The scan's hashing of the stream: chunk by chunk, as the blob bytes
+/* The scan's hashing of the stream: chunk by chunk, as the payload bytes
  * holding it are read. A chunk whose bytes are not one run of the payload
  * is copied aside too (a window: its first bytes are gone by its end). */
 struct hasher {
 	struct store_stage *g;
 	XXH3_state_t *hs;
-	uint64_t done; /* stream bytes [0, done) hashed */
-	size_t seg;    /* the segment holding byte done */
-	int carry;     /* the carry the current chunk goes to; -1: none */
+	XXH3_state_t *layer; /* a delta's layer's sum (scan_rows) */
+	uint64_t done;       /* stream bytes [0, done) hashed */
+	size_t seg;          /* the segment holding byte done */
+	int carry;           /* the carry the current chunk goes to; -1: none */
 };
 
 /* Whether chunk c's bytes lie apart in the payload. */
@@ -205,12 +209,19 @@ static int hash_upto(struct hasher *h, uint64_t upto)
 	return 0;
 }
 
-/* The stream bytes that lie in blob bytes [0, at). *seg follows the first
- * segment not wholly before at (offsets only grow). */
+/* A segment's payload bytes: its length, or 0 for bytes always in place
+ * (a delta's base rows in the map, its header words). */
+static uint64_t seg_plen(const struct store_stage *g, size_t k)
+{
+	return g->seg_pay[k] ? g->stream.segs[k].len : 0;
+}
+
+/* The stream bytes in place once payload bytes [0, at) are. *seg follows
+ * the first segment not wholly in (offsets only grow). */
 static uint64_t stream_before(const struct store_stage *g, size_t *seg, uint64_t at)
 {
 	const struct store_stream *st = &g->stream;
-	while (*seg < st->n && g->seg_at[*seg] + st->segs[*seg].len <= at)
+	while (*seg < st->n && g->seg_at[*seg] + seg_plen(g, *seg) <= at)
 		(*seg)++;
 	if (*seg == st->n)
 		return st->total;
@@ -219,8 +230,124 @@ static uint64_t stream_before(const struct store_stage *g, size_t *seg, uint64_t
 	return g->seg_from[*seg] + (at - g->seg_at[*seg]);
 }
 
+/* Layer i's payload bytes: its blob, or a delta's fresh rows. */
+static const unsigned char *pay_span(const struct store_publish_req *r, uint32_t i, uint64_t *len)
+{
+	const struct store_blob *b = &r->blobs[i];
+	if (b->rows) {
+		*len = b->rows->fresh_k + b->rows->fresh_v;
+		return b->rows->fresh;
+	}
+	*len = b->size;
+	return b->data;
+}
+
+/* Where p, a byte of layer i, lies in the payload; UINT64_MAX when it is
+ * not the payload's. */
+static uint64_t pay_pos(const struct store_stage *g, uint32_t i, const unsigned char *p)
+{
+	uint64_t len;
+	const unsigned char *d = pay_span(&g->r, i, &len);
+	if (d && p >= d && p < d + len)
+		return g->blob_at[i] + (uint64_t)(p - d);
+	return UINT64_MAX;
+}
+
 /* A piece of the scan: at most this many bytes are read between updates. */
 #define SCAN_PIECE ((uint64_t)1 << 20)
+
+/* Says that the scan read payload bytes [0, at), and hashes the stream
+ * bytes they complete. 0, or -1 when told to stop. */
+static int scan_to(struct store_stage *g, struct hasher *h, size_t *at_seg, uint64_t at)
+{
+	if (hash_upto(h, stream_before(g, at_seg, at)) != 0)
+		return -1;
+	pthread_mutex_lock(&g->mu);
+	g->scanned = at;
+	pthread_mutex_unlock(&g->mu);
+	poke(g);
+	return 0;
+}
+
+/* A delta's assembled layer, piece by piece: the base's rows are in the map;
+ * the fresh ones are read as they arrive. Unread (assembled before they
+ * came), the fresh rows must be finite and the whole blob hash to its given
+ * sum. 0, 1 (failed, message set; g->refused for a sum) or -1 (told to
+ * stop). */
+static int scan_rows(struct store_stage *g, struct hasher *h, size_t *at_seg, uint32_t i,
+                     char message[STATUS_MESSAGE_MAX])
+{
+	const struct store_blob *b = &g->r.blobs[i];
+	const struct store_rows *rw = b->rows;
+	g->tags[i] = store_check_tag(b);
+	g->layer_sums[i] = b->xxh3;
+	XXH3_state_t *ls = rw->unread ? h->layer : NULL;
+	if (ls) {
+		XXH3_64bits_reset_withSeed(ls, i);
+		XXH3_64bits_update(ls, rw->head, sizeof(rw->head));
+	}
+	for (unsigned part = 0; part < 2; part++) {
+		const struct store_segment *pc = part ? rw->v : rw->k;
+		uint32_t n = part ? rw->n_v : rw->n_k;
+		uint64_t row = (uint64_t)(part ? rw->v_row : rw->k_row) * 4;
+		uint64_t first = g->blob_at[i] + (part ? rw->fresh_k : 0); /* its fresh rows */
+		if (ls && part)
+			XXH3_64bits_update(ls, rw->vcount, sizeof(rw->vcount));
+		for (uint32_t j = 0; j < n; j++) {
+			const unsigned char *d = pc[j].data;
+			uint64_t len = pc[j].len, pos = pay_pos(g, i, d);
+			if (pos == UINT64_MAX) { /* the base's, in the map */
+				if (ls)
+					XXH3_64bits_update(ls, d, (size_t)len);
+				continue;
+			}
+			for (uint64_t fed = 0; fed < len;) {
+				uint64_t got =
+				        wait_bytes(g, pos + fed + (len - fed < 4 ? len - fed : 4));
+				if (!got)
+					return -1;
+				uint64_t upto = got - pos;
+				if (upto > len)
+					upto = len;
+				if (upto > fed + SCAN_PIECE)
+					upto = fed + SCAN_PIECE;
+				upto -= (upto - fed) % 4; /* whole floats */
+				if (ls) {
+					struct blob_f32vec v = {d + fed,
+					                        (uint32_t)((upto - fed) / 4)};
+					int64_t bad = blob_first_nonfinite(&v);
+					if (bad >= 0) {
+						uint64_t at = pos + fed - first + (uint64_t)bad * 4;
+						unsigned long long r = rw->first_row + at / row;
+						snprintf(message, STATUS_MESSAGE_MAX,
+						         "layer %u: %s row %llu holds a NaN or "
+						         "an Inf (non-finite)",
+						         i, part ? "v" : "k", r);
+						return 1;
+					}
+					XXH3_64bits_update(ls, d + fed, (size_t)(upto - fed));
+				}
+				fed = upto;
+				if (scan_to(g, h, at_seg, pos + fed) != 0)
+					return -1;
+			}
+		}
+	}
+	if (ls) {
+		uint64_t sum = XXH3_64bits_digest(ls);
+		if (sum != b->xxh3) {
+			g->refused = 1;
+			snprintf(message, STATUS_MESSAGE_MAX,
+			         "layer %u: the base's rows and these make a blob that hashes to "
+			         "%016llx, the publish says %016llx",
+			         i, (unsigned long long)sum, (unsigned long long)b->xxh3);
+			return 1;
+		}
+	}
+	uint64_t len;
+	(void)pay_span(&g->r, i, &len);
+	return scan_to(g, h, at_seg, g->blob_at[i] + len) != 0 ? -1 : 0;
+}
 
 /* Checks layer i piecewise as its bytes arrive. 0, 1 (failed, message
  * set) or -1 (told to stop). */
@@ -230,11 +357,8 @@ static int scan_layer(struct store_stage *g, struct hasher *h, size_t *at_seg, u
 	const struct store_publish_req *r = &g->r;
 	const struct store_blob *b = &r->blobs[i];
 	uint64_t start = g->blob_at[i];
-	if (b->rows) { /* a delta's layer, checked when it was assembled */
-		g->layer_sums[i] = b->xxh3;
-		g->tags[i] = store_check_tag(b);
-		return hash_upto(h, g->plan.layer_end[i]);
-	}
+	if (b->rows)
+		return scan_rows(g, h, at_seg, i, message);
 	struct blob_stream bs;
 	if (blob_stream_begin_once(&bs, b->data, (size_t)b->size, g->m, i, r->n_tokens) != 0)
 		return 1;
@@ -278,9 +402,10 @@ static int scan_layer(struct store_stage *g, struct hasher *h, size_t *at_seg, u
 static void *scan_run(void *arg)
 {
 	struct store_stage *g = arg;
-	struct hasher h = {.g = g, .hs = XXH3_createState(), .carry = -1};
+	struct hasher h = {
+	        .g = g, .hs = XXH3_createState(), .layer = XXH3_createState(), .carry = -1};
 	size_t at_seg = 0;
-	int failed = h.hs == NULL, gaveup = 0;
+	int failed = !h.hs || !h.layer, gaveup = 0;
 	char message[STATUS_MESSAGE_MAX] = "out of memory";
 	for (uint32_t i = 0; i < g->r.n_blobs && !failed && !gaveup; i++) {
 		int rc = scan_layer(g, &h, &at_seg, i, message);
@@ -288,9 +413,11 @@ static void *scan_run(void *arg)
 		gaveup = rc < 0;
 		if (rc)
 			break;
+		uint64_t plen;
+		(void)pay_span(&g->r, i, &plen);
 		pthread_mutex_lock(&g->mu);
 		g->layers_ready = i + 1;
-		g->scanned = g->blob_at[i] + g->r.blobs[i].size;
+		g->scanned = g->blob_at[i] + plen;
 		pthread_cond_broadcast(&g->cv);
 		pthread_mutex_unlock(&g->mu);
 		poke(g);
@@ -299,6 +426,7 @@ static void *scan_run(void *arg)
 	if (!failed && !gaveup && hash_upto(&h, g->stream.total) != 0)
 		gaveup = 1;
 	XXH3_freeState(h.hs);
+	XXH3_freeState(h.layer);
 	pthread_mutex_lock(&g->mu);
 	g->done = !gaveup;
 	g->failed = failed;
@@ -476,16 +604,19 @@ static void stage_free(struct store_stage *g)
 	free(g->blob_at);
 	free(g->seg_at);
 	free(g->seg_from);
+	free(g->seg_pay);
 	for (int i = 0; i < CARRIES; i++)
 		free(g->carry[i].data);
 	store_entry_plan_free(&g->plan);
 	free(g);
 }
 
-/* Where each layer's and each stream segment's bytes start among the
- * blobs' (blob_at, seg_at) and each segment in the stream (seg_from). A
- * segment of a delta's layer (not in its blob) is placed at its layer's
- * start: a delta is never read through a window. 0, or -1: no memory. */
+/* Where each layer's payload bytes start (blob_at: the layers' payload
+ * bytes end to end) and where each stream segment lies in the payload
+ * (seg_at) and in the stream (seg_from). A segment that is not payload (a
+ * delta's base rows, its header words) is in place from the start; it is
+ * placed where the payload before it in the stream ends, so that offsets
+ * only grow along the stream. 0, or -1: no memory. */
 static int lay_out(struct store_stage *g)
 {
 	const struct store_publish_req *r = &g->r;
@@ -493,33 +624,44 @@ static int lay_out(struct store_stage *g)
 	g->blob_at = calloc(r->n_blobs ? r->n_blobs : 1, sizeof(uint64_t));
 	g->seg_at = calloc(n ? n : 1, sizeof(uint64_t));
 	g->seg_from = calloc(n ? n : 1, sizeof(uint64_t));
-	if (!g->blob_at || !g->seg_at || !g->seg_from)
+	g->seg_pay = calloc(n ? n : 1, 1);
+	if (!g->blob_at || !g->seg_at || !g->seg_from || !g->seg_pay)
 		return -1;
-	for (uint32_t i = 1; i < r->n_blobs; i++)
-		g->blob_at[i] = g->blob_at[i - 1] + r->blobs[i - 1].size;
-	uint64_t from = 0;
+	uint64_t len = 0;
+	for (uint32_t i = 0; i < r->n_blobs; i++) {
+		g->blob_at[i] = g->pay_total;
+		(void)pay_span(r, i, &len);
+		g->pay_total += len;
+	}
+	uint64_t from = 0, frontier = 0;
 	uint32_t i = 0;
 	for (size_t k = 0; k < n; k++) {
 		while (i + 1 < r->n_blobs && g->plan.layer_end[i] <= from)
 			i++;
-		const unsigned char *d = r->blobs[i].data, *p = g->stream.segs[k].data;
+		uint64_t at = pay_pos(g, i, g->stream.segs[k].data);
 		g->seg_from[k] = from;
-		g->seg_at[k] = g->blob_at[i] +
-		               (d && p >= d && p < d + r->blobs[i].size ? (uint64_t)(p - d) : 0);
+		g->seg_pay[k] = at != UINT64_MAX;
+		g->seg_at[k] = g->seg_pay[k] ? at : frontier;
+		if (g->seg_pay[k])
+			frontier = at + g->stream.segs[k].len;
 		from += g->stream.segs[k].len;
 	}
 	return 0;
 }
 
-/* Whether the blobs lie end to end in one buffer (a window over it). */
+/* Whether the layers' payload bytes lie end to end in one buffer (a window
+ * over it). */
 static int contiguous(const struct store_publish_req *r)
 {
-	for (uint32_t i = 1; i < r->n_blobs; i++)
-		if (r->blobs[i].rows || !r->blobs[i].data ||
-		    (const unsigned char *)r->blobs[i].data !=
-		            (const unsigned char *)r->blobs[i - 1].data + r->blobs[i - 1].size)
+	uint64_t len = 0;
+	const unsigned char *end = NULL;
+	for (uint32_t i = 0; i < r->n_blobs; i++) {
+		const unsigned char *d = pay_span(r, i, &len);
+		if (!d || (i > 0 && d != end))
 			return 0;
-	return r->n_blobs == 0 || !r->blobs[0].rows;
+		end = d + len;
+	}
+	return 1;
 }
 
 enum status_code store_stage_begin(struct store *s, const struct store_publish_req *req,
@@ -651,7 +793,7 @@ void store_stage_arrived(struct store_stage *g, uint64_t bytes)
 {
 	pthread_mutex_lock(&g->mu);
 	if (bytes > g->avail)
-		g->avail = bytes > g->total ? g->total : bytes;
+		g->avail = bytes > g->pay_total ? g->pay_total : bytes;
 	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
 }
@@ -674,19 +816,38 @@ static uint64_t stage_bytes_of(const struct store_stage *g, uint32_t from, uint3
 	return end - (uint64_t)from * STORE_CHUNK_DATA;
 }
 
-/* Where part q's bytes start (or, with end, end) among the blobs'. */
+/* Where part q's bytes start (or, with end, end) in the payload. A part
+ * whose bytes are all in the map (a delta's base rows) is in place from the
+ * start; it is placed at its layer's fresh k rows (or, for v rows, at its
+ * fresh v rows), no later than the payload any later part needs. */
 static uint64_t part_at(const struct store_stage *g, uint32_t q, int end)
 {
 	size_t len;
 	uint32_t i;
 	const unsigned char *p = store_entry_part(&g->plan, q, &len, &i);
-	const unsigned char *d = g->r.blobs[i].data;
-	if (d && p >= d && p < d + g->r.blobs[i].size)
-		return g->blob_at[i] + (uint64_t)(p - d) + (end ? len : 0);
-	return 0; /* a delta's part: never read through a window */
+	const struct store_plan_fill *f;
+	uint32_t nf = store_entry_part_fills(&g->plan, q, &f);
+	uint64_t lo = UINT64_MAX, hi = 0;
+	for (uint32_t j = 0; j < nf || (nf == 0 && j == 0); j++) {
+		const unsigned char *src = nf ? f[j].src : p;
+		size_t n = nf ? f[j].len : len;
+		uint64_t at = n ? pay_pos(g, i, src) : UINT64_MAX;
+		if (at == UINT64_MAX)
+			continue;
+		if (at < lo)
+			lo = at;
+		if (at + n > hi)
+			hi = at + n;
+	}
+	if (lo != UINT64_MAX)
+		return end ? hi : lo;
+	const struct store_rows *rw = g->r.blobs[i].rows;
+	unsigned v = q % (2 * g->plan.per_layer) >= g->plan.per_layer;
+	return g->blob_at[i] + (rw && v ? rw->fresh_k : 0);
 }
 
-/* Where stream byte x lies among the blobs' bytes. */
+/* Where stream byte x lies in the payload (a byte always in place: where
+ * the payload before it ends). */
 static uint64_t stream_at(const struct store_stage *g, uint64_t x)
 {
 	size_t lo = 0, hi = g->stream.n;
@@ -697,7 +858,9 @@ static uint64_t stream_at(const struct store_stage *g, uint64_t x)
 		else
 			hi = mid;
 	}
-	return g->stream.n ? g->seg_at[lo] + (x - g->seg_from[lo]) : 0;
+	if (!g->stream.n)
+		return 0;
+	return g->seg_at[lo] + (g->seg_pay[lo] ? x - g->seg_from[lo] : 0);
 }
 
 /* The parts the next placing stage takes: those whose bytes are in, up to
@@ -770,7 +933,7 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 	if (!g->threaded) {
 		/* no scan thread: scan here, once every byte is in place */
 		pthread_mutex_lock(&g->mu);
-		int all = g->avail == g->total || g->cancelled;
+		int all = g->avail == g->pay_total || g->cancelled;
 		pthread_mutex_unlock(&g->mu);
 		if (!all)
 			return STORE_STAGE_WAIT;
@@ -885,6 +1048,7 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 	res->bytes = g->total;
 	res->evicted = g->evicted;
 	res->created = ok && !rc;
+	res->delta_refused = g->failed && g->refused;
 	enum status_code code = STATUS_OK;
 	if (g->failed)
 		code = status_set(st, STATUS_INVALID, "%s", g->message);
@@ -897,6 +1061,12 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 		code = status_set(st, STATUS_INTERNAL, "the staged publish ended unfinished");
 	else
 		atomic_fetch_add(&s->publishes, 1);
+	if (res->delta_refused) /* the worker's rows, or the base's? */
+		for (uint32_t i = 0; i < g->r.n_blobs; i++)
+			if (g->r.blobs[i].rows) {
+				store_delta_check_base(s, g->r.blobs[i].rows->base_key);
+				break;
+			}
 	stage_free(g);
 	return code;
 }

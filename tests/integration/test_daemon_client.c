@@ -842,8 +842,11 @@ static void test_sigterm_during_publish(void **state)
 /* ---- streamed publishes (run with --stage-size) ------------------------------ */
 
 /* Sends a publish header for snapshot s of prompt t[0, p), then its payload
- * bytes [0, upto); returns the raw connection. */
-static int raw_publish_partial(const struct snap *s, const uint32_t *t, uint32_t p, size_t upto)
+ * bytes [0, upto); returns the raw connection. With a base, s is a delta's
+ * payload (delta_payload) from row base_rows, each layer's sum in sums. */
+static int raw_publish_delta_partial(const struct snap *s, const uint32_t *t, uint32_t p,
+                                     size_t upto, const uint8_t *base, uint32_t base_rows,
+                                     const uint64_t *sums)
 {
 	int fd = daemonutil_connect_raw(d.sock);
 	assert_true(fd >= 0);
@@ -858,6 +861,7 @@ static int raw_publish_partial(const struct snap *s, const uint32_t *t, uint32_t
 		k3cache__v1__layer_ref__init(&refs[i]);
 		refs[i].index = i;
 		refs[i].size = s->bufs[i].len;
+		refs[i].xxh3 = sums ? sums[i] : 0;
 		prefs[i] = &refs[i];
 		total += s->bufs[i].len;
 	}
@@ -871,6 +875,11 @@ static int raw_publish_partial(const struct snap *s, const uint32_t *t, uint32_t
 	pub.n_tokens = p;
 	pub.layers = prefs;
 	pub.n_layers = s->n;
+	if (base) {
+		pub.base_key.data = (uint8_t *)base;
+		pub.base_key.len = K3CACHE_KEY_LEN;
+		pub.base_rows = base_rows;
+	}
 	assert_int_equal(daemonutil_send_request(fd, &req), 0);
 	free(refs);
 	free(prefs);
@@ -881,6 +890,39 @@ static int raw_publish_partial(const struct snap *s, const uint32_t *t, uint32_t
 		sent += take;
 	}
 	return fd;
+}
+
+static int raw_publish_partial(const struct snap *s, const uint32_t *t, uint32_t p, size_t upto)
+{
+	return raw_publish_delta_partial(s, t, p, upto, NULL, 0, NULL);
+}
+
+/* A delta's payload of snapshot whole (p rows) from row r: its KDA layers
+ * whole and, of each MLA layer, rows [r, p) (k rows, then v rows); sums
+ * gets each layer's whole blob's checksum. */
+static struct snap delta_payload(const struct snap *whole, uint32_t p, uint32_t r, uint64_t *sums)
+{
+	struct snap s = {whole->n, calloc(whole->n, sizeof(struct k3cache_buf))};
+	for (uint32_t i = 0; i < whole->n; i++) {
+		const struct model_layer *l = &twin->layers[i];
+		const unsigned char *w = whole->bufs[i].data;
+		size_t len = whole->bufs[i].len;
+		sums[i] = checksum_blob(w, len, i);
+		unsigned char *b;
+		if (l->mixer == MODEL_MIXER_MLA) {
+			size_t kb = (size_t)l->k_row * 4, vb = (size_t)l->v_row * 4;
+			len = (size_t)(p - r) * (kb + vb);
+			b = malloc(len);
+			memcpy(b, w + 9 + (size_t)r * kb, (size_t)(p - r) * kb);
+			memcpy(b + (size_t)(p - r) * kb, w + 13 + (size_t)p * kb + (size_t)r * vb,
+			       (size_t)(p - r) * vb);
+		} else {
+			b = malloc(len);
+			memcpy(b, w, len);
+		}
+		s.bufs[i] = (struct k3cache_buf){b, len};
+	}
+	return s;
 }
 
 static uint64_t snap_bytes(const struct snap *s)
@@ -959,6 +1001,44 @@ static void test_streamed_publish_client_leaves(void **state)
 	assert_true(res.created);
 	expect_restore(c, 2000, 7000000, 41);
 	free_snap(&s);
+	k3cache_close(c);
+}
+
+/* A delta larger than the window streams through it as a whole publish
+ * does: 20 MB of new rows are held at most three 1 MiB stages at a time
+ * (all --max-inflight is charged), the base's rows come from the map, and
+ * the entry restores byte for byte. */
+static void test_streamed_delta_through_window(void **state)
+{
+	(void)state;
+	if (!stage_size)
+		skip();
+	struct k3cache *c = connect_ok();
+	uint32_t t[2600];
+	tokens_for(t, 2600, 9100000);
+	struct k3cache_publish_result a;
+	assert_int_equal(publish_turn(c, t, 600, 1, 1, "", NULL, 0, &a), 0);
+	uint64_t d0 = stat_counter(c, "delta_publishes"), r0 = stat_counter(c, "delta_refused");
+	struct snap whole = make_turn(2600, 1, 2);
+	uint64_t sums[16];
+	struct snap s = delta_payload(&whole, 2600, 600, sums);
+	int fd = raw_publish_delta_partial(&s, t, 2600, (size_t)(snap_bytes(&s) * 3 / 4), a.key,
+	                                   600, sums);
+	for (int i = 0; i < 100 && counter(c, "window_bytes") == 0; i++)
+		daemonutil_sleep_ms(20);
+	assert_int_equal(counter(c, "staging"), 1);
+	assert_true(counter(c, "window_bytes") > 0);
+	assert_true(counter(c, "window_bytes") <= 3u << 20);
+	assert_true(counter(c, "inflight_bytes") <= 3u << 20);
+	finish_raw_publish(fd, &s, (size_t)(snap_bytes(&s) * 3 / 4), 1);
+	assert_int_equal(stat_counter(c, "delta_publishes"), d0 + 1);
+	assert_int_equal(stat_counter(c, "delta_refused"), r0);
+	assert_int_equal(counter(c, "window_bytes"), 0);
+	uint8_t key[K3CACHE_KEY_LEN];
+	prefix_key(twin->fingerprint, "", 0, t, 2600, key);
+	expect_turn(c, key, 2600, 1, 2);
+	free_snap(&s);
+	free_snap(&whole);
 	k3cache_close(c);
 }
 
@@ -1102,6 +1182,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_upload_yields_to_lookups),
 	        cmocka_unit_test(test_publish_of_stored_entry_sends_nothing),
 	        cmocka_unit_test(test_delta_publish),
+	        cmocka_unit_test(test_streamed_delta_through_window),
 	        cmocka_unit_test(test_restart_keeps_entries),
 	        cmocka_unit_test(test_concurrent_clients),
 	        cmocka_unit_test(test_stalled_clients_do_not_block_others),

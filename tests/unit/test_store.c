@@ -478,34 +478,32 @@ static struct k3cache_model *wide_store(struct fixture *f)
 	return m;
 }
 
-/* Publishes sn through a moving window, as k3cached does: its bytes arrive
- * in pieces into one buffer, never more than `window` bytes past what the
- * store consumed, and every consumed byte is scribbled over at once. Bytes
- * not yet arrived are 0xff (a NaN): a read too early or too late shows in
- * the entry. Returns what end() returns. */
-static enum status_code window_publish(struct store *st, const struct k3cache_model *m,
-                                       const uint32_t *t, uint32_t p,
-                                       const struct storeutil_snap *sn, uint64_t window,
-                                       struct store_publish_res *res, struct status *err)
+/* Feeds a payload of `total` bytes (src) through a moving window into buf,
+ * as k3cached does: its bytes arrive in pieces, never more than `window`
+ * bytes past what the store consumed, and every consumed byte is scribbled
+ * over at once. Bytes not yet arrived are 0xff (a NaN): a read too early or
+ * too late shows in the entry. req's blobs point into buf; with a base, req
+ * is a delta (rows from base_rows on), assembled before any byte arrives.
+ * Returns what end() returns (or the assembly's code, *refused set). */
+static enum status_code window_run(struct store *st, const struct store_publish_req *req,
+                                   unsigned char *buf, const unsigned char *src, uint64_t total,
+                                   uint64_t window, const uint8_t *base, uint32_t base_rows,
+                                   struct store_publish_res *res, int *refused, struct status *err)
 {
-	uint64_t total = 0;
-	for (uint32_t i = 0; i < sn->n; i++)
-		total += sn->blobs[i].size;
-	unsigned char *src = malloc(total ? total : 1), *buf = malloc(total ? total : 1);
-	assert_non_null(src);
-	assert_non_null(buf);
 	memset(buf, 0xff, total);
-	struct store_blob *blobs = calloc(sn->n ? sn->n : 1, sizeof(*blobs));
-	uint64_t off = 0;
-	for (uint32_t i = 0; i < sn->n; i++) {
-		memcpy(src + off, sn->bufs[i], sn->blobs[i].size);
-		blobs[i] =
-		        (struct store_blob){buf + off, sn->blobs[i].size, sn->blobs[i].xxh3, NULL};
-		off += sn->blobs[i].size;
+	struct store_publish_req r = *req;
+	struct store_delta a;
+	memset(&a, 0, sizeof(a));
+	*refused = 0;
+	if (base) {
+		enum status_code code =
+		        store_delta_assemble_unread(st, req, base, base_rows, &a, refused, err);
+		if (code != STATUS_OK)
+			return code;
+		r.blobs = a.blobs;
 	}
-	struct store_publish_req req = {m->fingerprint, "", 0, t, p, blobs, sn->n};
 	struct store_stage *g;
-	enum status_code code = store_stage_begin(st, &req, window, NULL, NULL, &g, res, err);
+	enum status_code code = store_stage_begin(st, &r, window, NULL, NULL, &g, res, err);
 	assert_int_equal(code, STATUS_OK);
 	assert_non_null(g);
 	uint64_t got = 0, gone = 0, piece = 77777;
@@ -513,7 +511,7 @@ static enum status_code window_publish(struct store *st, const struct k3cache_mo
 	while (step != STORE_STAGE_READY && step != STORE_STAGE_FAILED) {
 		uint64_t consumed = store_stage_consumed(g);
 		if (consumed == UINT64_MAX)
-			consumed = total;
+			consumed = got; /* nothing more is read: the rest may be dropped */
 		assert_true(consumed <= got);
 		if (consumed > gone) { /* the window moved: those bytes are gone */
 			memset(buf + gone, 0xaa, consumed - gone);
@@ -542,6 +540,80 @@ static enum status_code window_publish(struct store *st, const struct k3cache_mo
 		}
 	}
 	code = store_stage_end(g, res, err);
+	store_delta_free(&a);
+	return code;
+}
+
+/* Publishes sn whole through a moving window (window_run). */
+static enum status_code window_publish(struct store *st, const struct k3cache_model *m,
+                                       const uint32_t *t, uint32_t p,
+                                       const struct storeutil_snap *sn, uint64_t window,
+                                       struct store_publish_res *res, struct status *err)
+{
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < sn->n; i++)
+		total += sn->blobs[i].size;
+	unsigned char *src = malloc(total ? total : 1), *buf = malloc(total ? total : 1);
+	assert_non_null(src);
+	assert_non_null(buf);
+	struct store_blob *blobs = calloc(sn->n ? sn->n : 1, sizeof(*blobs));
+	uint64_t off = 0;
+	for (uint32_t i = 0; i < sn->n; i++) {
+		memcpy(src + off, sn->bufs[i], sn->blobs[i].size);
+		blobs[i] =
+		        (struct store_blob){buf + off, sn->blobs[i].size, sn->blobs[i].xxh3, NULL};
+		off += sn->blobs[i].size;
+	}
+	struct store_publish_req req = {m->fingerprint, "", 0, t, p, blobs, sn->n};
+	int refused;
+	enum status_code code =
+	        window_run(st, &req, buf, src, total, window, NULL, 0, res, &refused, err);
+	free(blobs);
+	free(buf);
+	free(src);
+	return code;
+}
+
+/* Publishes sn as a delta of base from row r through a moving window: the
+ * payload is its KDA layers whole and, of each MLA layer, rows [r, p) (k
+ * rows, then v rows), each MLA layer with the whole blob's sum. */
+static enum status_code window_delta(struct store *st, const struct k3cache_model *m,
+                                     const uint32_t *t, uint32_t p, const struct storeutil_snap *sn,
+                                     const uint8_t *base, uint32_t r, uint64_t window,
+                                     struct store_publish_res *res, int *refused,
+                                     struct status *err)
+{
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < sn->n; i++) {
+		const struct model_layer *l = &m->layers[i];
+		total += l->mixer == MODEL_MIXER_MLA
+		                 ? (uint64_t)(p - r) * ((uint64_t)l->k_row + l->v_row) * 4
+		                 : sn->blobs[i].size;
+	}
+	unsigned char *src = malloc(total ? total : 1), *buf = malloc(total ? total : 1);
+	assert_non_null(src);
+	assert_non_null(buf);
+	struct store_blob *blobs = calloc(sn->n ? sn->n : 1, sizeof(*blobs));
+	uint64_t off = 0;
+	for (uint32_t i = 0; i < sn->n; i++) {
+		const struct model_layer *l = &m->layers[i];
+		const unsigned char *w = sn->bufs[i];
+		uint64_t size = sn->blobs[i].size;
+		if (l->mixer == MODEL_MIXER_MLA) {
+			size_t kb = (size_t)l->k_row * 4, vb = (size_t)l->v_row * 4;
+			memcpy(src + off, w + 9 + (size_t)r * kb, (size_t)(p - r) * kb);
+			memcpy(src + off + (size_t)(p - r) * kb,
+			       w + 13 + (size_t)p * kb + (size_t)r * vb, (size_t)(p - r) * vb);
+			size = (uint64_t)(p - r) * (kb + vb);
+		} else {
+			memcpy(src + off, w, size);
+		}
+		blobs[i] = (struct store_blob){buf + off, size, sn->blobs[i].xxh3, NULL};
+		off += size;
+	}
+	struct store_publish_req req = {m->fingerprint, "", 0, t, p, blobs, sn->n};
+	enum status_code code =
+	        window_run(st, &req, buf, src, total, window, base, r, res, refused, err);
 	free(blobs);
 	free(buf);
 	free(src);
@@ -1808,10 +1880,11 @@ static void test_staged_crash_gives_back_blocks(void **state)
 
 /* Flips a bit of the byte `back` bytes before the end of part (0 k, 1 v)
  * of block 0 of layer 2 under tokens t, keeping the part's stored sum. */
-static void flip_block_byte(struct fixture *f, const uint32_t *t, unsigned part, size_t back)
+static void flip_model_block_byte(struct fixture *f, const uint8_t *fingerprint, const uint32_t *t,
+                                  unsigned part, size_t back)
 {
 	uint8_t h[5][PREFIX_NODE_LEN];
-	prefix_block_hashes(f->m->fingerprint, "", 0, t, 64, h);
+	prefix_block_hashes(fingerprint, "", 0, t, 64, h);
 	unsigned char bk[STORE_BLOCK_KEY_LEN];
 	memcpy(bk, h[64 / PREFIX_BLOCK], PREFIX_NODE_LEN);
 	store_be32(bk + PREFIX_NODE_LEN, 2);
@@ -1827,6 +1900,11 @@ static void flip_block_byte(struct fixture *f, const uint32_t *t, unsigned part,
 	assert_int_equal(mdb_put(txn, f->st->blocks, &k, &nv, 0), 0);
 	free(copy);
 	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
+static void flip_block_byte(struct fixture *f, const uint32_t *t, unsigned part, size_t back)
+{
+	flip_model_block_byte(f, f->m->fingerprint, t, part, back);
 }
 
 /* A delta of a conversation turn: its KDA layers whole and, of its MLA
@@ -1986,6 +2064,163 @@ static void test_delta_of_damaged_base_refused(void **state)
 	struct store_snapshot *snap;
 	assert_int_equal(store_restore(f->st, a.key, &snap, &st), STATUS_CORRUPT);
 	assert_non_null(strstr(st.message, "quarantined"));
+}
+
+/* A delta through a moving window smaller than its new rows, from a row
+ * inside one of the base's blocks: the base's rows come from the map, each
+ * new byte is read only while it is in the window, the entry comes back
+ * byte for byte (after a restart too) and every row is stored once. */
+static void test_window_delta_reads_each_byte_in_its_window(void **state)
+{
+	struct fixture *f = *state;
+	struct k3cache_model *m = wide_store(f);
+	uint32_t t[700];
+	seq(t, 700, 300);
+	struct storeutil_snap a = storeutil_conv_snap(m, 300, 1, 3);
+	struct storeutil_snap b = storeutil_conv_snap(m, 700, 1, 4); /* a's rows, and more */
+	struct storeutil_snap c = storeutil_conv_snap(m, 650, 1, 5);
+	struct store_publish_res ra = {0}, rb = {0}, rc = {0};
+	struct status st = {0};
+	int refused = 1;
+	assert_int_equal(window_publish(f->st, m, t, 300, &a, 3u << 20, &ra, &st), STATUS_OK);
+	/* 400 new rows: 3.7 MB, the k rows alone more than the window */
+	assert_int_equal(
+	        window_delta(f->st, m, t, 700, &b, ra.key, 300, 3u << 20, &rb, &refused, &st),
+	        STATUS_OK);
+	assert_false(refused);
+	assert_false(rb.delta_refused);
+	assert_true(rb.created);
+	/* from fewer rows than the base holds, inside its block 3 */
+	assert_int_equal(
+	        window_delta(f->st, m, t, 650, &c, ra.key, 200, 3u << 20, &rc, &refused, &st),
+	        STATUS_OK);
+	assert_true(rc.created);
+	struct store_snapshot *snap;
+	const struct store_publish_res *keys[] = {&ra, &rb, &rc};
+	const struct storeutil_snap *want[] = {&a, &b, &c};
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(store_restore(f->st, keys[i]->key, &snap, &st), STATUS_OK);
+			expect_same_layers(snap, want[i]);
+			store_snapshot_release(snap);
+		}
+		struct store_stats stats;
+		store_get_stats(f->st, &stats, NULL);
+		assert_int_equal(stats.entries, 3);
+		assert_int_equal(stats.blocks, 700 / STORE_DEFAULT_ROW_BLOCK);
+		assert_int_equal(stats.blocks_mismatched, 0);
+		assert_int_equal(stats.staging, 0);
+		uint64_t checked, damaged;
+		assert_int_equal(store_verify(f->st, NULL, NULL, &checked, &damaged, &st),
+		                 STATUS_OK);
+		assert_int_equal(damaged, 0);
+		assert_int_equal(reopen_staged(f, 0), 0); /* and after a restart */
+	}
+	storeutil_snap_free(&c);
+	storeutil_snap_free(&b);
+	storeutil_snap_free(&a);
+	model_free(m);
+}
+
+/* The store holds this many entries and blocks, and no publish is staging. */
+static void expect_entries_blocks(struct fixture *f, uint64_t entries, uint64_t blocks)
+{
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, entries);
+	assert_int_equal(stats.blocks, blocks);
+	assert_int_equal(stats.staging, 0);
+}
+
+/* Sets float `at` of an MLA layer's blob and, with resum, its sum. */
+static void poke_row_float(struct storeutil_snap *s, uint32_t layer, size_t at, float x, int resum)
+{
+	memcpy(s->bufs[layer] + at, &x, 4);
+	if (resum)
+		s->blobs[layer].xxh3 = checksum_blob(s->bufs[layer], s->blobs[layer].size, layer);
+}
+
+/* A NaN among a windowed delta's new rows, k or v, found mid-stream: refused
+ * as invalid with the row named (the worker's fault, not the base's), and
+ * nothing of it stays. */
+static void test_window_delta_nan_in_new_rows_stores_nothing(void **state)
+{
+	struct fixture *f = *state;
+	struct k3cache_model *m = wide_store(f);
+	uint32_t t[700];
+	seq(t, 700, 400);
+	struct storeutil_snap a = storeutil_conv_snap(m, 300, 1, 3);
+	struct store_publish_res ra = {0}, rb = {0};
+	struct status st = {0};
+	int refused;
+	assert_int_equal(window_publish(f->st, m, t, 300, &a, 3u << 20, &ra, &st), STATUS_OK);
+	const struct {
+		size_t at;
+		const char *says;
+	} cases[] = {
+	        {9 + ((size_t)500 * 2048 + 3) * 4, "layer 2: k row 500 holds a NaN"},
+	        {13 + (size_t)700 * 2048 * 4 + ((size_t)650 * 256 + 9) * 4,
+	         "layer 2: v row 650 holds a NaN"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct storeutil_snap b = storeutil_conv_snap(m, 700, 1, 4);
+		poke_row_float(&b, 2, cases[i].at, __builtin_nanf(""), 1);
+		assert_int_equal(window_delta(f->st, m, t, 700, &b, ra.key, 300, 3u << 20, &rb,
+		                              &refused, &st),
+		                 STATUS_INVALID);
+		if (!strstr(st.message, cases[i].says))
+			fail_msg("message: %s", st.message);
+		assert_false(refused);
+		assert_false(rb.delta_refused);
+		expect_entries_blocks(f, 1, 300 / STORE_DEFAULT_ROW_BLOCK);
+		storeutil_snap_free(&b);
+	}
+	storeutil_snap_free(&a);
+	model_free(m);
+}
+
+/* A windowed delta whose assembled layer does not hash to the sum given,
+ * found only once its last row is in: refused for a whole publish
+ * (res.delta_refused), nothing stored. A sound base stays in service; a
+ * base whose shared block is damaged on disk is taken out of it. */
+static void test_window_delta_wrong_sum_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct k3cache_model *m = wide_store(f);
+	uint32_t t[700];
+	seq(t, 700, 500);
+	struct storeutil_snap a = storeutil_conv_snap(m, 300, 1, 3);
+	struct store_publish_res ra = {0}, rb = {0};
+	struct status st = {0};
+	int refused;
+	assert_int_equal(window_publish(f->st, m, t, 300, &a, 3u << 20, &ra, &st), STATUS_OK);
+	struct storeutil_snap b = storeutil_conv_snap(m, 700, 1, 4);
+	poke_row_float(&b, 2, 9 + (size_t)600 * 2048 * 4, 7.25f, 0); /* sum left as it was */
+	assert_int_equal(
+	        window_delta(f->st, m, t, 700, &b, ra.key, 300, 3u << 20, &rb, &refused, &st),
+	        STATUS_INVALID);
+	assert_true(rb.delta_refused);
+	if (!strstr(st.message, "hashes to"))
+		fail_msg("message: %s", st.message);
+	expect_entries_blocks(f, 1, 300 / STORE_DEFAULT_ROW_BLOCK);
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, ra.key, &snap, &st), STATUS_OK);
+	expect_same_layers(snap, &a);
+	store_snapshot_release(snap);
+	storeutil_snap_free(&b);
+
+	/* the base's block 0 damaged, its sum kept: the right rows hash wrong */
+	flip_model_block_byte(f, m->fingerprint, t, 1, 3);
+	b = storeutil_conv_snap(m, 700, 1, 4);
+	assert_int_equal(
+	        window_delta(f->st, m, t, 700, &b, ra.key, 300, 3u << 20, &rb, &refused, &st),
+	        STATUS_INVALID);
+	assert_true(rb.delta_refused);
+	assert_int_equal(store_restore(f->st, ra.key, &snap, &st), STATUS_CORRUPT);
+	assert_non_null(strstr(st.message, "quarantined"));
+	storeutil_snap_free(&b);
+	storeutil_snap_free(&a);
+	model_free(m);
 }
 
 /* A shared block damaged on disk: each deferred restore finds exactly that
@@ -2678,6 +2913,12 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_staged_delta_publish_in_store, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_delta_of_damaged_base_refused, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_window_delta_reads_each_byte_in_its_window,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_window_delta_nan_in_new_rows_stores_nothing,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_window_delta_wrong_sum_refused, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_delta_over_32bit_counts_refused, setup,
 	                                        teardown),
