@@ -46,6 +46,7 @@ static double median(double *v, long n)
 static pid_t daemon_pid;
 static const char *row_block;
 static const char *stage_size = "16MiB"; /* the daemon's default */
+static const char *durability = "safe";  /* the daemon's default */
 
 static void die(const char *what, const struct k3cache_error *e)
 {
@@ -61,24 +62,11 @@ static struct k3cache *start(const char *dir, char *sock, size_t socksz)
 	snprintf(db, sizeof(db), "%s/db", dir);
 	snprintf(sock, socksz, "%s/s.sock", dir);
 	snprintf(log, sizeof(log), "%s/k3cached.log", dir);
-	const char *args[] = {K3_DAEMON_PATH,
-	                      "--db",
-	                      db,
-	                      "--socket",
-	                      sock,
-	                      "--max-bytes",
-	                      "16GiB",
-	                      "--max-payload",
-	                      "4GiB",
-	                      "--max-inflight",
-	                      "2GiB",
-	                      "--stage-size",
-	                      stage_size,
-	                      "--row-block",
-	                      row_block,
-	                      "--log-level",
-	                      "warn",
-	                      NULL};
+	const char *args[] = {K3_DAEMON_PATH, "--db",           db,        "--socket",
+	                      sock,           "--max-bytes",    "16GiB",   "--max-payload",
+	                      "4GiB",         "--max-inflight", "2GiB",    "--stage-size",
+	                      stage_size,     "--row-block",    row_block, "--durability",
+	                      durability,     "--log-level",    "warn",    NULL};
 	fflush(stdout);
 	daemon_pid = fork();
 	if (daemon_pid < 0)
@@ -124,6 +112,8 @@ int main(int argc, char **argv)
 	row_block = argc == 3 ? argv[2] : "64";
 	if (getenv("BENCH_STAGE_SIZE"))
 		stage_size = getenv("BENCH_STAGE_SIZE");
+	if (getenv("BENCH_DURABILITY"))
+		durability = getenv("BENCH_DURABILITY");
 	const char *dir = argv[1];
 	benchutil_rm_rf(dir);
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -157,9 +147,14 @@ int main(int argc, char **argv)
 			mla_row += (uint64_t)(m->layers[i].k_row + m->layers[i].v_row) * 4;
 	}
 	uint32_t n_mla = 24;
+	const char *warm_env = getenv("BENCH_WARM");
+	int warm = !warm_env || strcmp(warm_env, "0") != 0;
+	/* what a turn stores, and a quarter more */
+	uint64_t warm_bytes = (kda_bytes + (uint64_t)STEP * mla_row) / 4 * 5;
 	printf("bench/k3conv: K3 shape, %d turns of +%u tokens, each a delta of the last; row "
-	       "block %s, stage size %s; %ld rounds\n",
-	       TURNS, STEP, row_block, stage_size, n_rounds);
+	       "block %s, stage size %s, durability %s; %ld rounds; page cache %s\n",
+	       TURNS, STEP, row_block, stage_size, durability, n_rounds,
+	       warm ? "warmed before each turn" : "cold (BENCH_WARM=0)");
 	for (long round = 0; round < n_rounds; round++) {
 		if (round) { /* a fresh daemon and store */
 			k3cache_close(c);
@@ -186,6 +181,10 @@ int main(int argc, char **argv)
 				whole += len;
 			}
 			struct k3cache_publish_result res;
+			/* the turn's new bytes go into pages the guest has used
+			 * (BENCH_WARM=0: fresh pages, as they come) */
+			if (warm && benchutil_warm_page_cache(dir, warm_bytes) != 0)
+				die("warming the page cache", NULL);
 			double t0 = benchutil_now();
 			int rc = t ? k3cache_publish_delta(c, m->fingerprint, "", 0, tokens, p,
 			                                   bufs, m->n_layers, key[t - 1], p - STEP,
