@@ -186,6 +186,10 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 		in->req.blobs = in->delta.blobs; /* its rows read as they arrive */
 	store_stage_begin(store, &in->req, window, kick, job, &g, &job->pub, &job->st);
 	if (!g) {
+		/* no stage reads the base: its read transaction ends now, not
+		 * once the rest of the payload has drained */
+		in->req.blobs = in->blobs;
+		store_delta_free(&in->delta);
 		/* refused, or stored already: answered once the payload is in. Its
 		 * bytes are not read, so the window lets them through, unless the
 		 * answer is BUSY (another publish of this prompt under way) and the

@@ -75,6 +75,8 @@ struct store_stage {
 	uint32_t chunks_ready; /* chunk_sums[0, chunks_ready) are known */
 	uint32_t layers_ready; /* layers [0, layers_ready) passed their check */
 	int done;              /* every layer scanned (or one failed) */
+	int scan_over;         /* the scan reads no more payload bytes */
+	int carry_wait;        /* the scan waits for a carry: write what is hashed */
 	int failed;
 	int refused;   /* a delta's layer did not hash to its sum */
 	int stop;      /* end() or cancel(): the scan gives up waiting */
@@ -155,8 +157,19 @@ static int take_carry(struct store_stage *g, uint32_t c)
 				got = i;
 		if (got >= 0)
 			break;
+		if (!g->carry_wait) {
+			/* the carries wait for the writer, which may wait for a
+			 * whole stage of hashed chunks: tell it to write them */
+			g->carry_wait = 1;
+			pthread_cond_broadcast(&g->cv);
+			pthread_mutex_unlock(&g->mu);
+			poke(g);
+			pthread_mutex_lock(&g->mu);
+			continue;
+		}
 		pthread_cond_wait(&g->cv, &g->mu);
 	}
+	g->carry_wait = 0;
 	if (got >= 0)
 		g->carry[got].chunk = c;
 	pthread_mutex_unlock(&g->mu);
@@ -429,6 +442,7 @@ static void *scan_run(void *arg)
 	XXH3_freeState(h.layer);
 	pthread_mutex_lock(&g->mu);
 	g->done = !gaveup;
+	g->scan_over = 1;
 	g->failed = failed;
 	if (failed)
 		memcpy(g->message, message, sizeof(message));
@@ -943,7 +957,7 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 	pthread_mutex_lock(&g->mu);
 	uint32_t ready = g->chunks_ready;
 	uint64_t avail = g->avail;
-	int done = g->done, failed = g->failed || g->cancelled;
+	int done = g->done, failed = g->failed || g->cancelled, squeezed = g->carry_wait;
 	pthread_mutex_unlock(&g->mu);
 	if (failed || g->write_rc)
 		return STORE_STAGE_FAILED;
@@ -952,7 +966,7 @@ int store_stage_step(struct store_stage *g, uint32_t max_stages)
 	 * consumed, so that it moves. Bytes all in place are no reason: the
 	 * scan may still be hashing, and a commit per chunk it finishes would
 	 * be the slowest way to write them. */
-	int all_in = done;
+	int all_in = done || squeezed; /* the scan waits for a carry: write what is hashed */
 	if (g->window && !all_in && avail + g->window / 3 >= store_stage_consumed(g) + g->window)
 		all_in = 1;
 	uint32_t written = 0;
@@ -988,6 +1002,13 @@ uint64_t store_stage_consumed(struct store_stage *g)
 	pthread_mutex_lock(&g->mu);
 	uint64_t at = g->scanned >= 4 ? g->scanned - 4 : 0; /* a float may straddle */
 	int over = g->failed || g->cancelled || g->write_rc;
+	if (over && g->threaded && !g->scan_over) {
+		/* the scan may still be reading: stop it, and hand nothing back
+		 * until it has stopped (it pokes then) */
+		g->stop = 1;
+		pthread_cond_broadcast(&g->cv);
+		over = 0;
+	}
 	pthread_mutex_unlock(&g->mu);
 	if (over)
 		return UINT64_MAX; /* nothing more is read */
@@ -1015,7 +1036,7 @@ void store_stage_wait(struct store_stage *g)
 	pthread_mutex_lock(&g->mu);
 	uint32_t ready = g->chunks_ready, layers = g->layers_ready;
 	while (g->threaded && g->chunks_ready == ready && g->layers_ready == layers && !g->done &&
-	       !g->failed && !g->stop)
+	       !g->failed && !g->stop && !g->carry_wait && !g->scan_over)
 		pthread_cond_wait(&g->cv, &g->mu);
 	pthread_mutex_unlock(&g->mu);
 }
