@@ -44,6 +44,7 @@
 #include "checksum.h"
 #include "frame.h"
 #include "hexutil.h"
+#include "ops.h"
 #include "prefix.h"
 #include "units.h"
 
@@ -449,7 +450,7 @@ static int exchange(struct k3cache *c, frame_request *req, struct iovec *iov, si
 			        err, STATUS_TOO_LARGE, 0,
 			        "the %s request header would be %zu bytes, over the 16 MiB frame "
 			        "limit (too many tokens?)",
-			        frame_op_name(req), packed);
+			        ops_name(req), packed);
 		return FAIL(err, STATUS_INTERNAL, 0, "out of memory encoding a %zu-byte request",
 		            packed);
 	}

@@ -353,7 +353,7 @@ static int queue_response(struct k3d_conn *c, frame_response *resp)
 	if ((unsigned)resp->code < STATUS_N_CODES && resp->code != 0)
 		srv->errors[resp->code]++;
 	if (c->req && c->t_request > 0) {
-		k3d_metrics_observe(srv, k3d_op_index(c->req), k3d_now() - c->t_request);
+		k3d_metrics_observe(srv, ops_of(c->req), k3d_now() - c->t_request);
 		c->t_request = 0;
 	}
 	want_write(c);
@@ -584,7 +584,7 @@ static void header_done(struct k3d_conn *c)
 	}
 	c->t_request = k3d_now();
 	c->last_request = srv->ticks;
-	srv->requests[k3d_op_index(c->req)]++;
+	srv->requests[ops_of(c->req)]++;
 	enum status_code code = frame_check_request(c->req, srv->cfg.max_payload, &st);
 	if (code == STATUS_OK)
 		code = k3d_peer_admit(&c->who, c->req, model_stored(c), &st);

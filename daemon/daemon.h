@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "frame.h"
+#include "ops.h"
 #include "status.h"
 #include "store.h"
 #include "tenancy.h"
@@ -62,7 +63,6 @@ struct k3d_config {
 
 /* Latency histogram bucket bounds, seconds. */
 #define K3D_N_BUCKETS 12
-#define K3D_N_OPS     14 /* frame ops + "unknown" */
 
 struct k3d_hist {
 	uint64_t counts[K3D_N_BUCKETS + 1]; /* last: +Inf */
@@ -93,7 +93,7 @@ struct k3d_server {
 
 	/* counters (loop thread only) */
 	uint64_t connections_total, connections_open, connections_refused;
-	uint64_t requests[K3D_N_OPS];
+	uint64_t requests[OPS_N];
 	uint64_t errors[STATUS_N_CODES];
 	uint64_t bytes_in, bytes_out;
 	double last_lookup;     /* k3d_now() of the last lookup answered */
@@ -123,7 +123,7 @@ struct k3d_server {
 	uint64_t pool_bytes;                      /* pool + in flight <= --max-inflight */
 	uint64_t payload_tick;                    /* when the last payload was reserved */
 	int idle_trimmed;                         /* the pools and heaps were handed back since */
-	struct k3d_hist latency[K3D_N_OPS];
+	struct k3d_hist latency[OPS_N];
 };
 
 /* libevent priorities (server.c sets up two queues) */
@@ -211,7 +211,6 @@ void k3d_set_log_level(enum k3d_log level);
  * failure) or K3D_EXIT_DAMAGED. */
 int k3d_server_run(const struct k3d_config *cfg);
 double k3d_now(void);
-int k3d_op_index(const frame_request *req);
 /* The address a listening socket is bound to, as 127.0.0.1:PORT or
  * [::1]:PORT (getsockname). */
 void k3d_bound_address(evutil_socket_t fd, char *out, size_t outsz);

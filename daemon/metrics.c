@@ -14,10 +14,6 @@
 #include "daemon.h"
 #include "service.h"
 
-static const char *const op_names[K3D_N_OPS] = {
-        "hello", "put_model", "publish",     "lookup", "restore", "list",   "inspect",
-        "evict", "stat",      "list_models", "verify", "resolve", "report", "unknown"};
-
 static const double bucket_bounds[K3D_N_BUCKETS] = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                                     0.025,  0.05,   0.1,   0.5,    1.0,   5.0};
 
@@ -64,9 +60,9 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 			*p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
 		service_add_counter(r, name, srv->errors[code]);
 	}
-	for (int op = 0; op < K3D_N_OPS; op++) {
+	for (int op = 0; op < OPS_N; op++) {
 		char name[64];
-		snprintf(name, sizeof(name), "requests_%s", op_names[op]);
+		snprintf(name, sizeof(name), "requests_%s", ops_table[op].name);
 		service_add_counter(r, name, srv->requests[op]);
 	}
 }
@@ -214,23 +210,23 @@ static void on_metrics(struct evhttp_request *req, void *arg)
 	evbuffer_add_printf(b, "# HELP k3cache_request_seconds Time from a request's header to "
 	                       "its answer, by op.\n"
 	                       "# TYPE k3cache_request_seconds histogram\n");
-	for (int op = 0; op < K3D_N_OPS; op++) { /* every op's series, from the start */
+	for (int op = 0; op < OPS_N; op++) { /* every op's series, from the start */
 		const struct k3d_hist *h = &srv->latency[op];
 		uint64_t cum = 0;
 		for (int i = 0; i < K3D_N_BUCKETS; i++) {
 			cum += h->counts[i];
 			evbuffer_add_printf(
 			        b, "k3cache_request_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
-			        op_names[op], bucket_bounds[i], (unsigned long long)cum);
+			        ops_table[op].name, bucket_bounds[i], (unsigned long long)cum);
 		}
 		cum += h->counts[K3D_N_BUCKETS];
 		evbuffer_add_printf(b,
 		                    "k3cache_request_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n",
-		                    op_names[op], (unsigned long long)cum);
+		                    ops_table[op].name, (unsigned long long)cum);
 		evbuffer_add_printf(b, "k3cache_request_seconds_sum{op=\"%s\"} %.6f\n",
-		                    op_names[op], h->sum);
+		                    ops_table[op].name, h->sum);
 		evbuffer_add_printf(b, "k3cache_request_seconds_count{op=\"%s\"} %llu\n",
-		                    op_names[op], (unsigned long long)h->n);
+		                    ops_table[op].name, (unsigned long long)h->n);
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
 	                  "text/plain; version=0.0.4");

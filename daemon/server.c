@@ -78,40 +78,6 @@ double k3d_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int k3d_op_index(const frame_request *req)
-{
-	switch (req->op_case) {
-	case K3CACHE__V1__REQUEST__OP_HELLO:
-		return 0;
-	case K3CACHE__V1__REQUEST__OP_PUT_MODEL:
-		return 1;
-	case K3CACHE__V1__REQUEST__OP_PUBLISH:
-		return 2;
-	case K3CACHE__V1__REQUEST__OP_LOOKUP:
-		return 3;
-	case K3CACHE__V1__REQUEST__OP_RESTORE:
-		return 4;
-	case K3CACHE__V1__REQUEST__OP_LIST:
-		return 5;
-	case K3CACHE__V1__REQUEST__OP_INSPECT:
-		return 6;
-	case K3CACHE__V1__REQUEST__OP_EVICT:
-		return 7;
-	case K3CACHE__V1__REQUEST__OP_STAT:
-		return 8;
-	case K3CACHE__V1__REQUEST__OP_LIST_MODELS:
-		return 9;
-	case K3CACHE__V1__REQUEST__OP_VERIFY:
-		return 10;
-	case K3CACHE__V1__REQUEST__OP_RESOLVE:
-		return 11;
-	case K3CACHE__V1__REQUEST__OP_REPORT:
-		return 12;
-	default:
-		return 13;
-	}
-}
-
 /* ---- answering finished jobs --------------------------------------------------- */
 
 static void answer_job(struct k3d_job *job)

@@ -1,4 +1,5 @@
 #include "frame.h"
+#include "ops.h"
 
 #include <stdlib.h>
 
@@ -84,40 +85,6 @@ size_t frame_encode_response(const frame_response *resp, unsigned char **out)
 	return encode(k3cache__v1__response__get_packed_size(resp), &resp->base, out);
 }
 
-const char *frame_op_name(const frame_request *req)
-{
-	switch (req->op_case) {
-	case K3CACHE__V1__REQUEST__OP_HELLO:
-		return "hello";
-	case K3CACHE__V1__REQUEST__OP_PUT_MODEL:
-		return "put_model";
-	case K3CACHE__V1__REQUEST__OP_PUBLISH:
-		return "publish";
-	case K3CACHE__V1__REQUEST__OP_LOOKUP:
-		return "lookup";
-	case K3CACHE__V1__REQUEST__OP_RESTORE:
-		return "restore";
-	case K3CACHE__V1__REQUEST__OP_LIST:
-		return "list";
-	case K3CACHE__V1__REQUEST__OP_INSPECT:
-		return "inspect";
-	case K3CACHE__V1__REQUEST__OP_EVICT:
-		return "evict";
-	case K3CACHE__V1__REQUEST__OP_STAT:
-		return "stat";
-	case K3CACHE__V1__REQUEST__OP_LIST_MODELS:
-		return "list_models";
-	case K3CACHE__V1__REQUEST__OP_VERIFY:
-		return "verify";
-	case K3CACHE__V1__REQUEST__OP_RESOLVE:
-		return "resolve";
-	case K3CACHE__V1__REQUEST__OP_REPORT:
-		return "report";
-	default:
-		return "unknown";
-	}
-}
-
 static int bad_len(const ProtobufCBinaryData *b, int optional)
 {
 	return !(b->len == FRAME_KEY_LEN || (optional && b->len == 0));
@@ -134,9 +101,9 @@ enum status_code frame_check_request(const frame_request *req, uint64_t max_payl
 	if (req->op_case == K3CACHE__V1__REQUEST__OP__NOT_SET)
 		return status_set(st, STATUS_UNSUPPORTED,
 		                  "unknown or missing op (this daemon speaks protocol 1)");
-	if (req->op_case != K3CACHE__V1__REQUEST__OP_PUBLISH && req->payload_len != 0)
+	if (!ops_table[ops_of(req)].payload && req->payload_len != 0)
 		return status_set(st, STATUS_INVALID, "%s takes no payload, %llu bytes were sent",
-		                  frame_op_name(req), (unsigned long long)req->payload_len);
+		                  ops_name(req), (unsigned long long)req->payload_len);
 	switch (req->op_case) {
 	case K3CACHE__V1__REQUEST__OP_PUBLISH: {
 		const K3cache__V1__Publish *p = req->publish;

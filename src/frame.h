@@ -54,7 +54,4 @@ void frame_response_free(frame_response *resp);
 size_t frame_encode_request(const frame_request *req, unsigned char **out);
 size_t frame_encode_response(const frame_response *resp, unsigned char **out);
 
-/* The op's name ("publish", ...) for messages and metrics. */
-const char *frame_op_name(const frame_request *req);
-
 #endif

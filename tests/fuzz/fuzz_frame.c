@@ -12,6 +12,7 @@
 
 #include "frame.h"
 #include "frame_tokens.h"
+#include "ops.h"
 
 #define MAX_PAYLOAD (1u << 20)
 
@@ -105,9 +106,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (code != STATUS_OK && !st.message[0])
 			abort();
 		/* a request that passes names a known op */
-		if (code == STATUS_OK && !strcmp(frame_op_name(req), "unknown"))
+		if (code == STATUS_OK && !strcmp(ops_name(req), "unknown"))
 			abort();
-		(void)frame_op_name(req);
+		(void)ops_name(req);
 		uint64_t plen = req->payload_len;
 		frame_request_free(req);
 		if (code == STATUS_TOO_LARGE)

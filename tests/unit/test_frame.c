@@ -12,6 +12,7 @@
 
 #include "frame.h"
 #include "frame_tokens.h"
+#include "ops.h"
 
 static uint32_t *make_tokens(size_t n, uint32_t seed, uint32_t max)
 {
@@ -385,9 +386,43 @@ static void test_unusual_forms_fall_back(void **state)
 	free(hdr);
 }
 
+/* The op table is the proto's: every case of the Request's op oneof has
+ * exactly one row, which ops_of() finds, with a name of its own; only a
+ * publish carries a payload; a request with no op is "unknown". */
+static void test_ops_table_is_the_protos(void **state)
+{
+	(void)state;
+	const ProtobufCMessageDescriptor *d = &k3cache__v1__request__descriptor;
+	unsigned cases = 0;
+	for (unsigned f = 0; f < d->n_fields; f++) {
+		const ProtobufCFieldDescriptor *fd = &d->fields[f];
+		if (!(fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) ||
+		    fd->quantifier_offset != offsetof(frame_request, op_case))
+			continue;
+		cases++;
+		frame_request req = K3CACHE__V1__REQUEST__INIT;
+		req.op_case = (K3cache__V1__Request__OpCase)fd->id;
+		enum ops_id id = ops_of(&req);
+		if (id == OPS_UNKNOWN)
+			fail_msg("the proto's op %s (field %u) has no row in ops.h", fd->name,
+			         fd->id);
+		assert_int_equal(ops_table[id].op_case, (int)fd->id);
+		assert_string_equal(ops_name(&req), fd->name);
+		assert_int_equal(ops_table[id].payload, id == OPS_PUBLISH);
+	}
+	assert_int_equal(cases, OPS_UNKNOWN); /* no row the proto lacks */
+	for (int i = 0; i < OPS_N; i++)
+		for (int j = i + 1; j < OPS_N; j++)
+			assert_string_not_equal(ops_table[i].name, ops_table[j].name);
+	frame_request none = K3CACHE__V1__REQUEST__INIT;
+	assert_int_equal(ops_of(&none), OPS_UNKNOWN);
+	assert_string_equal(ops_name(&none), "unknown");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_ops_table_is_the_protos),
 	        cmocka_unit_test(test_lookup_round_trips),
 	        cmocka_unit_test(test_publish_round_trips),
 	        cmocka_unit_test(test_small_requests_use_protobuf_c),
