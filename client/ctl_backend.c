@@ -10,6 +10,7 @@
 #include "hexutil.h"
 #include "k3cache/k3cache.h"
 #include "k3cache_raw.h"
+#include "ops.h"
 #include "service.h"
 #include "store.h"
 #include "units.h"
@@ -53,6 +54,65 @@ void ctl_backend_close(struct ctl_backend *b)
 	memset(b, 0, sizeof(*b));
 }
 
+/* What k3cachectl --db answers from the store it opens read-only, per op
+ * (ops.h); an op without a row needs the daemon. An evict only dry-runs. */
+static void off_hello(struct store *s, const frame_request *req, frame_response *r)
+{
+	(void)s;
+	(void)req;
+	r->protocol = 1;
+	r->server = (char *)protobuf_c_empty_string;
+}
+
+static void off_list(struct store *s, const frame_request *req, frame_response *r)
+{
+	service_list(s, req->list, r);
+}
+
+static void off_inspect(struct store *s, const frame_request *req, frame_response *r)
+{
+	service_inspect(s, req->inspect, r);
+}
+
+static void off_resolve(struct store *s, const frame_request *req, frame_response *r)
+{
+	service_resolve(s, req->resolve, r);
+}
+
+static void off_list_models(struct store *s, const frame_request *req, frame_response *r)
+{
+	(void)req;
+	service_list_models(s, r);
+}
+
+static void off_stat(struct store *s, const frame_request *req, frame_response *r)
+{
+	(void)req;
+	service_store_counters(s, r);
+}
+
+static void off_verify(struct store *s, const frame_request *req, frame_response *r)
+{
+	(void)req;
+	service_verify(s, r);
+}
+
+static void off_evict(struct store *s, const frame_request *req, frame_response *r)
+{
+	service_evict(s, req->evict, r);
+}
+
+static void (*const offline_ops[OPS_N])(struct store *, const frame_request *, frame_response *) = {
+        [OPS_HELLO] = off_hello,
+        [OPS_LIST] = off_list,
+        [OPS_INSPECT] = off_inspect,
+        [OPS_RESOLVE] = off_resolve,
+        [OPS_LIST_MODELS] = off_list_models,
+        [OPS_STAT] = off_stat,
+        [OPS_VERIFY] = off_verify,
+        [OPS_EVICT] = off_evict,
+};
+
 int ctl_call(struct ctl_backend *b, frame_request *req, frame_response **resp, const char *cmd)
 {
 	*resp = NULL;
@@ -71,44 +131,19 @@ int ctl_call(struct ctl_backend *b, frame_request *req, frame_response **resp, c
 	}
 	k3cache__v1__response__init(r);
 	r->id = req->id;
-	switch (req->op_case) {
-	case K3CACHE__V1__REQUEST__OP_HELLO:
-		r->protocol = 1;
-		r->server = (char *)protobuf_c_empty_string;
-		break;
-	case K3CACHE__V1__REQUEST__OP_LIST:
-		service_list(b->store, req->list, r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_INSPECT:
-		service_inspect(b->store, req->inspect, r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_RESOLVE:
-		service_resolve(b->store, req->resolve, r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_LIST_MODELS:
-		service_list_models(b->store, r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_STAT:
-		service_store_counters(b->store, r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_VERIFY:
-		service_verify(b->store, r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_EVICT:
-		if (req->evict->dry_run) {
-			service_evict(b->store, req->evict, r);
-			break;
-		}
-		/* fall through */
-	default: {
+	void (*answer)(struct store *, const frame_request *, frame_response *) =
+	        offline_ops[ops_of(req)];
+	if (req->op_case == K3CACHE__V1__REQUEST__OP_EVICT && !req->evict->dry_run)
+		answer = NULL;
+	if (answer) {
+		answer(b->store, req, r);
+	} else {
 		struct status st;
 		status_set(&st, STATUS_UNSUPPORTED,
 		           "%s changes the store: it needs the daemon (--db opens the store "
 		           "read-only)",
 		           cmd);
 		service_fail(r, &st);
-		break;
-	}
 	}
 	*resp = r;
 	return 0;

@@ -231,32 +231,39 @@ static void op_restore(struct k3d_conn *c)
 	send_snapshot(c, &r, snap);
 }
 
-/* An op answered by the service module on the loop thread. */
-static void via_service(struct k3d_conn *c)
+/* Ops answered by the service module on the loop thread. */
+static void op_list(struct k3d_conn *c, frame_response *r)
+{
+	service_list(c->srv->store, c->req->list, r);
+}
+
+static void op_inspect(struct k3d_conn *c, frame_response *r)
+{
+	/* a brief Inspect from a tenant: another's entry is absent */
+	if (c->req->inspect->key.len != 32 || owns_entry(c, c->req->inspect->key.data))
+		service_inspect(c->srv->store, c->req->inspect, r);
+}
+
+static void op_resolve(struct k3d_conn *c, frame_response *r)
+{
+	service_resolve(c->srv->store, c->req->resolve, r);
+}
+
+static void op_list_models(struct k3d_conn *c, frame_response *r)
+{
+	service_list_models(c->srv->store, r);
+}
+
+static void op_stat(struct k3d_conn *c, frame_response *r)
+{
+	k3d_fill_counters(c->srv, r);
+}
+
+static void via_service(struct k3d_conn *c, void (*fill)(struct k3d_conn *, frame_response *))
 {
 	frame_response r = K3CACHE__V1__RESPONSE__INIT;
 	r.id = c->req->id;
-	switch (c->req->op_case) {
-	case K3CACHE__V1__REQUEST__OP_LIST:
-		service_list(c->srv->store, c->req->list, &r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_INSPECT:
-		/* a brief Inspect from a tenant: another's entry is absent */
-		if (c->req->inspect->key.len != 32 || owns_entry(c, c->req->inspect->key.data))
-			service_inspect(c->srv->store, c->req->inspect, &r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_RESOLVE:
-		service_resolve(c->srv->store, c->req->resolve, &r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_LIST_MODELS:
-		service_list_models(c->srv->store, &r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_STAT:
-		k3d_fill_counters(c->srv, &r);
-		break;
-	default:
-		break;
-	}
+	fill(c, &r);
 	k3d_conn_respond(c, &r);
 	service_response_clear(&r);
 }
@@ -284,61 +291,68 @@ static void to_writer(struct k3d_conn *c)
 	k3d_writer_submit(c->srv->writer, job);
 }
 
+/* How the loop answers each op that is not the writer's (ops.h): by a
+ * handler of its own, or through the service module. */
+struct loop_op {
+	void (*handle)(struct k3d_conn *c);
+	void (*fill)(struct k3d_conn *c, frame_response *r);
+};
+
+static const struct loop_op loop_ops[OPS_N] = {
+        [OPS_HELLO] = {.handle = op_hello},     [OPS_LOOKUP] = {.handle = op_lookup},
+        [OPS_RESTORE] = {.handle = op_restore}, [OPS_REPORT] = {.handle = op_report},
+        [OPS_LIST] = {.fill = op_list},         [OPS_INSPECT] = {.fill = op_inspect},
+        [OPS_RESOLVE] = {.fill = op_resolve},   [OPS_LIST_MODELS] = {.fill = op_list_models},
+        [OPS_STAT] = {.fill = op_stat},
+};
+
 void k3d_handle(struct k3d_conn *c)
 {
-	switch (c->req->op_case) {
-	case K3CACHE__V1__REQUEST__OP_PUT_MODEL:
-	case K3CACHE__V1__REQUEST__OP_PUBLISH:
-	case K3CACHE__V1__REQUEST__OP_EVICT:
-	case K3CACHE__V1__REQUEST__OP_VERIFY:
-		if (c->srv->stopping) {
-			respond_status(c, STATUS_BUSY, "the daemon is shutting down");
-			break;
+	enum ops_id op = ops_of(c->req);
+	const struct loop_op *l = &loop_ops[op];
+	if (ops_table[op].writer) {
+		if (!c->srv->stopping) {
+			to_writer(c);
+			return; /* answered when the writer hands the job back */
 		}
-		to_writer(c);
-		return; /* answered when the writer hands the job back */
-	case K3CACHE__V1__REQUEST__OP_HELLO:
-		op_hello(c);
-		break;
-	case K3CACHE__V1__REQUEST__OP_LOOKUP:
-		op_lookup(c);
-		break;
-	case K3CACHE__V1__REQUEST__OP_RESTORE:
-		op_restore(c);
-		break;
-	case K3CACHE__V1__REQUEST__OP_REPORT:
-		op_report(c);
-		break;
-	case K3CACHE__V1__REQUEST__OP_LIST:
-	case K3CACHE__V1__REQUEST__OP_INSPECT:
-	case K3CACHE__V1__REQUEST__OP_STAT:
-	case K3CACHE__V1__REQUEST__OP_LIST_MODELS:
-	case K3CACHE__V1__REQUEST__OP_RESOLVE:
-		via_service(c);
-		break;
-	default:
+		respond_status(c, STATUS_BUSY, "the daemon is shutting down");
+	} else if (l->handle) {
+		l->handle(c);
+	} else if (l->fill) {
+		via_service(c, l->fill);
+	} else {
 		respond_status(c, STATUS_UNSUPPORTED, "unknown op");
-		break;
 	}
 	done(c);
 }
 
 /* ---- the writer's side: run in the writer thread ------------------------------ */
 
+/* The writer's ops but a publish, which writer.c batches (ops.h). */
+static void run_put_model(struct k3d_server *srv, struct k3d_job *job)
+{
+	service_put_model(srv->store, job->req->put_model, &job->resp);
+}
+
+static void run_evict(struct k3d_server *srv, struct k3d_job *job)
+{
+	service_evict(srv->store, job->req->evict, &job->resp);
+}
+
+static void run_verify(struct k3d_server *srv, struct k3d_job *job)
+{
+	service_verify(srv->store, &job->resp);
+}
+
+static void (*const writer_ops[OPS_N])(struct k3d_server *, struct k3d_job *) = {
+        [OPS_PUT_MODEL] = run_put_model,
+        [OPS_EVICT] = run_evict,
+        [OPS_VERIFY] = run_verify,
+};
+
 void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job)
 {
-	frame_response *r = &job->resp;
-	switch (job->req->op_case) {
-	case K3CACHE__V1__REQUEST__OP_PUT_MODEL:
-		service_put_model(srv->store, job->req->put_model, r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_EVICT:
-		service_evict(srv->store, job->req->evict, r);
-		break;
-	case K3CACHE__V1__REQUEST__OP_VERIFY:
-		service_verify(srv->store, r);
-		break;
-	default:
-		break;
-	}
+	void (*run)(struct k3d_server *, struct k3d_job *) = writer_ops[ops_of(job->req)];
+	if (run)
+		run(srv, job);
 }
