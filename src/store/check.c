@@ -40,6 +40,33 @@ int store_check_given_sum(const struct store_blob *b, uint32_t i, uint64_t sum,
 	return 0;
 }
 
+int store_check_rows_finite(const struct store_rows *r, uint32_t i, unsigned part,
+                            const unsigned char *data, uint64_t n, uint64_t before,
+                            char message[STATUS_MESSAGE_MAX])
+{
+	struct blob_f32vec v = {data, (uint32_t)n};
+	int64_t bad = blob_first_nonfinite(&v);
+	if (bad < 0)
+		return 0;
+	uint64_t row = r->first_row + (before + (uint64_t)bad) / (part ? r->v_row : r->k_row);
+	snprintf(message, STATUS_MESSAGE_MAX,
+	         "layer %u: %s row %llu holds a NaN or an Inf (non-finite)", i, part ? "v" : "k",
+	         (unsigned long long)row);
+	return -1;
+}
+
+int store_check_delta_sum(uint32_t i, uint64_t sum, uint64_t given,
+                          char message[STATUS_MESSAGE_MAX])
+{
+	if (sum == given)
+		return 0;
+	snprintf(message, STATUS_MESSAGE_MAX,
+	         "layer %u: the base's rows and these make a blob that hashes to %016llx, the "
+	         "publish says %016llx",
+	         i, (unsigned long long)sum, (unsigned long long)given);
+	return -1;
+}
+
 enum status_code store_check_publish(struct store *s, const struct store_publish_req *r,
                                      struct k3cache_model **model, uint64_t *total_out,
                                      uint8_t key[STORE_KEY_LEN], struct status *st)

@@ -26,6 +26,21 @@ int store_check_layer(const struct store_publish_req *r, const struct k3cache_mo
 int store_check_given_sum(const struct store_blob *b, uint32_t i, uint64_t sum,
                           char message[STATUS_MESSAGE_MAX]);
 
+/* A delta's new rows (store_rows: fresh_k bytes of k rows, then v rows,
+ * from row first_row), as delta.c checks them whole and staged.c's scan
+ * piece by piece: n floats of part (0 k, 1 v) at data, the first of them
+ * float `before` of that part's new rows, must be finite. 0, or -1 with the
+ * message naming the layer, the part and the row. */
+int store_check_rows_finite(const struct store_rows *r, uint32_t i, unsigned part,
+                            const unsigned char *data, uint64_t n, uint64_t before,
+                            char message[STATUS_MESSAGE_MAX]);
+
+/* A delta's assembled layer i (the base's rows and the new ones) hashes to
+ * sum; the publish gave `given`. 0, or -1 with the message: the worker's
+ * rows or the base's are not what the worker hashed. */
+int store_check_delta_sum(uint32_t i, uint64_t sum, uint64_t given,
+                          char message[STATUS_MESSAGE_MAX]);
+
 /* A layer's tag (its first byte; a delta's assembled layer is MLA). */
 static inline uint8_t store_check_tag(const struct store_blob *b)
 {

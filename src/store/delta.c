@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "check.h"
 #include "env.h"
 #include "prefix.h"
 #include "record.h"
@@ -102,25 +103,15 @@ static enum status_code check_fresh(const struct store_rows *r, uint32_t i, uint
                                     XXH3_state_t *hs, uint64_t *sum, int *refused, int *check_base,
                                     struct status *st)
 {
-	struct blob_f32vec nv[2] = {{r->fresh, (uint32_t)(r->fresh_k / 4)},
-	                            {r->fresh + r->fresh_k, (uint32_t)(r->fresh_v / 4)}};
-	for (int part = 0; part < 2; part++) {
-		int64_t bad = blob_first_nonfinite(&nv[part]);
-		if (bad >= 0)
-			return status_set(
-			        st, STATUS_INVALID,
-			        "layer %u: %s row %llu holds a NaN or an Inf (non-finite)", i,
-			        part ? "v" : "k",
-			        (unsigned long long)r->first_row +
-			                (unsigned long long)bad / (part ? r->v_row : r->k_row));
-	}
+	char message[STATUS_MESSAGE_MAX];
+	if (store_check_rows_finite(r, i, 0, r->fresh, r->fresh_k / 4, 0, message) != 0 ||
+	    store_check_rows_finite(r, i, 1, r->fresh + r->fresh_k, r->fresh_v / 4, 0, message) !=
+	            0)
+		return status_set(st, STATUS_INVALID, "%s", message);
 	*sum = rows_sum(r, i, hs);
-	if (*sum != given) {
+	if (store_check_delta_sum(i, *sum, given, message) != 0) {
 		*check_base = 1; /* the worker's rows, or the base's? */
-		return REFUSE(STATUS_INVALID,
-		              "layer %u: the base's rows and these make a blob that hashes to "
-		              "%016llx, the publish says %016llx",
-		              i, (unsigned long long)*sum, (unsigned long long)given);
+		return REFUSE(STATUS_INVALID, "%s", message);
 	}
 	return STATUS_OK;
 }

@@ -302,7 +302,6 @@ static int scan_rows(struct store_stage *g, struct hasher *h, size_t *at_seg, ui
 	for (unsigned part = 0; part < 2; part++) {
 		const struct store_segment *pc = part ? rw->v : rw->k;
 		uint32_t n = part ? rw->n_v : rw->n_k;
-		uint64_t row = (uint64_t)(part ? rw->v_row : rw->k_row) * 4;
 		uint64_t first = g->blob_at[i] + (part ? rw->fresh_k : 0); /* its fresh rows */
 		if (ls && part)
 			XXH3_64bits_update(ls, rw->vcount, sizeof(rw->vcount));
@@ -326,18 +325,10 @@ static int scan_rows(struct store_stage *g, struct hasher *h, size_t *at_seg, ui
 					upto = fed + SCAN_PIECE;
 				upto -= (upto - fed) % 4; /* whole floats */
 				if (ls) {
-					struct blob_f32vec v = {d + fed,
-					                        (uint32_t)((upto - fed) / 4)};
-					int64_t bad = blob_first_nonfinite(&v);
-					if (bad >= 0) {
-						uint64_t at = pos + fed - first + (uint64_t)bad * 4;
-						unsigned long long r = rw->first_row + at / row;
-						snprintf(message, STATUS_MESSAGE_MAX,
-						         "layer %u: %s row %llu holds a NaN or "
-						         "an Inf (non-finite)",
-						         i, part ? "v" : "k", r);
+					if (store_check_rows_finite(
+					            rw, i, part, d + fed, (upto - fed) / 4,
+					            (pos + fed - first) / 4, message) != 0)
 						return 1;
-					}
 					XXH3_64bits_update(ls, d + fed, (size_t)(upto - fed));
 				}
 				fed = upto;
@@ -347,13 +338,8 @@ static int scan_rows(struct store_stage *g, struct hasher *h, size_t *at_seg, ui
 		}
 	}
 	if (ls) {
-		uint64_t sum = XXH3_64bits_digest(ls);
-		if (sum != b->xxh3) {
+		if (store_check_delta_sum(i, XXH3_64bits_digest(ls), b->xxh3, message) != 0) {
 			g->refused = 1;
-			snprintf(message, STATUS_MESSAGE_MAX,
-			         "layer %u: the base's rows and these make a blob that hashes to "
-			         "%016llx, the publish says %016llx",
-			         i, (unsigned long long)sum, (unsigned long long)b->xxh3);
 			return 1;
 		}
 	}
