@@ -1015,6 +1015,30 @@ static void test_streamed_publish_client_leaves(void **state)
 	k3cache_close(c);
 }
 
+/* A streamed delta under way: a turn of 2600 rows (make_turn(2600, 1, 2))
+ * of prompt t as a delta of base from row 600, three quarters of its
+ * payload sent on fd. */
+struct streamed_delta {
+	struct snap whole, payload;
+	uint64_t sums[16];
+	size_t sent;
+	int fd;
+};
+
+static void start_streamed_delta(struct streamed_delta *sd, const uint32_t *t, const uint8_t *base)
+{
+	sd->whole = make_turn(2600, 1, 2);
+	sd->payload = delta_payload(&sd->whole, 2600, 600, sd->sums);
+	sd->sent = (size_t)(snap_bytes(&sd->payload) * 3 / 4);
+	sd->fd = raw_publish_delta_partial(&sd->payload, t, 2600, sd->sent, base, 600, sd->sums);
+}
+
+static void free_streamed_delta(struct streamed_delta *sd)
+{
+	free_snap(&sd->payload);
+	free_snap(&sd->whole);
+}
+
 /* A delta larger than the window streams through it as a whole publish
  * does: 20 MB of new rows are held at most three 1 MiB stages at a time
  * (all --max-inflight is charged), the base's rows come from the map, and
@@ -1030,26 +1054,22 @@ static void test_streamed_delta_through_window(void **state)
 	struct k3cache_publish_result a;
 	assert_int_equal(publish_turn(c, t, 600, 1, 1, "", NULL, 0, &a), 0);
 	uint64_t d0 = stat_counter(c, "delta_publishes"), r0 = stat_counter(c, "delta_refused");
-	struct snap whole = make_turn(2600, 1, 2);
-	uint64_t sums[16];
-	struct snap s = delta_payload(&whole, 2600, 600, sums);
-	int fd = raw_publish_delta_partial(&s, t, 2600, (size_t)(snap_bytes(&s) * 3 / 4), a.key,
-	                                   600, sums);
+	struct streamed_delta sd;
+	start_streamed_delta(&sd, t, a.key);
 	for (int i = 0; i < 100 && counter(c, "window_bytes") == 0; i++)
 		daemonutil_sleep_ms(20);
 	assert_int_equal(counter(c, "staging"), 1);
 	assert_true(counter(c, "window_bytes") > 0);
 	assert_true(counter(c, "window_bytes") <= 3u << 20);
 	assert_true(counter(c, "inflight_bytes") <= 3u << 20);
-	finish_raw_publish(fd, &s, (size_t)(snap_bytes(&s) * 3 / 4), 1);
+	finish_raw_publish(sd.fd, &sd.payload, sd.sent, 1);
 	assert_int_equal(stat_counter(c, "delta_publishes"), d0 + 1);
 	assert_int_equal(stat_counter(c, "delta_refused"), r0);
 	assert_int_equal(counter(c, "window_bytes"), 0);
 	uint8_t key[K3CACHE_KEY_LEN];
 	prefix_key(twin->fingerprint, "", 0, t, 2600, key);
 	expect_turn(c, key, 2600, 1, 2);
-	free_snap(&s);
-	free_snap(&whole);
+	free_streamed_delta(&sd);
 	k3cache_close(c);
 }
 
@@ -1195,17 +1215,14 @@ static void test_sigkill_mid_streamed_delta(void **state)
 	assert_int_equal(publish_turn(c, t, 600, 1, 1, "", NULL, 0, &a), 0);
 	uint64_t entries = counter(c, "entries"), chunks = counter(c, "chunks"),
 	         blocks = counter(c, "blocks"), bytes = counter(c, "bytes");
-	struct snap whole = make_turn(2600, 1, 2);
-	uint64_t sums[16];
-	struct snap s = delta_payload(&whole, 2600, 600, sums);
-	int fd = raw_publish_delta_partial(&s, t, 2600, (size_t)(snap_bytes(&s) * 3 / 4), a.key,
-	                                   600, sums);
+	struct streamed_delta sd;
+	start_streamed_delta(&sd, t, a.key);
 	for (int i = 0; i < 100 && counter(c, "blocks") == blocks; i++)
 		daemonutil_sleep_ms(20);
 	assert_true(counter(c, "blocks") > blocks); /* new blocks held by the delta */
 	k3cache_close(c);
 	assert_int_equal(daemonutil_stop(&d, SIGKILL), 128 + SIGKILL);
-	close(fd);
+	close(sd.fd);
 	assert_int_equal(start_daemon(), 0);
 	c = connect_ok();
 	assert_int_equal(counter(c, "staged_swept"), 1);
@@ -1221,8 +1238,7 @@ static void test_sigkill_mid_streamed_delta(void **state)
 	assert_int_equal(b.delta_rows, 600);
 	expect_turn(c, b.key, 2600, 1, 2);
 	expect_verify_clean(c);
-	free_snap(&s);
-	free_snap(&whole);
+	free_streamed_delta(&sd);
 	k3cache_close(c);
 }
 
