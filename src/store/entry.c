@@ -310,6 +310,13 @@ const unsigned char *store_entry_part(const struct store_entry_plan *plan, uint3
 	return part ? b->v : b->k;
 }
 
+unsigned store_entry_part_is_v(const struct store_entry_plan *plan, uint32_t q)
+{
+	unsigned part;
+	(void)part_of(plan, q, &part);
+	return part;
+}
+
 uint32_t store_entry_part_fills(const struct store_entry_plan *plan, uint32_t q,
                                 const struct store_plan_fill **fills)
 {

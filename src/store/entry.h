@@ -82,6 +82,8 @@ void store_entry_plan_free(struct store_entry_plan *plan);
 uint32_t store_entry_parts(const struct store_entry_plan *plan);
 const unsigned char *store_entry_part(const struct store_entry_plan *plan, uint32_t q, size_t *len,
                                       uint32_t *layer);
+/* Whether part q is a block's v rows (1) or its k rows (0). */
+unsigned store_entry_part_is_v(const struct store_entry_plan *plan, uint32_t q);
 /* A part whose rows span a delta's pieces is a buffer of the plan's, filled
  * when it is placed: its fills (their sources are where its bytes come
  * from), or 0 for a part that points into one piece. */

@@ -337,11 +337,9 @@ static int scan_rows(struct store_stage *g, struct hasher *h, size_t *at_seg, ui
 			}
 		}
 	}
-	if (ls) {
-		if (store_check_delta_sum(i, XXH3_64bits_digest(ls), b->xxh3, message) != 0) {
-			g->refused = 1;
-			return 1;
-		}
+	if (ls && store_check_delta_sum(i, XXH3_64bits_digest(ls), b->xxh3, message) != 0) {
+		g->refused = 1;
+		return 1;
 	}
 	uint64_t len;
 	(void)pay_span(&g->r, i, &len);
@@ -825,24 +823,26 @@ static uint64_t part_at(const struct store_stage *g, uint32_t q, int end)
 	size_t len;
 	uint32_t i;
 	const unsigned char *p = store_entry_part(&g->plan, q, &len, &i);
-	const struct store_plan_fill *f;
+	const struct store_plan_fill *f, whole = {NULL, p, len, 0};
 	uint32_t nf = store_entry_part_fills(&g->plan, q, &f);
+	if (!nf) { /* the part points into one piece */
+		f = &whole;
+		nf = 1;
+	}
 	uint64_t lo = UINT64_MAX, hi = 0;
-	for (uint32_t j = 0; j < nf || (nf == 0 && j == 0); j++) {
-		const unsigned char *src = nf ? f[j].src : p;
-		size_t n = nf ? f[j].len : len;
-		uint64_t at = n ? pay_pos(g, i, src) : UINT64_MAX;
+	for (uint32_t j = 0; j < nf; j++) {
+		uint64_t at = f[j].len ? pay_pos(g, i, f[j].src) : UINT64_MAX;
 		if (at == UINT64_MAX)
 			continue;
 		if (at < lo)
 			lo = at;
-		if (at + n > hi)
-			hi = at + n;
+		if (at + f[j].len > hi)
+			hi = at + f[j].len;
 	}
 	if (lo != UINT64_MAX)
 		return end ? hi : lo;
 	const struct store_rows *rw = g->r.blobs[i].rows;
-	unsigned v = q % (2 * g->plan.per_layer) >= g->plan.per_layer;
+	unsigned v = store_entry_part_is_v(&g->plan, q);
 	return g->blob_at[i] + (rw && v ? rw->fresh_k : 0);
 }
 
