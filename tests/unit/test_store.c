@@ -2310,6 +2310,36 @@ static void test_window_delta_write_failure_reads_nothing_after(void **state)
 	model_free(m);
 }
 
+/* A delta assembled before its rows arrived can only go through a staged
+ * publish, whose scan checks those rows: a whole publish of it is refused
+ * and stores nothing. */
+static void test_unread_delta_refused_by_whole_publish(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[300];
+	seq(t, 300, 81);
+	struct store_publish_res a = {0}, b = {0};
+	assert_int_equal(conv_publish(f, t, 130, 1, 1, &a), STATUS_OK);
+	struct delta_req d;
+	delta_make(f, &d, t, 250, 130, 1, 2);
+	struct store_delta asm_;
+	struct status st = {0};
+	int refused = 0;
+	assert_int_equal(
+	        store_delta_assemble_unread(f->st, &d.req, a.key, 130, &asm_, &refused, &st),
+	        STATUS_OK);
+	struct store_publish_req whole = d.req;
+	whole.blobs = asm_.blobs;
+	assert_int_equal(store_publish(f->st, &whole, &b, &st), STATUS_INVALID);
+	if (!strstr(st.message, "published staged only"))
+		fail_msg("message: %s", st.message);
+	store_delta_free(&asm_);
+	delta_free(&d);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.entries, 1);
+}
+
 /* Sets float `at` of an MLA layer's blob and, with resum, its sum. */
 static void poke_row_float(struct storeutil_snap *s, uint32_t layer, size_t at, float x, int resum)
 {
@@ -3097,6 +3127,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_window_delta_nan_in_new_rows_stores_nothing,
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_window_delta_shapes, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_unread_delta_refused_by_whole_publish, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_window_publish_many_chunks_apart, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_window_delta_write_failure_reads_nothing_after,
