@@ -12,6 +12,7 @@
 
 #include "frame.h"
 #include "ops.h"
+#include "pool.h"
 #include "status.h"
 #include "store.h"
 #include "tenancy.h"
@@ -214,14 +215,6 @@ double k3d_now(void);
 /* The address a listening socket is bound to, as 127.0.0.1:PORT or
  * [::1]:PORT (getsockname). */
 void k3d_bound_address(evutil_socket_t fd, char *out, size_t outsz);
-
-/* pool (conn.c): a payload buffer of at least n bytes, and its return. */
-unsigned char *k3d_pool_get(struct k3d_server *srv, uint64_t n, uint64_t *cap);
-void k3d_pool_put(struct k3d_server *srv, unsigned char *buf, uint64_t cap);
-/* Frees the pools and trims the heaps once no payload came for
- * K3D_POOL_IDLE_TICKS and none is in flight (a tick). */
-#define K3D_POOL_IDLE_TICKS 10
-void k3d_pool_release_idle(struct k3d_server *srv);
 
 /* conn.c */
 /* tcp: it came in on --listen (the listener's family says, not the peer's
