@@ -29,11 +29,20 @@ static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 static void process(struct k3d_conn *c);
 
+/* Whether c's read event is enabled. */
+static int reading(const struct k3d_conn *c)
+{
+	return event_pending(c->rev, EV_READ, NULL) != 0;
+}
+
 static void set_reading(struct k3d_conn *c, int on)
 {
-	if (on == c->reading || c->dead || (on && c->yielding))
-		return; /* a yielding upload is read again when its pause ends */
-	c->reading = on;
+	/* a paused upload is read again when its pause ends; a closing or a
+	 * closed connection never */
+	if (on && (c->state == K3D_YIELD || c->state == K3D_CLOSING || c->state == K3D_DEAD))
+		return;
+	if (on == reading(c))
+		return;
 	if (on)
 		event_add(c->rev, NULL);
 	else
@@ -49,11 +58,34 @@ static void set_bulk(struct event *ev, int bulk)
 	(void)event_priority_set(ev, bulk ? K3D_PRIO_BULK : K3D_PRIO_HIGH);
 }
 
-static void set_state(struct k3d_conn *c, enum k3d_conn_state state)
+#define K3D_STATE_NAME(s) [K3D_##s] = #s,
+static const char *const state_names[] = {K3D_CONN_STATES(K3D_STATE_NAME)};
+#undef K3D_STATE_NAME
+
+/* As memcached's conn_set_state: every change of state comes through here,
+ * and is traced at debug level. */
+void k3d_conn_set_state(struct k3d_conn *c, enum k3d_conn_state state)
 {
-	c->state = state;
+	enum k3d_conn_state from = c->state;
+	/* final: a closing connection is never read again, a dead one is only
+	 * waiting to be freed */
+	if (from == K3D_DEAD || (from == K3D_CLOSING && state != K3D_DEAD))
+		return;
+	if (from != state) {
+		k3d_log(K3D_LOG_DEBUG, "conn %llu: %s -> %s", (unsigned long long)c->id,
+		        state_names[from], state_names[state]);
+		c->state = state;
+	}
+	if (state == K3D_YIELD || state == K3D_CLOSING || state == K3D_DEAD)
+		set_reading(c, 0);
 	set_bulk(c->rev,
 	         (state == K3D_READ_PAYLOAD || state == K3D_DISCARD) && c->plen >= BULK_BYTES);
+}
+
+void k3d_conn_submit(struct k3d_conn *c, struct k3d_job *job)
+{
+	c->jobs_out++;
+	k3d_writer_submit(c->srv->writer, job);
 }
 
 static void want_write(struct k3d_conn *c)
@@ -66,9 +98,8 @@ static void want_write(struct k3d_conn *c)
 
 void k3d_conn_close_after_reply(struct k3d_conn *c)
 {
-	c->closing = 1;
 	c->in_start = c->in_end = 0;
-	set_reading(c, 0);
+	k3d_conn_set_state(c, K3D_CLOSING);
 	event_active(c->wev, EV_WRITE, 0);
 }
 
@@ -149,7 +180,8 @@ void k3d_conn_reset(struct k3d_conn *c)
 	c->plen = c->pgot = 0;
 	c->trial = 0;
 	c->rate_mark = c->rate_ticks = 0;
-	set_state(c, K3D_READ_LEN);
+	/* a restore still queueing its chunks is answered first */
+	k3d_conn_set_state(c, c->sending ? K3D_SENDING : K3D_READ_LEN);
 }
 
 static void conn_free(struct k3d_conn *c)
@@ -179,12 +211,16 @@ static int mid_frame(const struct k3d_conn *c)
 	case K3D_READ_HEADER:
 	case K3D_WAIT_MEMORY:
 	case K3D_READ_PAYLOAD:
+	case K3D_YIELD:
 	case K3D_WAIT_WINDOW:
 	case K3D_DISCARD:
 		return 1;
 	case K3D_READ_LEN:
 		return c->hgot > 0;
 	case K3D_BUSY:
+	case K3D_SENDING:
+	case K3D_CLOSING: /* answered: none of its input is awaited */
+	case K3D_DEAD:
 		return 0;
 	}
 	return 0;
@@ -193,7 +229,7 @@ static int mid_frame(const struct k3d_conn *c)
 void k3d_conn_close(struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
-	if (c->dead)
+	if (c->state == K3D_DEAD)
 		return;
 	if (mid_frame(c))
 		srv->closed_mid_frame++;
@@ -208,25 +244,32 @@ void k3d_conn_close(struct k3d_conn *c)
 	k3d_log(K3D_LOG_DEBUG, "conn %llu: closed", (unsigned long long)c->id);
 	event_del(c->rev);
 	event_del(c->wev);
-	int held = c->ingest != NULL; /* the writer has our streamed publish */
-	if (held)
+	if (c->ingest)                /* the writer has our streamed publish */
 		k3d_ingest_cancel(c); /* it removes what it wrote, then hands it back */
-	if (c->state == K3D_BUSY || held || c->orphans) {
-		/* the writer holds our request: free us when it hands it back */
-		c->dead = 1;
+	if (c->jobs_out) {
+		/* the writer holds jobs of ours: free us when the last is back */
+		k3d_conn_set_state(c, K3D_DEAD);
 		return;
 	}
 	conn_free(c);
 }
 
+/* A job of c's is back from the writer: whether c is dead and held only by
+ * it (then it has been freed). */
+static int job_back(struct k3d_conn *c)
+{
+	c->jobs_out--;
+	if (c->state != K3D_DEAD)
+		return 0;
+	if (!c->jobs_out)
+		conn_free(c);
+	return 1;
+}
+
 void k3d_conn_request_done(struct k3d_conn *c)
 {
-	if (c->dead) {
-		set_state(c, K3D_READ_LEN);
-		if (!c->orphans) /* else the last one frees it */
-			conn_free(c);
+	if (job_back(c))
 		return;
-	}
 	k3d_conn_reset(c);
 	k3d_conn_resume_waiting(c->srv);
 	process(c);
@@ -234,9 +277,16 @@ void k3d_conn_request_done(struct k3d_conn *c)
 
 void k3d_conn_orphan_done(struct k3d_conn *c)
 {
-	c->orphans--;
-	if (c->dead && !c->orphans && c->state != K3D_BUSY && !c->ingest)
-		conn_free(c);
+	(void)job_back(c);
+}
+
+void k3d_conn_ingest_ended(struct k3d_conn *c)
+{
+	c->ingest = NULL;
+	c->win = NULL;
+	c->payload = NULL; /* the job's window, closed with it */
+	if (!job_back(c))
+		k3d_conn_close(c);
 }
 
 /* Queues resp; 0 when a short TOO_LARGE answer (or nothing, out of memory)
@@ -257,8 +307,7 @@ static int queue_response(struct k3d_conn *c, frame_response *resp)
 		k3d_log(K3D_LOG_WARN, "conn %llu: %s", (unsigned long long)c->id, small.message);
 		n = frame_encode_response(&small, &buf);
 		if (!n) {
-			c->closing = 1;
-			set_reading(c, 0);
+			k3d_conn_set_state(c, K3D_CLOSING);
 			return 0;
 		}
 		evbuffer_add(c->out, buf, n);
@@ -329,6 +378,15 @@ static void verify_later(struct k3d_conn *c, struct k3d_stream *ref)
 	k3d_writer_submit(c->srv->writer, job);
 }
 
+/* The restore being sent has no more chunks to queue: requests are read
+ * again (once its last bytes are out). */
+static void end_sending(struct k3d_conn *c)
+{
+	c->sending = NULL;
+	if (c->state == K3D_SENDING)
+		k3d_conn_set_state(c, K3D_READ_LEN);
+}
+
 static void release_snapshot(const void *data, size_t len, void *arg)
 {
 	(void)data;
@@ -345,7 +403,7 @@ static void release_snapshot(const void *data, size_t len, void *arg)
 static void refuse_damaged(struct k3d_conn *c, struct k3d_stream *ref, struct status *st)
 {
 	verify_later(c, ref);
-	c->sending = NULL;
+	end_sending(c);
 	if (c->written <= c->send_from) {
 		uint64_t earlier = c->send_from - c->written; /* bytes of earlier answers */
 		struct evbuffer *head = evbuffer_new();
@@ -370,8 +428,7 @@ static void refuse_damaged(struct k3d_conn *c, struct k3d_stream *ref, struct st
 	        (unsigned long long)c->id, c->peer, st->message,
 	        (unsigned long long)(c->written - c->send_from));
 	k3d_stream_unref(ref);
-	c->closing = 1;
-	set_reading(c, 0);
+	k3d_conn_set_state(c, K3D_CLOSING);
 }
 
 /* Queues the restore's next chunks until FEED_AHEAD bytes wait to be sent,
@@ -385,7 +442,7 @@ static void feed_restore(struct k3d_conn *c)
 		struct k3d_stream *ref = c->sending;
 		uint64_t n = store_snapshot_chunks(ref->snap);
 		if (c->send_chunk >= n) { /* nothing (more) to queue */
-			c->sending = NULL;
+			end_sending(c);
 			k3d_stream_unref(ref);
 			return;
 		}
@@ -399,17 +456,16 @@ static void feed_restore(struct k3d_conn *c)
 		}
 		int last = c->send_chunk == n;
 		if (last)
-			c->sending = NULL;
+			end_sending(c);
 		if (evbuffer_add_reference(c->out, data, len, last ? release_snapshot : NULL,
 		                           last ? ref : NULL) != 0) {
 			/* out of memory: the answer cannot be finished; the client
 			 * sees the connection close mid-payload */
 			k3d_log(K3D_LOG_WARN, "conn %llu (%s): restore: out of memory",
 			        (unsigned long long)c->id, c->peer);
-			c->sending = NULL;
+			end_sending(c);
 			k3d_stream_unref(ref);
-			c->closing = 1;
-			set_reading(c, 0);
+			k3d_conn_set_state(c, K3D_CLOSING);
 			return;
 		}
 	}
@@ -445,6 +501,7 @@ void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct s
 	c->sending = ref;
 	c->send_chunk = 0;
 	c->send_id = resp->id;
+	k3d_conn_set_state(c, K3D_SENDING);
 	feed_restore(c);
 	want_write(c);
 }
@@ -469,9 +526,8 @@ static void fatal_frame(struct k3d_conn *c, const struct status *st)
 {
 	/* the stream cannot be trusted past this point: answer, then close */
 	k3d_conn_error(c, 0, st);
-	c->closing = 1;
 	c->in_start = c->in_end = 0;
-	set_reading(c, 0);
+	k3d_conn_set_state(c, K3D_CLOSING);
 	want_write(c);
 }
 
@@ -510,16 +566,15 @@ static void header_done(struct k3d_conn *c)
 	if (code == STATUS_TOO_LARGE) {
 		st.code = code;
 		k3d_conn_error(c, c->req->id, &st);
-		c->closing = 1;
 		c->in_start = c->in_end = 0;
-		set_reading(c, 0);
+		k3d_conn_set_state(c, K3D_CLOSING);
 		return;
 	}
 	if (code != STATUS_OK) {
 		c->pending = st;
 		c->plen = c->req->payload_len;
 		c->pgot = 0;
-		set_state(c, K3D_DISCARD);
+		k3d_conn_set_state(c, K3D_DISCARD);
 		return;
 	}
 	if (c->req->payload_len == 0) {
@@ -528,7 +583,7 @@ static void header_done(struct k3d_conn *c)
 	}
 	c->plen = c->req->payload_len;
 	c->pgot = 0;
-	set_state(c, K3D_WAIT_MEMORY);
+	k3d_conn_set_state(c, K3D_WAIT_MEMORY);
 }
 
 /* Reserves in-flight bytes and allocates the payload buffer; 0 when it must
@@ -563,7 +618,7 @@ static int reserve_payload(struct k3d_conn *c)
 			c->pending = st;
 			end_trial_wait(c);
 			c->trial = 0;
-			set_state(c, K3D_DISCARD);
+			k3d_conn_set_state(c, K3D_DISCARD);
 			return 1;
 		}
 		release_reservation(c); /* the trial's, and ends its wait */
@@ -575,7 +630,7 @@ static int reserve_payload(struct k3d_conn *c)
 		srv->inflight_bytes += want;
 		srv->payload_tick = srv->ticks;
 		srv->idle_trimmed = 0;
-		set_state(c, K3D_READ_PAYLOAD);
+		k3d_conn_set_state(c, K3D_READ_PAYLOAD);
 		return 1;
 	}
 	uint64_t cap;
@@ -587,7 +642,7 @@ static int reserve_payload(struct k3d_conn *c)
 		c->pending = st;
 		end_trial_wait(c);
 		c->trial = 0;
-		set_state(c, K3D_DISCARD);
+		k3d_conn_set_state(c, K3D_DISCARD);
 		return 1;
 	}
 	if (c->trial) { /* its first bytes are in: move them to the whole */
@@ -602,7 +657,7 @@ static int reserve_payload(struct k3d_conn *c)
 	srv->inflight_bytes += cap;
 	srv->payload_tick = srv->ticks;
 	srv->idle_trimmed = 0;
-	set_state(c, K3D_READ_PAYLOAD);
+	k3d_conn_set_state(c, K3D_READ_PAYLOAD);
 	return 1;
 }
 
@@ -625,28 +680,27 @@ static void window_next(struct k3d_conn *c)
 {
 	int rc = k3d_ingest_window(c);
 	if (rc == 0) {
-		set_state(c, K3D_READ_PAYLOAD);
+		k3d_conn_set_state(c, K3D_READ_PAYLOAD);
 	} else if (rc > 0) {
 		if (c->state != K3D_WAIT_WINDOW)
 			c->srv->window_waits++;
-		set_state(c, K3D_WAIT_WINDOW);
+		k3d_conn_set_state(c, K3D_WAIT_WINDOW);
 	} else {
 		/* the writer hands the job back later (k3d_conn_orphan_done);
 		 * this connection discards the rest and answers by itself */
-		c->ingest->orphaned = 1;
-		c->orphans++;
+		c->ingest->orphaned = 1; /* still one of c->jobs_out */
 		c->pending_id = c->ingest->req->id;
 		k3d_ingest_cancel(c);
 		status_set(&c->pending, STATUS_BUSY,
 		           "out of memory for a receive window; retry later");
-		set_state(c, K3D_DISCARD);
+		k3d_conn_set_state(c, K3D_DISCARD);
 	}
 }
 
 void k3d_conn_windows_moved(struct k3d_server *srv)
 {
 	for (struct k3d_conn *c = srv->conns; c; c = c->next) {
-		if (!c->win || c->dead)
+		if (!c->win || c->state == K3D_DEAD)
 			continue;
 		if (c->state == K3D_WAIT_WINDOW) {
 			window_next(c);
@@ -668,7 +722,7 @@ static void payload_arrived(struct k3d_conn *c)
 		else
 			k3d_handle(c);
 	} else if (c->trial && c->pgot == K3D_TRIAL_BYTES) {
-		set_state(c, K3D_WAIT_MEMORY);
+		k3d_conn_set_state(c, K3D_WAIT_MEMORY);
 		c->srv->waiting_trials += c->reserved;
 	} else if (c->ingest) {
 		k3d_ingest_arrived(c);
@@ -680,7 +734,7 @@ static void payload_arrived(struct k3d_conn *c)
 void k3d_conn_resume_waiting(struct k3d_server *srv)
 {
 	for (struct k3d_conn *c = srv->conns; c; c = c->next)
-		if (c->state == K3D_WAIT_MEMORY && !c->dead)
+		if (c->state == K3D_WAIT_MEMORY)
 			process(c);
 }
 
@@ -688,23 +742,18 @@ void k3d_conn_resume_waiting(struct k3d_server *srv)
 static void process(struct k3d_conn *c)
 {
 	for (;;) {
-		if (c->closing || c->dead)
-			return;
-		/* backpressure: do not take new requests while replies pile up, nor
-		 * while a restore still has chunks to queue (an answer would land
-		 * among them) */
-		if (c->state == K3D_READ_LEN &&
-		    (c->sending || evbuffer_get_length(c->out) > OUT_HIGH_WATER)) {
+		/* backpressure: do not take new requests while replies pile up */
+		if (c->state == K3D_READ_LEN && evbuffer_get_length(c->out) > OUT_HIGH_WATER) {
 			set_reading(c, 0);
 			return;
 		}
 		switch (c->state) {
 		case K3D_READ_LEN:
 			if (c->in_end == c->in_start) {
-				if (c->eof) {
+				if (c->input_ended) {
 					/* all it sent is answered or queued: close once the
 					 * replies are out (on_write does the closing) */
-					c->closing = 1;
+					k3d_conn_set_state(c, K3D_CLOSING);
 					event_active(c->wev, EV_WRITE, 0);
 					return;
 				}
@@ -731,7 +780,7 @@ static void process(struct k3d_conn *c)
 				fatal_frame(c, &st);
 				return;
 			}
-			set_state(c, K3D_READ_HEADER);
+			k3d_conn_set_state(c, K3D_READ_HEADER);
 			break;
 		case K3D_READ_HEADER:
 			if (c->in_end == c->in_start) {
@@ -780,8 +829,13 @@ static void process(struct k3d_conn *c)
 			}
 			c->pgot += (uint64_t)take(c, NULL, (size_t)(c->plen - c->pgot));
 			break;
-		case K3D_BUSY:
+		case K3D_BUSY:    /* the writer answers it */
+		case K3D_SENDING: /* an answer would land among the restore's chunks */
 			set_reading(c, 0);
+			return;
+		case K3D_YIELD: /* read again when its pause ends */
+		case K3D_CLOSING:
+		case K3D_DEAD:
 			return;
 		}
 	}
@@ -792,7 +846,9 @@ static void on_yield_end(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	struct k3d_conn *c = arg;
-	c->yielding = 0;
+	if (c->state != K3D_YIELD)
+		return; /* closed meanwhile */
+	k3d_conn_set_state(c, K3D_READ_PAYLOAD);
 	process(c); /* reads again, unless something else holds it */
 }
 
@@ -814,8 +870,7 @@ static void maybe_yield(struct k3d_conn *c, size_t just_read)
 	struct timeval tv = {(time_t)pause, (suseconds_t)((pause - (double)(time_t)pause) * 1e6)};
 	if (evtimer_add(c->yield_ev, &tv) != 0)
 		return;
-	set_reading(c, 0);
-	c->yielding = 1;
+	k3d_conn_set_state(c, K3D_YIELD);
 	srv->ingest_yields++;
 }
 
@@ -848,8 +903,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 					process(c);
 				else
 					maybe_yield(c, (size_t)n);
-				if (!c->reading || c->dead || c->closing)
-					return;
+				if (!reading(c))
+					return; /* waiting, paused, closing or closed */
 				continue;
 			}
 		} else {
@@ -866,8 +921,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 				srv->bytes_in += (uint64_t)n;
 				c->last_progress = srv->ticks;
 				process(c);
-				if (!c->reading || c->dead || c->closing)
-					return;
+				if (!reading(c))
+					return; /* waiting, paused, closing or closed */
 				continue;
 			}
 		}
@@ -878,7 +933,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 				k3d_conn_close(c);
 				return;
 			}
-			c->eof = 1;
+			c->input_ended = 1;
 			set_reading(c, 0);
 			process(c); /* requests still buffered get their answers */
 			return;
@@ -923,7 +978,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	event_del(c->wev);
-	if (c->closing) {
+	if (c->state == K3D_CLOSING) {
 		k3d_conn_close(c);
 		return;
 	}
@@ -937,7 +992,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 static int upload_too_slow(struct k3d_conn *c)
 {
 	uint64_t rate = c->srv->cfg.min_upload_rate;
-	if (!rate || c->state != K3D_READ_PAYLOAD || c->yielding)
+	if (!rate || c->state != K3D_READ_PAYLOAD)
 		return 0;
 	if (++c->rate_ticks < K3D_RATE_WINDOW)
 		return 0;

@@ -131,15 +131,25 @@ struct k3d_server {
 #define K3D_PRIO_HIGH 0
 #define K3D_PRIO_BULK 1
 
-enum k3d_conn_state {
-	K3D_READ_LEN,
-	K3D_READ_HEADER,
-	K3D_WAIT_MEMORY, /* header read; waiting for in-flight bytes to free */
-	K3D_READ_PAYLOAD,
-	K3D_WAIT_WINDOW, /* a streamed payload's window is full: the store consumes first */
-	K3D_DISCARD,     /* skipping the payload of a refused request */
-	K3D_BUSY,        /* a request is with the writer thread */
-};
+/* A connection's states (conn.c). Every change goes through
+ * k3d_conn_set_state(), which traces it at debug level. CLOSING and DEAD are
+ * final: the setter never leaves them (but CLOSING for DEAD). */
+#define K3D_CONN_STATES(X)                                                                         \
+	X(READ_LEN)     /* reading a frame's length prefix (or between frames) */                  \
+	X(READ_HEADER)  /* reading its header */                                                   \
+	X(WAIT_MEMORY)  /* header read; waiting for in-flight bytes to free */                     \
+	X(READ_PAYLOAD) /* reading its payload into the buffer or window */                        \
+	X(YIELD)        /* the same, paused while lookups arrive (--yield-rate) */                 \
+	X(WAIT_WINDOW)  /* a streamed payload's window is full: the store consumes first */        \
+	X(DISCARD)      /* skipping the payload of a refused request */                            \
+	X(BUSY)         /* a request is with the writer thread */                                  \
+	X(SENDING)      /* a restore's chunks are still to queue: no request is read */            \
+	X(CLOSING)      /* reads no more; closes once the replies queued are out */                \
+	X(DEAD)         /* closed, while the writer holds a job of ours: freed when it is back */
+
+#define K3D_STATE_ID(s) K3D_##s,
+enum k3d_conn_state { K3D_CONN_STATES(K3D_STATE_ID) };
+#undef K3D_STATE_ID
 
 struct k3d_conn {
 	struct k3d_server *srv;
@@ -148,11 +158,12 @@ struct k3d_conn {
 	int fd;
 	struct event *rev, *wev;
 	struct evbuffer *out;
-	enum k3d_conn_state state;
-	int reading; /* read event enabled */
-	int closing; /* close once out is drained */
-	int eof;     /* the client half-closed: answer what it sent, then close */
-	int dead;    /* closed while the writer holds a request of ours */
+	enum k3d_conn_state state; /* set by k3d_conn_set_state() only */
+	/* Not a state: the client half-closed its side, so what is buffered is
+	 * all that will come. It is answered in whatever states that takes,
+	 * then READ_LEN with nothing buffered becomes CLOSING. */
+	int input_ended;
+	uint32_t jobs_out; /* jobs of ours the writer holds (k3d_conn_submit) */
 	char peer[64];
 	struct k3d_peer who; /* its namespace and rights (tenancy.h) */
 
@@ -175,8 +186,6 @@ struct k3d_conn {
 	uint64_t pending_id;        /* its request's id when the request went to a job */
 	struct k3d_job *ingest;     /* a publish written while its payload arrives */
 	struct k3d_window *win;     /* its receive window (the job's; window.h) */
-	uint32_t orphans;           /* streamed publishes given up by the loop, not yet
-	                               handed back by the writer (each job->orphaned) */
 	struct k3d_stream *sending; /* a restore whose chunks are still to queue */
 	uint64_t send_chunk;        /* its next chunk */
 	uint64_t send_id;           /* its request's id */
@@ -185,7 +194,6 @@ struct k3d_conn {
 
 	double t_request;       /* when the current request's header completed */
 	struct event *yield_ev; /* ends a pause of this upload (--yield-rate) */
-	int yielding;           /* paused: not read until yield_ev fires */
 	uint64_t last_progress; /* tick count of the last byte moved */
 	uint64_t last_request;  /* tick count of the last request */
 };
@@ -217,6 +225,11 @@ double k3d_now(void);
 void k3d_bound_address(evutil_socket_t fd, char *out, size_t outsz);
 
 /* conn.c */
+/* The one way a connection changes state (traced at debug level). */
+void k3d_conn_set_state(struct k3d_conn *c, enum k3d_conn_state state);
+/* Hands a job for c to the writer; c is not freed until it is back
+ * (k3d_conn_request_done, k3d_conn_orphan_done, k3d_conn_ingest_ended). */
+void k3d_conn_submit(struct k3d_conn *c, struct k3d_job *job);
 /* tcp: it came in on --listen (the listener's family says, not the peer's
  * text, which may not resolve) */
 void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer, int tcp);
@@ -235,6 +248,9 @@ void k3d_conn_request_done(struct k3d_conn *c);
 /* The writer handed back a streamed publish the loop had given up on
  * (job->orphaned): c is freed if it is closed and holds nothing else. */
 void k3d_conn_orphan_done(struct k3d_conn *c);
+/* The writer handed back c's streamed publish before its payload was whole
+ * (the daemon is stopping): there is nothing to answer; c closes. */
+void k3d_conn_ingest_ended(struct k3d_conn *c);
 /* Resumes connections waiting for in-flight memory. */
 void k3d_conn_resume_waiting(struct k3d_server *srv);
 /* The writer moved on: streamed payloads hand back the stages the store

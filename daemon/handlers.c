@@ -287,8 +287,8 @@ static void to_writer(struct k3d_conn *c)
 	 * connection until the job is done */
 	c->req = NULL;
 	c->payload = NULL;
-	c->state = K3D_BUSY;
-	k3d_writer_submit(c->srv->writer, job);
+	k3d_conn_submit(c, job);
+	k3d_conn_set_state(c, K3D_BUSY);
 }
 
 /* How the loop answers each op that is not the writer's (ops.h): by a

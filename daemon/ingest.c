@@ -84,7 +84,7 @@ int k3d_ingest_start(struct k3d_conn *c)
 	c->req = NULL;
 	c->ingest = job;
 	c->win = &in->win;
-	k3d_writer_submit(srv->writer, job);
+	k3d_conn_submit(c, job);
 	return 0;
 }
 
@@ -121,7 +121,7 @@ void k3d_ingest_complete(struct k3d_conn *c)
 	c->ingest = NULL;
 	c->payload = NULL; /* the job's window, closed with it */
 	c->win = NULL;
-	c->state = K3D_BUSY;
+	k3d_conn_set_state(c, K3D_BUSY);
 	k3d_writer_kick(in->w, job);
 }
 

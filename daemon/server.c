@@ -147,20 +147,17 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			job = next;
 			continue;
 		}
-		if (job->streamed && !c->dead && c->state != K3D_BUSY) {
+		if (job->streamed && c->ingest == job) {
 			/* a streamed publish the writer ended before its payload was
 			 * whole (the daemon is stopping): there is nothing to answer */
-			c->ingest = NULL;
-			c->win = NULL;
-			c->payload = NULL; /* the job's window, closed with it */
 			k3d_job_free(job);
-			k3d_conn_close(c);
+			k3d_conn_ingest_ended(c);
 			job = next;
 			continue;
 		}
 		/* the connection's request is the job's: hand it back for metrics */
 		c->req = job->req;
-		if (!c->dead)
+		if (c->state != K3D_DEAD)
 			answer_job(job);
 		c->req = NULL;
 		/* the payload buffer goes back to the connection, then the pool (a

@@ -47,6 +47,20 @@ static inline int daemonutil_connect_raw(const char *path)
 	return fd;
 }
 
+/* Whether the daemon's log holds a line with `text`. */
+static inline int daemonutil_log_has(const struct daemonutil *d, const char *text)
+{
+	FILE *f = fopen(d->log, "r");
+	if (!f)
+		return 0;
+	char line[4096];
+	int found = 0;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, text) != NULL;
+	fclose(f);
+	return found;
+}
+
 /* Starts k3cached with extra arguments (NULL-terminated); waits until its
  * socket answers. Returns 0 or -1. */
 static inline int daemonutil_start(struct daemonutil *d, ...)

@@ -306,6 +306,31 @@ static void test_large_restore_checked_while_received(void **state)
 	tamperproxy_stop(&proxy);
 }
 
+/* Every change of a connection's state goes through one setter, which
+ * traces it at debug level (as memcached's conn_set_state): a publish and a
+ * restore show each step of their way. */
+static void test_state_transitions_traced(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 4000, 1300000, 23, &res), 0);
+	expect_restore(c, 4000, 1300000, 23);
+	k3cache_close(c);
+	static const char *const steps[] = {
+	        ": READ_LEN -> READ_HEADER",
+	        ": READ_HEADER -> WAIT_MEMORY",
+	        ": WAIT_MEMORY -> READ_PAYLOAD",
+	        ": READ_PAYLOAD -> BUSY",
+	        ": BUSY -> READ_LEN",
+	        ": READ_HEADER -> SENDING",
+	        ": SENDING -> READ_LEN",
+	};
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+		if (!daemonutil_log_has(&d, steps[i]))
+			fail_msg("the daemon's log has no \"conn N%s\"", steps[i]);
+}
+
 /* A restore is queued a chunk at a time as the socket drains: an answer to
  * a request pipelined behind it must still come after its whole payload. */
 static void test_pipelined_request_after_large_restore(void **state)
@@ -1252,6 +1277,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_client_refuses_tampered_restore),
 	        cmocka_unit_test(test_large_restore_checked_while_received),
 	        cmocka_unit_test(test_pipelined_request_after_large_restore),
+	        cmocka_unit_test(test_state_transitions_traced),
 	        cmocka_unit_test(test_lookup_over_header_limit),
 	        cmocka_unit_test(test_upload_yields_to_lookups),
 	        cmocka_unit_test(test_publish_of_stored_entry_sends_nothing),

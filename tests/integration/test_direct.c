@@ -353,20 +353,6 @@ static void test_large_entry_checked_on_threads(void **state)
 	k3cache_direct_close(dr);
 }
 
-/* Whether the daemon's log holds `text`. */
-static int log_has(const char *text)
-{
-	FILE *f = fopen(d.log, "r");
-	if (!f)
-		return 0;
-	char line[512];
-	int found = 0;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, text) != NULL;
-	fclose(f);
-	return found;
-}
-
 /* A direct reader killed while it holds a view leaves its LMDB reader slot
  * taken (the slot pins the pages of its snapshot); the daemon clears the
  * slots of dead processes every 10 s. */
@@ -404,7 +390,7 @@ static void test_killed_reader_slot_is_reclaimed(void **state)
 	int cleared = 0;
 	for (int i = 0; i < 150 && !cleared; i++) {
 		daemonutil_sleep_ms(100);
-		cleared = log_has("cleared 1 reader slots of dead processes");
+		cleared = daemonutil_log_has(&d, "cleared 1 reader slots of dead processes");
 	}
 	assert_true(cleared);
 }

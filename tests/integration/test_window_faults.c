@@ -117,19 +117,6 @@ static uint64_t counter(struct daemonutil *d, const char *name)
 	return v;
 }
 
-static int log_has(struct daemonutil *d, const char *text)
-{
-	FILE *f = fopen(d->log, "r");
-	if (!f)
-		return 0;
-	char line[1024];
-	int found = 0;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, text) != NULL;
-	fclose(f);
-	return found;
-}
-
 /* A kernel without MREMAP_DONTUNMAP: stages are fresh pages, dropped after
  * use, and every byte is still stored. */
 static void test_without_dontunmap_stages_are_fresh_pages(void **state)
@@ -143,7 +130,7 @@ static void test_without_dontunmap_stages_are_fresh_pages(void **state)
 			fail_msg("publish %u: %s", seed, e.message);
 		assert_true(restores(&d, 2000, seed));
 	}
-	assert_true(log_has(&d, "stages use fresh pages"));
+	assert_true(daemonutil_log_has(&d, "stages use fresh pages"));
 	assert_true(counter(&d, "window_waits") > 0); /* 20 MB through 3 MiB windows */
 	assert_int_equal(counter(&d, "window_bytes"), 0);
 	daemonutil_cleanup(&d);
