@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -22,7 +24,6 @@
 #define READ_SLICE     (2u << 20)
 #define BULK_BYTES     (1u << 20) /* a transfer this large is bulk */
 #define WRITE_SLICE    (2u << 20) /* bytes written per write callback */
-#define FEED_AHEAD     (1u << 20) /* restore bytes queued ahead of the socket */
 #define YIELD_WINDOW   0.05       /* s: lookups count as arriving this long */
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
@@ -88,7 +89,7 @@ void k3d_conn_submit(struct k3d_conn *c, struct k3d_job *job)
 	k3d_writer_submit(c->srv->writer, job);
 }
 
-static void want_write(struct k3d_conn *c)
+void k3d_conn_want_write(struct k3d_conn *c)
 {
 	if (evbuffer_get_length(c->out) > 0) {
 		set_bulk(c->wev, evbuffer_get_length(c->out) >= BULK_BYTES);
@@ -289,9 +290,7 @@ void k3d_conn_ingest_ended(struct k3d_conn *c)
 		k3d_conn_close(c);
 }
 
-/* Queues resp; 0 when a short TOO_LARGE answer (or nothing, out of memory)
- * went in its place. */
-static int queue_response(struct k3d_conn *c, frame_response *resp)
+int k3d_conn_queue(struct k3d_conn *c, frame_response *resp)
 {
 	struct k3d_server *srv = c->srv;
 	unsigned char *buf = NULL;
@@ -313,7 +312,7 @@ static int queue_response(struct k3d_conn *c, frame_response *resp)
 		evbuffer_add(c->out, buf, n);
 		free(buf);
 		srv->errors[STATUS_TOO_LARGE]++;
-		want_write(c);
+		k3d_conn_want_write(c);
 		return 0;
 	}
 	evbuffer_add(c->out, buf, n);
@@ -324,13 +323,13 @@ static int queue_response(struct k3d_conn *c, frame_response *resp)
 		k3d_metrics_observe(srv, ops_of(c->req), k3d_now() - c->t_request);
 		c->t_request = 0;
 	}
-	want_write(c);
+	k3d_conn_want_write(c);
 	return 1;
 }
 
 void k3d_conn_respond(struct k3d_conn *c, frame_response *resp)
 {
-	(void)queue_response(c, resp);
+	(void)k3d_conn_queue(c, resp);
 }
 
 enum k3d_log k3d_status_level(enum status_code code)
@@ -350,160 +349,18 @@ void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st)
 	resp.message = (char *)st->message;
 	k3d_log(k3d_status_level(st->code), "conn %llu (%s): %s: %s", (unsigned long long)c->id,
 	        c->peer, status_code_name(st->code), st->message);
-	(void)queue_response(c, &resp);
+	(void)k3d_conn_queue(c, &resp);
 }
 
-void k3d_stream_unref(struct k3d_stream *st)
+void k3d_conn_errorf(struct k3d_conn *c, enum status_code code, const char *fmt, ...)
 {
-	if (--st->refs > 0)
-		return;
-	st->srv->restores_active--;
-	store_snapshot_release(st->snap);
-	free(st);
-}
-
-/* A chunk failed its check on the way out: the writer thread checks the
- * whole entry again and quarantines it (a write may wait there, not here). */
-/* Asks the writer to verify the whole restore (it quarantines the entry and,
- * for a shared block, every entry that uses it). */
-static void verify_later(struct k3d_conn *c, struct k3d_stream *ref)
-{
-	struct k3d_job *job = calloc(1, sizeof(*job));
-	if (!job)
-		return; /* the entry is damaged all the same: the next restore finds it */
-	k3cache__v1__response__init(&job->resp);
-	job->chore = K3D_CHORE_VERIFY;
-	job->stream = ref;
-	ref->refs++;
-	k3d_writer_submit(c->srv->writer, job);
-}
-
-/* The restore being sent has no more chunks to queue: requests are read
- * again (once its last bytes are out). */
-static void end_sending(struct k3d_conn *c)
-{
-	c->sending = NULL;
-	if (c->state == K3D_SENDING)
-		k3d_conn_set_state(c, K3D_READ_LEN);
-}
-
-static void release_snapshot(const void *data, size_t len, void *arg)
-{
-	(void)data;
-	(void)len;
-	k3d_stream_unref(arg);
-}
-
-/* A piece of the restore failed its check: nothing known bad is sent. When
- * no byte of the answer has gone out yet, the queued answer is taken back and
- * CORRUPT goes instead. Otherwise the connection ends once the pieces queued
- * before this one (all checked) are out, so that the client sees the payload
- * cut short, never an OK with bad bytes. The writer quarantines the entry
- * either way. */
-static void refuse_damaged(struct k3d_conn *c, struct k3d_stream *ref, struct status *st)
-{
-	verify_later(c, ref);
-	end_sending(c);
-	if (c->written <= c->send_from) {
-		uint64_t earlier = c->send_from - c->written; /* bytes of earlier answers */
-		struct evbuffer *head = evbuffer_new();
-		if (head && evbuffer_remove_buffer(c->out, head, (size_t)earlier) == (int)earlier) {
-			evbuffer_drain(c->out, evbuffer_get_length(c->out));
-			evbuffer_add_buffer(c->out, head);
-			evbuffer_free(head);
-			k3d_stream_unref(ref);
-			size_t n = strlen(st->message);
-			snprintf(st->message + n, sizeof(st->message) - n,
-			         "; the daemon takes the entry out of service");
-			k3d_conn_error(c, c->send_id, st);
-			return;
-		}
-		if (head)
-			evbuffer_free(head);
-	}
-	c->srv->restores_cut++;
-	k3d_log(K3D_LOG_WARN,
-	        "conn %llu (%s): restore: %s, after %llu bytes of the answer went out: "
-	        "closing the connection",
-	        (unsigned long long)c->id, c->peer, st->message,
-	        (unsigned long long)(c->written - c->send_from));
-	k3d_stream_unref(ref);
-	k3d_conn_set_state(c, K3D_CLOSING);
-}
-
-/* Queues the restore's next chunks until FEED_AHEAD bytes wait to be sent,
- * checking each just before it is queued: the check reads the chunk from the
- * map into the cache, and the send then copies it from there. A chunk that
- * fails is never queued (refuse_damaged). When the last chunk is queued the
- * connection's reference goes with it, to be dropped once it has been sent. */
-static void feed_restore(struct k3d_conn *c)
-{
-	while (c->sending && evbuffer_get_length(c->out) < FEED_AHEAD) {
-		struct k3d_stream *ref = c->sending;
-		uint64_t n = store_snapshot_chunks(ref->snap);
-		if (c->send_chunk >= n) { /* nothing (more) to queue */
-			end_sending(c);
-			k3d_stream_unref(ref);
-			return;
-		}
-		uint64_t i = c->send_chunk++;
-		const void *data;
-		size_t len;
-		struct status st;
-		if (store_snapshot_chunk(ref->snap, i, &data, &len, &st) != STATUS_OK) {
-			refuse_damaged(c, ref, &st);
-			return;
-		}
-		int last = c->send_chunk == n;
-		if (last)
-			end_sending(c);
-		if (evbuffer_add_reference(c->out, data, len, last ? release_snapshot : NULL,
-		                           last ? ref : NULL) != 0) {
-			/* out of memory: the answer cannot be finished; the client
-			 * sees the connection close mid-payload */
-			k3d_log(K3D_LOG_WARN, "conn %llu (%s): restore: out of memory",
-			        (unsigned long long)c->id, c->peer);
-			end_sending(c);
-			k3d_stream_unref(ref);
-			k3d_conn_set_state(c, K3D_CLOSING);
-			return;
-		}
-	}
-}
-
-void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
-{
-	struct k3d_stream *ref = malloc(sizeof(*ref));
-	if (!ref) {
-		store_snapshot_release(snap);
-		struct status st;
-		status_set(&st, STATUS_BUSY, "out of memory; retry later");
-		k3d_conn_error(c, resp->id, &st);
-		return;
-	}
-	ref->srv = c->srv;
-	ref->snap = snap;
-	ref->refs = 1; /* the connection's, until the last chunk is queued */
-	c->srv->restores_active++;
-	if (snap->bytes && !store_snapshot_chunks(snap)) {
-		/* not taken with STORE_RESTORE_DEFER: no chunks to send */
-		k3d_stream_unref(ref);
-		struct status st;
-		status_set(&st, STATUS_INTERNAL, "restore: the snapshot has no chunk list");
-		k3d_conn_error(c, resp->id, &st);
-		return;
-	}
-	c->send_from = c->written + evbuffer_get_length(c->out);
-	if (!queue_response(c, resp)) {
-		k3d_stream_unref(ref); /* a short answer went instead: no payload */
-		return;
-	}
-	c->sending = ref;
-	c->send_chunk = 0;
-	c->send_id = resp->id;
-	k3d_conn_set_state(c, K3D_SENDING);
-	feed_restore(c);
-	want_write(c);
+	struct status st;
+	va_list ap;
+	va_start(ap, fmt);
+	st.code = code;
+	vsnprintf(st.message, sizeof(st.message), fmt, ap);
+	va_end(ap);
+	k3d_conn_error(c, c->req->id, &st);
 }
 
 /* ---- reading --------------------------------------------------------------- */
@@ -528,7 +385,7 @@ static void fatal_frame(struct k3d_conn *c, const struct status *st)
 	k3d_conn_error(c, 0, st);
 	c->in_start = c->in_end = 0;
 	k3d_conn_set_state(c, K3D_CLOSING);
-	want_write(c);
+	k3d_conn_want_write(c);
 }
 
 /* For a PutModel from a peer that is not an admin: whether the store holds
@@ -959,7 +816,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 	 * the loop (and, in the kernel, the CPU) for its whole length */
 	size_t budget = WRITE_SLICE;
 	for (;;) {
-		feed_restore(c);
+		k3d_restore_feed(c);
 		if (evbuffer_get_length(c->out) == 0)
 			break;
 		if (budget == 0)

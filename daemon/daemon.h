@@ -241,6 +241,14 @@ void k3d_conn_close(struct k3d_conn *c);
 void k3d_conn_reset(struct k3d_conn *c);
 /* Queues a response (and no payload); counts errors; resumes reading. */
 void k3d_conn_respond(struct k3d_conn *c, frame_response *resp);
+/* Queues resp; 0 when a short TOO_LARGE answer (or nothing, out of memory)
+ * went in its place. */
+int k3d_conn_queue(struct k3d_conn *c, frame_response *resp);
+/* Has the write event run while replies wait to be written. */
+void k3d_conn_want_write(struct k3d_conn *c);
+/* Queues an error answer to c's current request, its message formatted. */
+void k3d_conn_errorf(struct k3d_conn *c, enum status_code code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 /* Queues an error response for request id (0 when unknown). */
 void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st);
 /* Called by the writer completion path when a queued request finished. */
@@ -257,17 +265,18 @@ void k3d_conn_resume_waiting(struct k3d_server *srv);
  * consumed, and those waiting for their window read on. */
 void k3d_conn_windows_moved(struct k3d_server *srv);
 void k3d_conn_sweep_timeouts(struct k3d_server *srv);
-/* Answers resp, then streams the blobs of snap (taken with
- * STORE_RESTORE_DEFER) from the map, a chunk at a time: each chunk is checked
- * against its stored sum just before it is queued. A chunk that fails is
- * never sent: if no byte of the answer has gone, CORRUPT goes instead;
- * otherwise the connection ends after the checked chunks (restores_cut).
- * The writer thread quarantines the entry. The snapshot is released when
- * the last byte has been sent. */
-void k3d_conn_stream_snapshot(struct k3d_conn *c, frame_response *resp,
-                              struct store_snapshot *snap);
+
+/* restore.c: the ops that send a snapshot, on the loop thread. */
+void k3d_op_lookup(struct k3d_conn *c);
+void k3d_op_restore(struct k3d_conn *c);
+/* Queues the restore's next chunks (c->sending) until a few MiB wait to be
+ * sent, each checked just before: called as the socket drains. */
+void k3d_restore_feed(struct k3d_conn *c);
 
 /* handlers.c: executes a complete request of connection c. */
+/* Whether c's peer may see the entry (its namespace's, or an admin); an
+ * absent entry counts as its own, so that the op says it is absent. */
+int k3d_owns_entry(struct k3d_conn *c, const uint8_t *key);
 void k3d_handle(struct k3d_conn *c);
 /* Builds the Stat counters into resp (freed by service_response_clear). */
 void k3d_fill_counters(struct k3d_server *srv, frame_response *resp);
@@ -332,13 +341,22 @@ void k3d_writer_stop(struct k3d_writer *w);
 void k3d_writer_free(struct k3d_writer *w);
 void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
 void k3d_job_free(struct k3d_job *job);
-/* The store request of a publish job: its layers point into job->payload.
- * Returns the layer array (the caller frees it), NULL when out of memory. */
-struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_publish_req *req);
 /* Asks the writer to look at a streamed publish again (any thread). */
 void k3d_writer_kick(struct k3d_writer *w, struct k3d_job *job);
 /* Wakes the loop thread (done_fd): finished jobs, or a window that moved. */
 void k3d_writer_wake_loop(struct k3d_writer *w);
+
+/* publish.c */
+/* The store request of a publish job: its layers point into job->payload.
+ * Returns the layer array (the caller frees it), NULL when out of memory. */
+struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_publish_req *req);
+/* Writer thread: runs n publish jobs (at most K3D_PUBLISH_BATCH_MAX) in one
+ * commit, deltas assembled first; each job's st and pub are set. */
+#define K3D_PUBLISH_BATCH_MAX 64
+void k3d_publish_batch(struct k3d_server *srv, struct k3d_job **jobs, uint32_t n);
+/* Loop thread: fills a finished publish's answer (job->resp; its id is
+ * set) and counts its delta. */
+void k3d_publish_answer(struct k3d_job *job);
 
 /* ingest.c: a publish larger than the store's stage size is handed to the
  * writer as soon as its header is in; the writer writes its stages as the

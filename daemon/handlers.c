@@ -1,86 +1,17 @@
-/* handlers: one function per op. Reads of the store run here on the loop
- * thread (LMDB readers never wait for the writer); writes go to the writer
- * thread. Every answer echoes the request id. */
-#include <event2/buffer.h>
-#include <stdio.h>
+/* handlers: the daemon's dispatch, and the ops too small for a file of their
+ * own. Reads of the store run on the loop thread (LMDB readers never wait
+ * for the writer); writes go to the writer thread. A lookup or restore is
+ * restore.c's, a publish publish.c's and ingest.c's. Every answer echoes the
+ * request id. */
 #include <stdlib.h>
-#include <string.h>
 
-#include "checksum.h"
 #include "daemon.h"
-#include "hexutil.h"
-#include "model.h"
 #include "service.h"
-
-#define LIST_DEFAULT 1000u
-#define LIST_MAX     100000u
-
-static void respond_status(struct k3d_conn *c, enum status_code code, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-
-static void respond_status(struct k3d_conn *c, enum status_code code, const char *fmt, ...)
-{
-	struct status st;
-	va_list ap;
-	va_start(ap, fmt);
-	st.code = code;
-	vsnprintf(st.message, sizeof(st.message), fmt, ap);
-	va_end(ap);
-	k3d_conn_error(c, c->req->id, &st);
-}
 
 static void done(struct k3d_conn *c)
 {
 	/* a request answered on the loop thread: ready for the next one */
 	k3d_conn_reset(c);
-}
-
-/* Layer refs of a snapshot, for a restore's answer. */
-static K3cache__V1__LayerRef **snapshot_refs(const struct store_snapshot *snap,
-                                             K3cache__V1__LayerRef *storage)
-{
-	K3cache__V1__LayerRef **refs = calloc(snap->n_layers, sizeof(*refs));
-	if (!refs)
-		return NULL;
-	for (uint32_t i = 0; i < snap->n_layers; i++) {
-		k3cache__v1__layer_ref__init(&storage[i]);
-		storage[i].index = i;
-		storage[i].size = snap->layers[i].size;
-		storage[i].xxh3 = snap->layers[i].xxh3;
-		refs[i] = &storage[i];
-	}
-	return refs;
-}
-
-/* Answers with the snapshot's layer list and streams its blobs. */
-static void send_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
-{
-	K3cache__V1__LayerRef *storage = calloc(snap->n_layers, sizeof(*storage));
-	K3cache__V1__LayerRef **refs = storage ? snapshot_refs(snap, storage) : NULL;
-	if (!refs) {
-		free(storage);
-		store_snapshot_release(snap);
-		respond_status(c, STATUS_BUSY, "out of memory; retry later");
-		return;
-	}
-	resp->layers = refs;
-	resp->n_layers = snap->n_layers;
-	resp->payload_len = snap->bytes;
-	resp->model.data = snap->fingerprint;
-	resp->model.len = 32;
-	k3d_conn_stream_snapshot(c, resp, snap);
-	free(refs);
-	free(storage);
-}
-
-static int restore_slot(struct k3d_conn *c)
-{
-	if (c->srv->restores_active >= c->srv->cfg.max_restores) {
-		respond_status(c, STATUS_BUSY, "%u restores are streaming already; retry shortly",
-		               c->srv->restores_active);
-		return 0;
-	}
-	return 1;
 }
 
 /* ---- ops on the loop thread ------------------------------------------------- */
@@ -107,70 +38,9 @@ static void op_hello(struct k3d_conn *c)
 	k3d_conn_respond(c, &r);
 }
 
-/* A restore that failed on the loop thread: a damaged entry is quarantined by
- * the writer (a write may wait there, not here). */
-static void restore_failed(struct k3d_conn *c, const uint8_t *key, struct status *st)
-{
-	if (st->code == STATUS_CORRUPT) {
-		k3d_writer_quarantine(c->srv->writer, key);
-		size_t n = strlen(st->message);
-		snprintf(st->message + n, sizeof(st->message) - n,
-		         "; the daemon takes the entry out of service");
-	}
-	k3d_conn_error(c, c->req->id, st);
-}
-
-static void op_lookup(struct k3d_conn *c)
-{
-	c->srv->last_lookup = k3d_now(); /* uploads yield for a while (--yield-rate) */
-	const K3cache__V1__Lookup *l = c->req->lookup;
-	struct store_lookup_req q = {l->model.data, l->salt.data,          l->salt.len,
-	                             l->tokens,     (uint32_t)l->n_tokens, l->limit};
-	if (l->n_tokens > UINT32_MAX) {
-		respond_status(c, STATUS_INVALID, "lookup: too many tokens");
-		return;
-	}
-	struct store_lookup_res res;
-	struct status st;
-	if (store_lookup(c->srv->store, &q, &res, &st) != STATUS_OK) {
-		k3d_conn_error(c, c->req->id, &st);
-		return;
-	}
-	frame_response r = K3CACHE__V1__RESPONSE__INIT;
-	r.id = c->req->id;
-	r.prefix_len = res.prefix_len;
-	r.hint = res.hint;
-	r.bytes = res.bytes;
-	if (res.prefix_len) {
-		r.key.data = res.key;
-		r.key.len = 32;
-	}
-	if (!l->restore || !res.prefix_len) {
-		k3d_conn_respond(c, &r);
-		return;
-	}
-	if (!restore_slot(c))
-		return;
-	struct store_snapshot *snap;
-	if (store_restore_opt(c->srv->store, res.key, STORE_RESTORE_USE | STORE_RESTORE_DEFER,
-	                      &snap, &st) != STATUS_OK) {
-		if (st.code == STATUS_NOT_FOUND) {
-			/* evicted between the lookup and the restore: a miss */
-			r.prefix_len = 0;
-			r.key.len = 0;
-			r.bytes = 0;
-			k3d_conn_respond(c, &r);
-		} else {
-			restore_failed(c, res.key, &st);
-		}
-		return;
-	}
-	send_snapshot(c, &r, snap);
-}
-
 /* Restore by key serves a peer only its own entries (tenancy.h); to others
  * the key does not exist. */
-static int owns_entry(struct k3d_conn *c, const uint8_t *key)
+int k3d_owns_entry(struct k3d_conn *c, const uint8_t *key)
 {
 	if (c->who.admin)
 		return 1;
@@ -192,43 +62,18 @@ static void op_report(struct k3d_conn *c)
 	const K3cache__V1__Report *r = c->req->report;
 	struct k3d_server *srv = c->srv;
 	for (size_t i = 0; i < r->n_used; i++)
-		if (owns_entry(c, r->used[i].data)) {
+		if (k3d_owns_entry(c, r->used[i].data)) {
 			store_note_use(srv->store, r->used[i].data);
 			srv->reported_uses++;
 		}
 	for (size_t i = 0; i < r->n_damaged; i++)
-		if (owns_entry(c, r->damaged[i].data)) {
+		if (k3d_owns_entry(c, r->damaged[i].data)) {
 			k3d_writer_check(srv->writer, r->damaged[i].data);
 			srv->reported_damaged++;
 		}
 	frame_response resp = K3CACHE__V1__RESPONSE__INIT;
 	resp.id = c->req->id;
 	k3d_conn_respond(c, &resp);
-}
-
-static void op_restore(struct k3d_conn *c)
-{
-	if (!restore_slot(c))
-		return;
-	struct store_snapshot *snap;
-	struct status st;
-	if (c->req->restore->key.len == 32 && !owns_entry(c, c->req->restore->key.data)) {
-		respond_status(c, STATUS_NOT_FOUND, "no such entry"); /* the store's words */
-		return;
-	}
-	unsigned flags = STORE_RESTORE_DEFER | (c->req->restore->peek ? 0u : STORE_RESTORE_USE);
-	if (store_restore_opt(c->srv->store, c->req->restore->key.data, flags, &snap, &st) !=
-	    STATUS_OK) {
-		restore_failed(c, c->req->restore->key.data, &st);
-		return;
-	}
-	frame_response r = K3CACHE__V1__RESPONSE__INIT;
-	r.id = c->req->id;
-	r.key.data = snap->key;
-	r.key.len = 32;
-	r.prefix_len = snap->prefix_len;
-	r.bytes = snap->bytes;
-	send_snapshot(c, &r, snap);
 }
 
 /* Ops answered by the service module on the loop thread. */
@@ -240,7 +85,7 @@ static void op_list(struct k3d_conn *c, frame_response *r)
 static void op_inspect(struct k3d_conn *c, frame_response *r)
 {
 	/* a brief Inspect from a tenant: another's entry is absent */
-	if (c->req->inspect->key.len != 32 || owns_entry(c, c->req->inspect->key.data))
+	if (c->req->inspect->key.len != 32 || k3d_owns_entry(c, c->req->inspect->key.data))
 		service_inspect(c->srv->store, c->req->inspect, r);
 }
 
@@ -274,7 +119,7 @@ static void to_writer(struct k3d_conn *c)
 {
 	struct k3d_job *job = calloc(1, sizeof(*job));
 	if (!job) {
-		respond_status(c, STATUS_BUSY, "out of memory; retry later");
+		k3d_conn_errorf(c, STATUS_BUSY, "out of memory; retry later");
 		return;
 	}
 	k3cache__v1__response__init(&job->resp);
@@ -299,10 +144,14 @@ struct loop_op {
 };
 
 static const struct loop_op loop_ops[OPS_N] = {
-        [OPS_HELLO] = {.handle = op_hello},     [OPS_LOOKUP] = {.handle = op_lookup},
-        [OPS_RESTORE] = {.handle = op_restore}, [OPS_REPORT] = {.handle = op_report},
-        [OPS_LIST] = {.fill = op_list},         [OPS_INSPECT] = {.fill = op_inspect},
-        [OPS_RESOLVE] = {.fill = op_resolve},   [OPS_LIST_MODELS] = {.fill = op_list_models},
+        [OPS_HELLO] = {.handle = op_hello},
+        [OPS_LOOKUP] = {.handle = k3d_op_lookup},
+        [OPS_RESTORE] = {.handle = k3d_op_restore},
+        [OPS_REPORT] = {.handle = op_report},
+        [OPS_LIST] = {.fill = op_list},
+        [OPS_INSPECT] = {.fill = op_inspect},
+        [OPS_RESOLVE] = {.fill = op_resolve},
+        [OPS_LIST_MODELS] = {.fill = op_list_models},
         [OPS_STAT] = {.fill = op_stat},
 };
 
@@ -315,13 +164,13 @@ void k3d_handle(struct k3d_conn *c)
 			to_writer(c);
 			return; /* answered when the writer hands the job back */
 		}
-		respond_status(c, STATUS_BUSY, "the daemon is shutting down");
+		k3d_conn_errorf(c, STATUS_BUSY, "the daemon is shutting down");
 	} else if (l->handle) {
 		l->handle(c);
 	} else if (l->fill) {
 		via_service(c, l->fill);
 	} else {
-		respond_status(c, STATUS_UNSUPPORTED, "unknown op");
+		k3d_conn_errorf(c, STATUS_UNSUPPORTED, "unknown op");
 	}
 	done(c);
 }

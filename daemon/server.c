@@ -85,28 +85,8 @@ static void answer_job(struct k3d_job *job)
 	struct k3d_conn *c = job->conn;
 	frame_response *r = &job->resp;
 	r->id = job->req->id;
-	if (job->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH) {
-		if (job->req->publish->base_key.len) {
-			c->srv->delta_publishes++;
-			c->srv->delta_refused += job->delta_refused != 0;
-		}
-		if (job->st.code != STATUS_OK) {
-			service_fail(r, &job->st);
-			r->delta_refused = job->delta_refused != 0;
-			k3d_log(k3d_status_level(job->st.code), "conn %llu (%s): publish: %s: %s",
-			        (unsigned long long)c->id, c->peer, status_code_name(job->st.code),
-			        job->st.message);
-		} else {
-			r->key.data = malloc(32);
-			if (r->key.data) {
-				memcpy(r->key.data, job->pub.key, 32);
-				r->key.len = 32;
-			}
-			r->created = job->pub.created;
-			r->bytes = job->pub.bytes;
-			r->evicted = job->pub.evicted;
-		}
-	}
+	if (job->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
+		k3d_publish_answer(job);
 	k3d_conn_respond(c, r);
 }
 

@@ -13,7 +13,7 @@
 #include "service.h"
 #include "units.h"
 
-#define BATCH_MAX 64
+#define BATCH_MAX K3D_PUBLISH_BATCH_MAX
 
 struct k3d_writer {
 	struct k3d_server *srv;
@@ -37,75 +37,6 @@ void k3d_job_free(struct k3d_job *job)
 		free(job->payload);
 	service_response_clear(&job->resp);
 	free(job);
-}
-
-struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_publish_req *req)
-{
-	const K3cache__V1__Publish *p = job->req->publish;
-	struct store_blob *blobs = calloc(p->n_layers ? p->n_layers : 1, sizeof(*blobs));
-	uint64_t off = 0;
-	for (size_t l = 0; blobs && l < p->n_layers; l++) {
-		blobs[l].data = job->payload + off;
-		blobs[l].size = p->layers[l]->size;
-		blobs[l].xxh3 = p->layers[l]->xxh3;
-		off += p->layers[l]->size;
-	}
-	*req = (struct store_publish_req){
-	        .fingerprint = p->model.data,
-	        .salt = p->salt.data,
-	        .salt_len = p->salt.len,
-	        .tokens = p->tokens,
-	        .n_tokens = (uint32_t)p->n_tokens,
-	        .blobs = blobs,
-	        .n_blobs = blobs ? (uint32_t)p->n_layers : 0,
-	};
-	return blobs;
-}
-
-static void run_publishes(struct k3d_server *srv, struct k3d_job **jobs, uint32_t n)
-{
-	struct store_publish_req reqs[BATCH_MAX] = {0};
-	struct store_publish_res res[BATCH_MAX] = {0};
-	struct status sts[BATCH_MAX];
-	struct store_blob *blobs[BATCH_MAX];
-	struct store_delta deltas[BATCH_MAX] = {0};
-	uint32_t go[BATCH_MAX], m = 0; /* the jobs that reach the store */
-	for (uint32_t i = 0; i < n; i++) {
-		blobs[i] = k3d_publish_request(jobs[i], &reqs[i]);
-		const K3cache__V1__Publish *p = jobs[i]->req->publish;
-		if (p->base_key.len && blobs[i]) {
-			/* a delta: the whole blobs from its base and its rows */
-			int refused = 0;
-			if (store_delta_assemble(srv->store, &reqs[i], p->base_key.data,
-			                         p->base_rows, &deltas[i], &refused,
-			                         &jobs[i]->st) != STATUS_OK) {
-				jobs[i]->delta_refused = refused;
-				continue;
-			}
-			reqs[i].blobs = deltas[i].blobs;
-			uint64_t bytes = 0;
-			for (uint32_t l = 0; l < reqs[i].n_blobs; l++)
-				bytes += reqs[i].blobs[l].size;
-			if (bytes > store_stage_bytes(srv->store)) {
-				/* staged: published alone, its assembled rows freed before
-				 * the next delta is assembled */
-				store_publish(srv->store, &reqs[i], &jobs[i]->pub, &jobs[i]->st);
-				store_delta_free(&deltas[i]);
-				continue;
-			}
-		}
-		reqs[m] = reqs[i];
-		go[m++] = i;
-	}
-	store_publish_batch(srv->store, reqs, res, sts, m);
-	for (uint32_t j = 0; j < m; j++) {
-		jobs[go[j]]->st = sts[j];
-		jobs[go[j]]->pub = res[j];
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		free(blobs[i]);
-		store_delta_free(&deltas[i]);
-	}
 }
 
 static void finish(struct k3d_writer *w, struct k3d_job *job)
@@ -280,7 +211,7 @@ static void *writer_main(void *arg)
 		else if (batch[0]->chore == K3D_CHORE_CHECK)
 			check_entry(w->srv->store, batch[0]->key);
 		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
-			run_publishes(w->srv, batch, n);
+			k3d_publish_batch(w->srv, batch, n);
 		else
 			k3d_writer_run_one(w->srv, batch[0]);
 		for (uint32_t i = 0; i < n; i++)
