@@ -321,11 +321,15 @@ struct k3d_job {
 	struct status st;             /* publish */
 	int delta_refused;            /* publish: the delta's base cannot serve */
 	struct store_publish_res pub; /* publish */
+	struct store_verify *verify;  /* verify: its walk, between batches */
+	uint32_t batches;             /* verify: batches run so far */
 	frame_response resp;          /* other ops: filled by the service module */
 };
 
 struct k3d_writer *k3d_writer_start(struct k3d_server *srv);
 void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job);
+/* Writer thread: whether streamed publishes are being written. */
+int k3d_writer_streaming(const struct k3d_writer *w);
 /* Asks the writer to quarantine an entry found damaged on the loop thread,
  * which takes no write transaction itself. */
 void k3d_writer_quarantine(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN]);
@@ -339,7 +343,12 @@ struct k3d_job *k3d_writer_take_done(struct k3d_writer *w);
  * taken); k3d_writer_free() afterwards. */
 void k3d_writer_stop(struct k3d_writer *w);
 void k3d_writer_free(struct k3d_writer *w);
-void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
+/* Runs a job of the writer's ops but a publish (handlers.c); 1 when it has
+ * more to do and must be run again. */
+int k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
+/* Bytes of entries a verify checks before the writer takes other jobs. */
+#define K3D_VERIFY_BATCH           (UINT64_C(64) << 20)
+#define K3D_VERIFY_BATCH_STREAMING (UINT64_C(4) << 20) /* while a publish streams */
 void k3d_job_free(struct k3d_job *job);
 /* Asks the writer to look at a streamed publish again (any thread). */
 void k3d_writer_kick(struct k3d_writer *w, struct k3d_job *job);

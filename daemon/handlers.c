@@ -177,31 +177,47 @@ void k3d_handle(struct k3d_conn *c)
 
 /* ---- the writer's side: run in the writer thread ------------------------------ */
 
-/* The writer's ops but a publish, which writer.c batches (ops.h). */
-static void run_put_model(struct k3d_server *srv, struct k3d_job *job)
+/* The writer's ops but a publish, which writer.c batches (ops.h). Each
+ * returns 1 when it has more to do: the writer queues it again behind the
+ * jobs that came meanwhile. */
+static int run_put_model(struct k3d_server *srv, struct k3d_job *job)
 {
 	service_put_model(srv->store, job->req->put_model, &job->resp);
+	return 0;
 }
 
-static void run_evict(struct k3d_server *srv, struct k3d_job *job)
+static int run_evict(struct k3d_server *srv, struct k3d_job *job)
 {
 	service_evict(srv->store, job->req->evict, &job->resp);
+	return 0;
 }
 
-static void run_verify(struct k3d_server *srv, struct k3d_job *job)
+/* A verify reads the whole store: it runs K3D_VERIFY_BATCH bytes at a time,
+ * so that publishes wait behind one batch, not the whole. A streamed publish
+ * is written between the writer's jobs, a window at a time: while one is in
+ * progress the batches are smaller, or its upload would crawl. */
+static int run_verify(struct k3d_server *srv, struct k3d_job *job)
 {
-	service_verify(srv->store, &job->resp);
+	uint64_t budget =
+	        k3d_writer_streaming(srv->writer) ? K3D_VERIFY_BATCH_STREAMING : K3D_VERIFY_BATCH;
+	if (service_verify_step(srv->store, &job->verify, budget, &job->resp)) {
+		job->batches++;
+		return 1;
+	}
+	if (job->batches)
+		k3d_log(K3D_LOG_INFO, "verify: %llu entries checked in %u batches",
+		        (unsigned long long)job->resp.checked, job->batches + 1);
+	return 0;
 }
 
-static void (*const writer_ops[OPS_N])(struct k3d_server *, struct k3d_job *) = {
+static int (*const writer_ops[OPS_N])(struct k3d_server *, struct k3d_job *) = {
         [OPS_PUT_MODEL] = run_put_model,
         [OPS_EVICT] = run_evict,
         [OPS_VERIFY] = run_verify,
 };
 
-void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job)
+int k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job)
 {
-	void (*run)(struct k3d_server *, struct k3d_job *) = writer_ops[ops_of(job->req)];
-	if (run)
-		run(srv, job);
+	int (*run)(struct k3d_server *, struct k3d_job *) = writer_ops[ops_of(job->req)];
+	return run ? run(srv, job) : 0;
 }

@@ -27,8 +27,6 @@ struct k3d_writer {
 	uint64_t evicted_logged, evicted_bytes_logged; /* log_evictions() */
 };
 
-void k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
-
 void k3d_job_free(struct k3d_job *job)
 {
 	k3d_ingest_free(job->ingest);
@@ -36,6 +34,7 @@ void k3d_job_free(struct k3d_job *job)
 	if (!job->streamed) /* a streamed payload is its window, closed above */
 		free(job->payload);
 	service_response_clear(&job->resp);
+	store_verify_end(job->verify);
 	free(job);
 }
 
@@ -212,8 +211,11 @@ static void *writer_main(void *arg)
 			check_entry(w->srv->store, batch[0]->key);
 		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			k3d_publish_batch(w->srv, batch, n);
-		else
-			k3d_writer_run_one(w->srv, batch[0]);
+		else if (k3d_writer_run_one(w->srv, batch[0])) {
+			/* more to do: behind the jobs that came meanwhile */
+			k3d_writer_submit(w, batch[0]);
+			continue;
+		}
 		for (uint32_t i = 0; i < n; i++)
 			finish(w, batch[i]);
 		log_evictions(w);
@@ -242,6 +244,11 @@ void k3d_writer_kick(struct k3d_writer *w, struct k3d_job *job)
 	job->kicked = 1;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+}
+
+int k3d_writer_streaming(const struct k3d_writer *w)
+{
+	return w->streams != NULL;
 }
 
 void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job)

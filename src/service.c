@@ -376,13 +376,34 @@ static void damaged_cb(const uint8_t key[32], const char *why, void *arg)
 	r->damaged[r->n_damaged++] = d;
 }
 
+int service_verify_step(struct store *s, struct store_verify **walk, uint64_t budget,
+                        frame_response *resp)
+{
+	struct status st;
+	int done = 0;
+	enum status_code code = STATUS_OK;
+	if (!*walk)
+		code = store_verify_begin(s, walk, &st);
+	if (code == STATUS_OK && *walk)
+		code = store_verify_step(*walk, budget, damaged_cb, resp, &done, &st);
+	if (code == STATUS_OK && !done && *walk)
+		return 1;
+	if (code != STATUS_OK)
+		service_fail(resp, &st);
+	uint64_t checked = 0, damaged = 0;
+	if (*walk)
+		store_verify_counts(*walk, &checked, &damaged);
+	resp->checked = checked;
+	store_verify_end(*walk);
+	*walk = NULL;
+	return 0;
+}
+
 void service_verify(struct store *s, frame_response *resp)
 {
-	uint64_t checked = 0, damaged = 0;
-	struct status st;
-	if (store_verify(s, damaged_cb, resp, &checked, &damaged, &st) != STATUS_OK)
-		service_fail(resp, &st);
-	resp->checked = checked;
+	struct store_verify *walk = NULL;
+	while (service_verify_step(s, &walk, UINT64_MAX, resp))
+		;
 }
 
 /* ---- counters ------------------------------------------------------------- */

@@ -23,6 +23,11 @@ void service_resolve(struct store *s, const K3cache__V1__Resolve *op, frame_resp
 void service_list_models(struct store *s, frame_response *resp);
 void service_evict(struct store *s, const K3cache__V1__Evict *op, frame_response *resp);
 void service_verify(struct store *s, frame_response *resp);
+/* The same in steps: each call checks about `budget` bytes of entries
+ * (store_verify_step), *walk holding its place between calls (NULL at
+ * first). 1: call again; 0: resp is complete and *walk freed. */
+int service_verify_step(struct store *s, struct store_verify **walk, uint64_t budget,
+                        frame_response *resp);
 /* Appends the store's counters (entries, bytes, hits, ...). */
 void service_store_counters(struct store *s, frame_response *resp);
 void service_add_counter(frame_response *resp, const char *name, uint64_t value);

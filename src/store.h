@@ -490,6 +490,25 @@ enum status_code store_verify(struct store *s,
                                          void *ctx),
                               void *ctx, uint64_t *checked, uint64_t *damaged, struct status *st);
 
+/* The same verify in steps, so that a daemon's other writes run between
+ * them: store_verify_begin() lists the entries (one read transaction);
+ * each store_verify_step() checks the next of them until about `budget`
+ * bytes have been read (at least one entry), and once none are left the
+ * shared blocks and the indexes, and sets *done. Entries published after
+ * the begin are not checked; those evicted meanwhile are not counted.
+ * fn is as for store_verify(). store_verify_end() frees the walk (NULL:
+ * nothing). */
+struct store_verify;
+enum status_code store_verify_begin(struct store *s, struct store_verify **out, struct status *st);
+enum status_code store_verify_step(struct store_verify *v, uint64_t budget,
+                                   void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
+                                              void *ctx),
+                                   void *ctx, int *done, struct status *st);
+void store_verify_counts(const struct store_verify *v, uint64_t *checked, uint64_t *damaged);
+/* Entries still to check. */
+uint64_t store_verify_left(const struct store_verify *v);
+void store_verify_end(struct store_verify *v);
+
 /* ---- salvage (store/salvage.c) ---- */
 
 struct store_salvage_res {

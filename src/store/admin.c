@@ -550,136 +550,178 @@ static enum status_code rebuild_indexes(struct store *s,
 	return STATUS_OK;
 }
 
-enum status_code store_verify(struct store *s,
-                              void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
-                                         void *ctx),
-                              void *ctx, uint64_t *checked, uint64_t *damaged, struct status *st)
+/* What a verify step counts an entry as at least, in bytes read: a step of a
+ * store of small entries takes about as long as one of large ones. */
+#define VERIFY_ENTRY_COST (UINT64_C(256) << 10)
+
+struct store_verify {
+	struct store *s;
+	struct keylist keys;       /* to check, chunk by chunk */
+	struct keylist bad;        /* tokens missing or of the wrong length */
+	struct keylist held;       /* quarantined before this verify */
+	struct keylist unreadable; /* records that do not decode */
+	struct keylist misnamed;   /* key != SHA-256(model, salt, tokens) */
+	int reported;              /* the lists but keys have gone to fn */
+	size_t next;               /* the next of keys to check */
+	uint64_t checked, damaged;
+};
+
+enum status_code store_verify_begin(struct store *s, struct store_verify **out, struct status *st)
 {
-	*checked = *damaged = 0;
+	*out = NULL;
+	struct store_verify *v = calloc(1, sizeof(*v));
+	if (!v)
+		return status_set(st, STATUS_INTERNAL, "verify: out of memory");
+	v->s = s;
 	MDB_txn *txn;
 	MDB_cursor *cur;
 	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-	if (rc)
-		return store_mdb_error(st, rc, "verify");
-	if ((rc = mdb_cursor_open(txn, s->entries, &cur)) != 0) {
-		mdb_txn_abort(txn);
+	if (rc) {
+		store_verify_end(v);
 		return store_mdb_error(st, rc, "verify");
 	}
-	struct keylist keys = {0};
-	struct keylist bad = {0};
-	struct keylist held = {0};       /* quarantined before this verify */
-	struct keylist unreadable = {0}; /* records that do not decode */
-	struct keylist misnamed = {0};   /* key != SHA-256(model, salt, tokens) */
-	MDB_val k, v;
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+	if ((rc = mdb_cursor_open(txn, s->entries, &cur)) != 0) {
+		mdb_txn_abort(txn);
+		store_verify_end(v);
+		return store_mdb_error(st, rc, "verify");
+	}
+	MDB_val k, val;
+	for (rc = mdb_cursor_get(cur, &k, &val, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &val, MDB_NEXT)) {
 		struct store_record r;
 		if (k.mv_size != STORE_KEY_LEN)
 			continue;
-		if (store_record_decode(v.mv_data, v.mv_size, &r) != 0 ||
+		int added;
+		if (store_record_decode(val.mv_data, val.mv_size, &r) != 0 ||
 		    memcmp(r.key, k.mv_data, STORE_KEY_LEN) != 0) {
-			keylist_add(&unreadable, k.mv_data);
-			continue;
+			added = keylist_add(&v->unreadable, k.mv_data);
+		} else {
+			MDB_val tv;
+			if (r.flags & STORE_FLAG_QUARANTINED)
+				added = keylist_add(&v->held, r.key);
+			else if (mdb_get(txn, s->tokens, &k, &tv) != 0 ||
+			         tv.mv_size != (size_t)r.prefix_len * 4u)
+				added = keylist_add(&v->bad, r.key);
+			else if (!store_index_key_matches(&r, &tv))
+				added = keylist_add(&v->misnamed, r.key);
+			else
+				added = keylist_add(&v->keys, r.key);
 		}
-		MDB_val tv;
-		if (r.flags & STORE_FLAG_QUARANTINED)
-			keylist_add(&held, r.key);
-		else if (mdb_get(txn, s->tokens, &k, &tv) != 0 ||
-		         tv.mv_size != (size_t)r.prefix_len * 4u)
-			keylist_add(&bad, r.key);
-		else if (!store_index_key_matches(&r, &tv))
-			keylist_add(&misnamed, r.key);
-		else
-			keylist_add(&keys, r.key);
+		if (added) {
+			rc = added;
+			break;
+		}
 	}
 	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
+	if (rc != MDB_NOTFOUND) {
+		store_verify_end(v);
+		return store_mdb_error(st, rc, "verify");
+	}
+	*out = v;
+	return STATUS_OK;
+}
+
+/* Reports (and quarantines) each key of l as damaged, for why. */
+static void report_all(struct store_verify *v, const struct keylist *l, const char *reason,
+                       void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why, void *ctx),
+                       void *ctx, int quarantine)
+{
 	char why[STATUS_MESSAGE_MAX];
-	for (size_t i = 0; i < unreadable.n; i++) {
-		(*checked)++;
-		(*damaged)++;
-		snprintf(why, sizeof(why), "the entry's record is damaged");
-		store_quarantine_say(s, unreadable.keys[i], why, sizeof(why));
+	for (size_t i = 0; i < l->n; i++) {
+		v->checked++;
+		v->damaged++;
+		snprintf(why, sizeof(why), "%s", reason);
+		if (quarantine)
+			store_quarantine_say(v->s, l->keys[i], why, sizeof(why));
 		if (fn)
-			fn(unreadable.keys[i], why, ctx);
+			fn(l->keys[i], why, ctx);
 	}
-	for (size_t i = 0; i < held.n; i++) {
-		(*checked)++;
-		(*damaged)++;
-		if (fn)
-			fn(held.keys[i], QUARANTINED_EARLIER, ctx);
-	}
-	for (size_t i = 0; i < misnamed.n; i++) {
-		(*checked)++;
-		(*damaged)++;
-		snprintf(why, sizeof(why),
-		         "the entry's key is not the SHA-256 of its model, salt and tokens: its "
-		         "record or token list is damaged");
-		store_quarantine_say(s, misnamed.keys[i], why, sizeof(why));
-		if (fn)
-			fn(misnamed.keys[i], why, ctx);
-	}
-	for (size_t i = 0; i < bad.n; i++) {
-		(*checked)++;
-		(*damaged)++;
-		snprintf(why, sizeof(why), "the entry's tokens are missing or damaged");
-		store_quarantine_say(s, bad.keys[i], why, sizeof(why));
-		if (fn)
-			fn(bad.keys[i], why, ctx);
-	}
-	for (size_t i = 0; i < keys.n; i++) {
-		struct store_snapshot *snap;
-		struct status rst;
-		(*checked)++;
-		/* no flags: a damaged chunk is not quarantined by the restore, here */
-		enum status_code code =
-		        store_restore_opt(s, keys.keys[i], STORE_RESTORE_DEFER, &snap, &rst);
-		if (code == STATUS_OK) {
-			const char *bad_layer = NULL;
-			for (uint64_t c = 0; c < store_snapshot_chunks(snap) && !bad_layer; c++) {
-				const void *data;
-				size_t len;
-				if (store_snapshot_chunk(snap, c, &data, &len, &rst) != STATUS_OK)
-					bad_layer = rst.message;
-			}
-			if (!bad_layer)
-				bad_layer = check_layers(snap, why, sizeof(why));
-			store_snapshot_release(snap);
-			if (!bad_layer)
-				continue;
-			if (bad_layer != why)
-				snprintf(why, sizeof(why), "%s", bad_layer);
-		} else if (code == STATUS_CORRUPT) {
-			snprintf(why, sizeof(why), "%.200s", rst.message);
-		} else {
-			int quarantined = 0;
-			if (code == STATUS_NOT_FOUND &&
-			    entry_state(s, keys.keys[i], &quarantined) == MDB_NOTFOUND) {
-				(*checked)--;
-				continue; /* evicted meanwhile */
-			}
-			(*damaged)++;
-			if (fn)
-				fn(keys.keys[i],
-				   quarantined ? "the entry was quarantined meanwhile"
-				               : rst.message,
-				   ctx);
-			continue;
+}
+
+/* Checks one entry of the list: its chunks against their sums, then each
+ * layer whole. Adds the bytes read to *bytes. */
+static void verify_one(struct store_verify *v, const uint8_t *key,
+                       void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why, void *ctx),
+                       void *ctx, uint64_t *bytes)
+{
+	struct store *s = v->s;
+	char why[STATUS_MESSAGE_MAX];
+	struct store_snapshot *snap;
+	struct status rst;
+	v->checked++;
+	/* no flags: a damaged chunk is not quarantined by the restore, here */
+	enum status_code code = store_restore_opt(s, key, STORE_RESTORE_DEFER, &snap, &rst);
+	if (code == STATUS_OK) {
+		*bytes += snap->bytes;
+		const char *bad_layer = NULL;
+		for (uint64_t c = 0; c < store_snapshot_chunks(snap) && !bad_layer; c++) {
+			const void *data;
+			size_t len;
+			if (store_snapshot_chunk(snap, c, &data, &len, &rst) != STATUS_OK)
+				bad_layer = rst.message;
 		}
-		(*damaged)++;
-		store_quarantine_say(s, keys.keys[i], why, sizeof(why));
+		if (!bad_layer)
+			bad_layer = check_layers(snap, why, sizeof(why));
+		store_snapshot_release(snap);
+		if (!bad_layer)
+			return;
+		if (bad_layer != why)
+			snprintf(why, sizeof(why), "%s", bad_layer);
+	} else if (code == STATUS_CORRUPT) {
+		snprintf(why, sizeof(why), "%.200s", rst.message);
+	} else {
+		int quarantined = 0;
+		if (code == STATUS_NOT_FOUND && entry_state(s, key, &quarantined) == MDB_NOTFOUND) {
+			v->checked--;
+			return; /* evicted meanwhile */
+		}
+		v->damaged++;
 		if (fn)
-			fn(keys.keys[i], why, ctx);
+			fn(key, quarantined ? "the entry was quarantined meanwhile" : rst.message,
+			   ctx);
+		return;
 	}
-	free(keys.keys);
-	free(bad.keys);
-	free(held.keys);
-	free(unreadable.keys);
-	free(misnamed.keys);
-	/* the shared blocks: counts, parts, orphans */
+	v->damaged++;
+	store_quarantine_say(s, key, why, sizeof(why));
+	if (fn)
+		fn(key, why, ctx);
+}
+
+enum status_code store_verify_step(struct store_verify *v, uint64_t budget,
+                                   void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
+                                              void *ctx),
+                                   void *ctx, int *done, struct status *st)
+{
+	struct store *s = v->s;
+	*done = 0;
+	if (!v->reported) {
+		report_all(v, &v->unreadable, "the entry's record is damaged", fn, ctx, 1);
+		report_all(v, &v->held, QUARANTINED_EARLIER, fn, ctx, 0);
+		report_all(v, &v->misnamed,
+		           "the entry's key is not the SHA-256 of its model, salt and tokens: its "
+		           "record or token list is damaged",
+		           fn, ctx, 1);
+		report_all(v, &v->bad, "the entry's tokens are missing or damaged", fn, ctx, 1);
+		v->reported = 1;
+	}
+	uint64_t bytes = 0;
+	while (v->next < v->keys.n && (bytes < budget || bytes == 0)) {
+		uint64_t read = 0;
+		verify_one(v, v->keys.keys[v->next++], fn, ctx, &read);
+		/* an entry costs its lookups and transactions whatever its size */
+		bytes += read > VERIFY_ENTRY_COST ? read : VERIFY_ENTRY_COST;
+	}
+	if (v->next < v->keys.n)
+		return STATUS_OK;
+	/* the entries are done: the shared blocks (counts, parts, orphans),
+	 * then the indexes */
+	*done = 1;
 	uint64_t problems = 0;
+	int rc;
 	if ((rc = verify_blocks(s, fn, ctx, &problems)) != 0)
 		return store_mdb_error(st, rc, "verify: the shared blocks");
+	MDB_txn *txn;
 	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0)
 		return store_mdb_error(st, rc, "verify");
 	uint64_t index_problems = 0;
@@ -687,10 +729,50 @@ enum status_code store_verify(struct store *s,
 	mdb_txn_abort(txn);
 	if (rc)
 		return store_mdb_error(st, rc, "verify: the indexes");
-	*damaged += problems + index_problems;
+	v->damaged += problems + index_problems;
 	if (index_problems && !s->opt.read_only)
 		return rebuild_indexes(s, fn, ctx, st);
 	return STATUS_OK;
+}
+
+void store_verify_counts(const struct store_verify *v, uint64_t *checked, uint64_t *damaged)
+{
+	*checked = v->checked;
+	*damaged = v->damaged;
+}
+
+uint64_t store_verify_left(const struct store_verify *v)
+{
+	return v->keys.n - v->next;
+}
+
+void store_verify_end(struct store_verify *v)
+{
+	if (!v)
+		return;
+	free(v->keys.keys);
+	free(v->bad.keys);
+	free(v->held.keys);
+	free(v->unreadable.keys);
+	free(v->misnamed.keys);
+	free(v);
+}
+
+enum status_code store_verify(struct store *s,
+                              void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
+                                         void *ctx),
+                              void *ctx, uint64_t *checked, uint64_t *damaged, struct status *st)
+{
+	*checked = *damaged = 0;
+	struct store_verify *v;
+	enum status_code code = store_verify_begin(s, &v, st);
+	int done = 0;
+	while (code == STATUS_OK && v && !done)
+		code = store_verify_step(v, UINT64_MAX, fn, ctx, &done, st);
+	if (v)
+		store_verify_counts(v, checked, damaged);
+	store_verify_end(v);
+	return code;
 }
 
 void store_entry_info_free(struct store_entry_info *info)

@@ -34,6 +34,14 @@ static inline void daemonutil_sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
+/* Seconds on the monotonic clock. */
+static inline double daemonutil_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static inline int daemonutil_connect_raw(const char *path)
 {
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

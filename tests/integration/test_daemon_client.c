@@ -331,6 +331,67 @@ static void test_state_transitions_traced(void **state)
 			fail_msg("the daemon's log has no \"conn N%s\"", steps[i]);
 }
 
+struct verify_call {
+	atomic_int sent; /* the request is about to go */
+	double answered; /* when its answer came (daemonutil_now) */
+	uint64_t checked;
+	int rc;
+};
+
+static void *verify_all(void *arg)
+{
+	struct verify_call *v = arg;
+	struct k3cache *c = connect_ok();
+	K3cache__V1__Request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Verify op = K3CACHE__V1__VERIFY__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_VERIFY;
+	req.verify = &op;
+	K3cache__V1__Response *resp = NULL;
+	struct k3cache_error e;
+	atomic_store(&v->sent, 1);
+	v->rc = k3cache_call(c, &req, &resp, &e);
+	v->answered = daemonutil_now();
+	if (!v->rc)
+		v->checked = resp->checked;
+	k3cache_response_free(resp);
+	k3cache_close(c);
+	return NULL;
+}
+
+/* A verify reads the whole store; it runs in batches, so that a publish
+ * sent while it runs is answered before it is done (a verify run whole
+ * kept every publish waiting until its end). */
+static void test_publish_interleaves_with_verify(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	const uint32_t n = 120;
+	uint64_t bytes = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct k3cache_publish_result res;
+		assert_int_equal(publish(c, 250, 2000000 + i * 10000, 40 + i, &res), 0);
+		bytes += res.bytes;
+	}
+	assert_true(bytes > 4 * (UINT64_C(64) << 20)); /* several of the daemon's batches */
+	struct verify_call v = {0};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, verify_all, &v), 0);
+	while (!atomic_load(&v.sent))
+		daemonutil_sleep_ms(1);
+	daemonutil_sleep_ms(5); /* the verify is with the writer */
+	assert_int_equal(publish(c, 250, 3900000, 7, NULL), 0);
+	double published = daemonutil_now();
+	pthread_join(th, NULL);
+	assert_int_equal(v.rc, 0);
+	assert_true(v.checked >= n);
+	if (!(published < v.answered))
+		fail_msg(
+		        "the publish was answered %.3f s after the verify: it waited for the whole "
+		        "verify",
+		        published - v.answered);
+	k3cache_close(c);
+}
+
 /* A restore is queued a chunk at a time as the socket drains: an answer to
  * a request pipelined behind it must still come after its whole payload. */
 static void test_pipelined_request_after_large_restore(void **state)
@@ -1295,6 +1356,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_sigkill_mid_streamed_publish),
 	        cmocka_unit_test(test_sigkill_mid_streamed_delta),
 	        cmocka_unit_test(test_same_prompt_streamed_twice),
+	        /* last: it fills a quarter of the store */
+	        cmocka_unit_test(test_publish_interleaves_with_verify),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1100,6 +1100,62 @@ static void test_format_version_checked(void **state)
 
 /* ---- corruption ----------------------------------------------------------- */
 
+/* A verify in steps (the daemon's, so that publishes run between them):
+ * each step checks entries until its budget is read, at least one; an
+ * entry published after the walk began is not checked, one evicted
+ * meanwhile not counted; the blocks and indexes end the last step. */
+static void test_verify_in_steps(void **state)
+{
+	struct fixture *f = *state;
+	struct k3cache_model *m = storeutil_model("steps", 4096);
+	store_put_model(f->st, m, NULL, NULL);
+	uint32_t t[5][8];
+	struct store_publish_res res[5];
+	for (int e = 0; e < 5; e++) {
+		seq(t[e], 8, 100u * (uint32_t)e);
+		assert_int_equal(storeutil_publish(f->st, m, "", t[e], 8, 3 + (uint32_t)e, &res[e]),
+		                 STATUS_OK);
+	}
+	struct store_verify *v = NULL;
+	struct status st;
+	assert_int_equal(store_verify_begin(f->st, &v, &st), STATUS_OK);
+	assert_int_equal(store_verify_left(v), 5);
+	int done = -1;
+	/* a budget of one byte: one entry a step */
+	assert_int_equal(store_verify_step(v, 1, NULL, NULL, &done, &st), STATUS_OK);
+	assert_int_equal(done, 0);
+	assert_int_equal(store_verify_left(v), 4);
+	/* meanwhile: one more published, one evicted */
+	uint32_t t5[8];
+	seq(t5, 8, 900);
+	assert_int_equal(storeutil_publish(f->st, m, "", t5, 8, 9, NULL), STATUS_OK);
+	struct store_evict_req req = {.keys = (const uint8_t(*)[STORE_KEY_LEN])res[4].key,
+	                              .n_keys = 1};
+	struct store_evict_res er;
+	assert_int_equal(store_evict(f->st, &req, NULL, NULL, &er, NULL), STATUS_OK);
+	uint64_t steps = 1;
+	while (!done) {
+		assert_int_equal(store_verify_step(v, 1, NULL, NULL, &done, &st), STATUS_OK);
+		steps++;
+	}
+	assert_int_equal(steps, 5);
+	assert_int_equal(store_verify_left(v), 0);
+	uint64_t checked = 0, damaged = 0;
+	store_verify_counts(v, &checked, &damaged);
+	store_verify_end(v);
+	assert_int_equal(checked, 4); /* 5 listed, one evicted meanwhile */
+	assert_int_equal(damaged, 0);
+	/* a budget that holds them all: one step, as store_verify() */
+	assert_int_equal(store_verify_begin(f->st, &v, &st), STATUS_OK);
+	assert_int_equal(store_verify_step(v, UINT64_MAX, NULL, NULL, &done, &st), STATUS_OK);
+	assert_int_equal(done, 1);
+	store_verify_counts(v, &checked, &damaged);
+	assert_int_equal(checked, 5);
+	store_verify_end(v);
+	store_verify_end(NULL);
+	model_free(m);
+}
+
 static void test_flipped_chunk_quarantines(void **state)
 {
 	struct fixture *f = *state;
@@ -3097,6 +3153,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_open_cost_flat, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_format_version_checked, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_verify_in_steps, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_flipped_chunk_quarantines, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_recomputes_keys, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_finds_index_damage, setup, teardown),
