@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make install's layout: programs, the public header, libk3cache.so.0 and
 # libk3cache.a with a pkg-config file that a program links against both ways,
-# the shared library's exports, and the systemd unit.
+# the shared library's exports, and the systemd unit with the prefix's paths.
 # usage: test_install.sh BUILD_DIR
 set -u
 build=$1
@@ -14,9 +14,19 @@ lib=$dir/prefix/lib
 for f in bin/k3cachectl bin/k3worker sbin/k3cached include/k3cache/k3cache.h \
          include/k3cache/direct.h lib/libk3cache.so lib/libk3cache.so.0 lib/libk3cache.a \
          lib/libk3cache-direct.so lib/libk3cache-direct.so.0 lib/pkgconfig/k3cache-direct.pc \
-         lib/pkgconfig/k3cache.pc lib/systemd/system/k3cached.service; do
+         lib/pkgconfig/k3cache.pc lib/systemd/system/k3cached.service share/doc/k3cache/README.md; do
   [ -e "$dir/prefix/$f" ]; ok "installs $f" $?
 done
+# the unit runs the daemon installed beside it (tests/cli/test_systemd_unit.sh
+# checks the rest of it)
+grep -q "^ExecStart=$dir/prefix/sbin/k3cached " "$dir/prefix/lib/systemd/system/k3cached.service"
+ok "the unit's ExecStart is $dir/prefix/sbin/k3cached" $?
+# a staged install (DESTDIR, as a package build does) names the final paths
+DESTDIR=$dir/stage cmake --install "$build" --prefix /usr >/dev/null; ok "DESTDIR=... cmake --install --prefix /usr" $?
+grep -q '^ExecStart=/usr/sbin/k3cached ' "$dir/stage/usr/lib/systemd/system/k3cached.service"
+ok "the staged unit's ExecStart is /usr/sbin/k3cached" $?
+[ -z "$(find "$dir/stage" -mindepth 1 -maxdepth 1 ! -name usr)" ]; ok "a staged install writes under its prefix only" $?
+
 # only the public headers: nothing of the project's internals beside them
 [ "$(ls "$dir/prefix/include/k3cache" | tr '\n' ' ')" = "direct.h k3cache.h " ]
 ok "two headers in include/k3cache" $?
