@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make install's layout: programs, the public header, libk3cache.so.0 and
 # libk3cache.a with a pkg-config file that a program links against both ways,
-# the shared library's exports, and the systemd unit with the prefix's paths.
+# the shared library's exports, and the systemd unit with the prefix's paths
+# and its sysusers.d file.
 # usage: test_install.sh BUILD_DIR
 set -u
 build=$1
@@ -14,7 +15,8 @@ lib=$dir/prefix/lib
 for f in bin/k3cachectl bin/k3worker sbin/k3cached include/k3cache/k3cache.h \
          include/k3cache/direct.h lib/libk3cache.so lib/libk3cache.so.0 lib/libk3cache.a \
          lib/libk3cache-direct.so lib/libk3cache-direct.so.0 lib/pkgconfig/k3cache-direct.pc \
-         lib/pkgconfig/k3cache.pc lib/systemd/system/k3cached.service share/doc/k3cache/README.md; do
+         lib/pkgconfig/k3cache.pc lib/systemd/system/k3cached.service lib/sysusers.d/k3cache.conf \
+         share/doc/k3cache/README.md; do
   [ -e "$dir/prefix/$f" ]; ok "installs $f" $?
 done
 # the unit runs the daemon installed beside it (tests/cli/test_systemd_unit.sh

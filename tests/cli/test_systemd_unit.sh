@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The systemd unit that make install writes (from etc/k3cached.service.in,
-# with the install prefix's paths) passes systemd-analyze verify and keeps
-# the sandboxing it promises. Skipped where systemd-analyze is absent.
+# with the install prefix's paths) passes systemd-analyze verify, keeps the
+# sandboxing it promises, and runs as the user and group that the installed
+# sysusers.d file creates. Skipped where systemd-analyze is absent.
 # usage: test_systemd_unit.sh BUILD_DIR
 set -u
 build=$1
@@ -12,6 +13,7 @@ pass=0 fail=0
 ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
 cmake --install "$build" --prefix "$prefix" >/dev/null; ok "cmake --install --prefix $prefix" $?
 unit=$prefix/lib/systemd/system/k3cached.service
+sysusers=$prefix/lib/sysusers.d/k3cache.conf
 for opt in RuntimeDirectory=k3cache StateDirectory=k3cache User=k3cache Group=k3cache \
            Type=notify NoNewPrivileges=yes ProtectSystem=strict PrivateTmp=yes ProtectHome=yes \
            KillSignal=SIGTERM RuntimeDirectoryMode=0750 UMask=0007; do
@@ -29,6 +31,19 @@ ok "Documentation names $prefix's README" $?
 # the daemon takes the unit's flags (with --help last: parsed, not run)
 read -ra argv <<<"$exec_start"
 "${argv[@]}" --help >/dev/null; ok "k3cached takes ExecStart's flags" $?
+
+# the sysusers.d file creates the unit's user and group (in a root of its own)
+if command -v systemd-sysusers >/dev/null 2>&1; then
+  mkdir -p "$tmp/root/etc"
+  out=$(systemd-sysusers --root="$tmp/root" - <"$sysusers" 2>&1); ok "systemd-sysusers takes k3cache.conf: $out" $?
+  grep -Eq '^k3cache:x:[0-9]+:[0-9]+:k3cache daemon:/var/lib/k3cache:' "$tmp/root/etc/passwd"
+  ok "it creates the user k3cache, home /var/lib/k3cache" $?
+  gid=$(awk -F: '$1 == "k3cache" { print $4 }' "$tmp/root/etc/passwd")
+  [ -n "$gid" ] && [ "$(awk -F: '$1 == "k3cache" { print $3 }' "$tmp/root/etc/group")" = "$gid" ]
+  ok "and the group k3cache, the user's own" $?
+else
+  echo "systemd-sysusers not present: k3cache.conf not run"
+fi
 
 if ! command -v systemd-analyze >/dev/null 2>&1; then
   echo "systemd-analyze not present: verify skipped"
