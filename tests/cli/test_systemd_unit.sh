@@ -16,20 +16,21 @@ unit=$prefix/lib/systemd/system/k3cached.service
 sysusers=$prefix/lib/sysusers.d/k3cache.conf
 for opt in RuntimeDirectory=k3cache StateDirectory=k3cache User=k3cache Group=k3cache \
            Type=notify NoNewPrivileges=yes ProtectSystem=strict PrivateTmp=yes ProtectHome=yes \
-           KillSignal=SIGTERM RuntimeDirectoryMode=0750 UMask=0007; do
+           KillSignal=SIGTERM RuntimeDirectoryMode=0750 UMask=0007 \
+           EnvironmentFile=-/etc/default/k3cached; do
   grep -qx -- "$opt" "$unit"; ok "the unit has $opt" $?
 done
 ! grep -En '@[A-Z_]+@' "$unit"; ok "no @VARIABLE@ left in the unit" $?
 # the paths are the install prefix's
 exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
-[ "$exec_start" = "$prefix/sbin/k3cached --db /var/lib/k3cache --socket /run/k3cache/k3cached.sock --max-bytes 64GiB --durability safe" ]
-ok "ExecStart runs $prefix/sbin/k3cached ($exec_start)" $?
+[ "$exec_start" = "$prefix/sbin/k3cached --db /var/lib/k3cache --socket /run/k3cache/k3cached.sock --max-bytes 64GiB --durability safe \$K3CACHED_OPTS" ]
+ok "ExecStart runs $prefix/sbin/k3cached, the site's \$K3CACHED_OPTS last ($exec_start)" $?
 [ -x "$prefix/sbin/k3cached" ]; ok "ExecStart's program is installed" $?
 grep -qx "Documentation=file://$prefix/share/doc/k3cache/README.md" "$unit"
 ok "Documentation names $prefix's README" $?
 [ -f "$prefix/share/doc/k3cache/README.md" ]; ok "the README it names is installed" $?
 # the daemon takes the unit's flags (with --help last: parsed, not run)
-read -ra argv <<<"$exec_start"
+read -ra argv <<<"${exec_start% \$K3CACHED_OPTS}"
 "${argv[@]}" --help >/dev/null; ok "k3cached takes ExecStart's flags" $?
 
 # the sysusers.d file creates the unit's user and group (in a root of its own)
