@@ -2,7 +2,7 @@
 # make install's layout: programs, the public header, libk3cache.so.0 and
 # libk3cache.a with a pkg-config file that a program links against both ways,
 # the shared library's exports, the systemd unit with the prefix's paths, its
-# sysusers.d file and the example /etc/default/k3cached.
+# sysusers.d file, the example /etc/default/k3cached and the man pages.
 # usage: test_install.sh BUILD_DIR
 set -u
 build=$1
@@ -16,6 +16,7 @@ for f in bin/k3cachectl bin/k3worker sbin/k3cached include/k3cache/k3cache.h \
          include/k3cache/direct.h lib/libk3cache.so lib/libk3cache.so.0 lib/libk3cache.a \
          lib/libk3cache-direct.so lib/libk3cache-direct.so.0 lib/pkgconfig/k3cache-direct.pc \
          lib/pkgconfig/k3cache.pc lib/systemd/system/k3cached.service lib/sysusers.d/k3cache.conf \
+         share/man/man8/k3cached.8 share/man/man1/k3cachectl.1 \
          share/doc/k3cache/examples/default/k3cached share/doc/k3cache/README.md; do
   [ -e "$dir/prefix/$f" ]; ok "installs $f" $?
 done

@@ -26,8 +26,8 @@ exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
 [ "$exec_start" = "$prefix/sbin/k3cached --db /var/lib/k3cache --socket /run/k3cache/k3cached.sock --max-bytes 64GiB --durability safe \$K3CACHED_OPTS" ]
 ok "ExecStart runs $prefix/sbin/k3cached, the site's \$K3CACHED_OPTS last ($exec_start)" $?
 [ -x "$prefix/sbin/k3cached" ]; ok "ExecStart's program is installed" $?
-grep -qx "Documentation=file://$prefix/share/doc/k3cache/README.md" "$unit"
-ok "Documentation names $prefix's README" $?
+grep -qx "Documentation=man:k3cached(8) man:k3cachectl(1) file://$prefix/share/doc/k3cache/README.md" "$unit"
+ok "Documentation names the man pages and $prefix's README" $?
 [ -f "$prefix/share/doc/k3cache/README.md" ]; ok "the README it names is installed" $?
 # the daemon takes the unit's flags (with --help last: parsed, not run)
 read -ra argv <<<"${exec_start% \$K3CACHED_OPTS}"
@@ -51,8 +51,9 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
   [ $fail = 0 ] && exit 77
   exit 1
 fi
-# the installed unit as it is: ExecStart's program exists
-out=$(systemd-analyze verify "$unit" 2>&1)
+# the installed unit as it is: ExecStart's program exists, and its
+# Documentation's man pages are found under the prefix (verify runs man)
+out=$(MANPATH=$prefix/share/man systemd-analyze verify "$unit" 2>&1)
 rc=$?
 [ $rc = 0 ] && [ -z "$out" ]; ok "systemd-analyze verify $unit: $out" $?
 # the sandbox's exposure, as systemd scores it (0 best, 10 worst): 1.8 when
