@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make install's layout: programs, the public header, libk3cache.so.0 and
 # libk3cache.a with a pkg-config file that a program links against both ways,
-# the shared library's exports, and the systemd unit.
+# the shared library's exports, the systemd unit with the prefix's paths, its
+# sysusers.d file, the example /etc/default/k3cached and the man pages.
 # usage: test_install.sh BUILD_DIR
 set -u
 build=$1
@@ -14,9 +15,38 @@ lib=$dir/prefix/lib
 for f in bin/k3cachectl bin/k3worker sbin/k3cached include/k3cache/k3cache.h \
          include/k3cache/direct.h lib/libk3cache.so lib/libk3cache.so.0 lib/libk3cache.a \
          lib/libk3cache-direct.so lib/libk3cache-direct.so.0 lib/pkgconfig/k3cache-direct.pc \
-         lib/pkgconfig/k3cache.pc lib/systemd/system/k3cached.service; do
+         lib/pkgconfig/k3cache.pc lib/systemd/system/k3cached.service lib/sysusers.d/k3cache.conf \
+         share/man/man8/k3cached.8 share/man/man1/k3cachectl.1 \
+         share/doc/k3cache/examples/default/k3cached share/doc/k3cache/README.md; do
   [ -e "$dir/prefix/$f" ]; ok "installs $f" $?
 done
+# the unit runs the daemon installed beside it (tests/cli/test_systemd_unit.sh
+# checks the rest of it)
+grep -q "^ExecStart=$dir/prefix/sbin/k3cached " "$dir/prefix/lib/systemd/system/k3cached.service"
+ok "the unit's ExecStart is $dir/prefix/sbin/k3cached" $?
+# a staged install (DESTDIR, as a package build does) names the final paths,
+# and writes nothing into /etc (an operator's /etc/default/k3cached is theirs)
+DESTDIR=$dir/stage cmake --install "$build" --prefix /usr >/dev/null; ok "DESTDIR=... cmake --install --prefix /usr" $?
+grep -q '^ExecStart=/usr/sbin/k3cached ' "$dir/stage/usr/lib/systemd/system/k3cached.service"
+ok "the staged unit's ExecStart is /usr/sbin/k3cached" $?
+[ -z "$(find "$dir/stage" -mindepth 1 -maxdepth 1 ! -name usr)" ]; ok "a staged install writes under its prefix only" $?
+# the example /etc/default/k3cached shows every flag an operator may set
+# (all but the unit's --db and --socket), each with a value the daemon takes
+example=$dir/prefix/share/doc/k3cache/examples/default/k3cached
+shown=$(sed -n 's/^#   \(--[a-z].*\)$/\1/p' "$example")
+for f in $("$dir/prefix/sbin/k3cached" --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
+  case $f in --db | --socket | --help | --version) continue ;; esac
+  grep -q -- "^$f\( \|$\)" <<<"$shown"; ok "the example configuration shows $f" $?
+done
+# each sample is a flag and its value
+"$dir/prefix/sbin/k3cached" $(tr '\n' ' ' <<<"$shown") --help >/dev/null
+ok "k3cached takes every flag the example shows, with its sample value" $?
+for line in "$(grep '^K3CACHED_OPTS=' "$example")" "$(grep '^#K3CACHED_OPTS=' "$example" | cut -c2-)"; do
+  opts=$(eval "$line"; echo "$K3CACHED_OPTS")
+  # split as systemd splits $K3CACHED_OPTS
+  "$dir/prefix/sbin/k3cached" $opts --help >/dev/null; ok "k3cached takes the example's $line" $?
+done
+
 # only the public headers: nothing of the project's internals beside them
 [ "$(ls "$dir/prefix/include/k3cache" | tr '\n' ' ')" = "direct.h k3cache.h " ]
 ok "two headers in include/k3cache" $?
