@@ -54,8 +54,9 @@ void ctl_backend_close(struct ctl_backend *b)
 	memset(b, 0, sizeof(*b));
 }
 
-/* What k3cachectl --db answers from the store it opens read-only, per op
- * (ops.h); an op without a row needs the daemon. An evict only dry-runs. */
+/* What k3cachectl --db answers from the store it opens read-only: the ops
+ * ops.h marks db, by service_dispatch() but for these two, which the daemon
+ * answers from its own state. An evict only dry-runs. */
 static void off_hello(struct store *s, const frame_request *req, frame_response *r)
 {
 	(void)s;
@@ -64,53 +65,20 @@ static void off_hello(struct store *s, const frame_request *req, frame_response 
 	r->server = (char *)protobuf_c_empty_string;
 }
 
-static void off_list(struct store *s, const frame_request *req, frame_response *r)
-{
-	service_list(s, req->list, r);
-}
-
-static void off_inspect(struct store *s, const frame_request *req, frame_response *r)
-{
-	service_inspect(s, req->inspect, r);
-}
-
-static void off_resolve(struct store *s, const frame_request *req, frame_response *r)
-{
-	service_resolve(s, req->resolve, r);
-}
-
-static void off_list_models(struct store *s, const frame_request *req, frame_response *r)
-{
-	(void)req;
-	service_list_models(s, r);
-}
-
 static void off_stat(struct store *s, const frame_request *req, frame_response *r)
 {
 	(void)req;
 	service_store_counters(s, r);
 }
 
-static void off_verify(struct store *s, const frame_request *req, frame_response *r)
+static void off_dispatch(struct store *s, const frame_request *req, frame_response *r)
 {
-	(void)req;
-	service_verify(s, r);
-}
-
-static void off_evict(struct store *s, const frame_request *req, frame_response *r)
-{
-	service_evict(s, req->evict, r);
+	(void)service_dispatch(s, req, r);
 }
 
 static void (*const offline_ops[OPS_N])(struct store *, const frame_request *, frame_response *) = {
         [OPS_HELLO] = off_hello,
-        [OPS_LIST] = off_list,
-        [OPS_INSPECT] = off_inspect,
-        [OPS_RESOLVE] = off_resolve,
-        [OPS_LIST_MODELS] = off_list_models,
         [OPS_STAT] = off_stat,
-        [OPS_VERIFY] = off_verify,
-        [OPS_EVICT] = off_evict,
 };
 
 int ctl_call(struct ctl_backend *b, frame_request *req, frame_response **resp, const char *cmd)
@@ -131,8 +99,10 @@ int ctl_call(struct ctl_backend *b, frame_request *req, frame_response **resp, c
 	}
 	k3cache__v1__response__init(r);
 	r->id = req->id;
-	void (*answer)(struct store *, const frame_request *, frame_response *) =
-	        offline_ops[ops_of(req)];
+	enum ops_id op = ops_of(req);
+	void (*answer)(struct store *, const frame_request *, frame_response *) = NULL;
+	if (ops_table[op].db)
+		answer = offline_ops[op] ? offline_ops[op] : off_dispatch;
 	if (req->op_case == K3CACHE__V1__REQUEST__OP_EVICT && !req->evict->dry_run)
 		answer = NULL;
 	if (answer) {

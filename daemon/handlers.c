@@ -76,27 +76,12 @@ static void op_report(struct k3d_conn *c)
 	k3d_conn_respond(c, &resp);
 }
 
-/* Ops answered by the service module on the loop thread. */
-static void op_list(struct k3d_conn *c, frame_response *r)
-{
-	service_list(c->srv->store, c->req->list, r);
-}
-
+/* A brief Inspect from a tenant: another's entry is absent (an empty
+ * answer), as for a restore. */
 static void op_inspect(struct k3d_conn *c, frame_response *r)
 {
-	/* a brief Inspect from a tenant: another's entry is absent */
 	if (c->req->inspect->key.len != 32 || k3d_owns_entry(c, c->req->inspect->key.data))
-		service_inspect(c->srv->store, c->req->inspect, r);
-}
-
-static void op_resolve(struct k3d_conn *c, frame_response *r)
-{
-	service_resolve(c->srv->store, c->req->resolve, r);
-}
-
-static void op_list_models(struct k3d_conn *c, frame_response *r)
-{
-	service_list_models(c->srv->store, r);
+		(void)service_dispatch(c->srv->store, c->req, r);
 }
 
 static void op_stat(struct k3d_conn *c, frame_response *r)
@@ -104,11 +89,18 @@ static void op_stat(struct k3d_conn *c, frame_response *r)
 	k3d_fill_counters(c->srv, r);
 }
 
-static void via_service(struct k3d_conn *c, void (*fill)(struct k3d_conn *, frame_response *))
+/* Answers an op by fill, or else by service_dispatch(); an op neither
+ * knows is unsupported. */
+static void answer(struct k3d_conn *c, void (*fill)(struct k3d_conn *, frame_response *))
 {
 	frame_response r = K3CACHE__V1__RESPONSE__INIT;
 	r.id = c->req->id;
-	fill(c, &r);
+	if (fill) {
+		fill(c, &r);
+	} else if (!service_dispatch(c->srv->store, c->req, &r)) {
+		k3d_conn_errorf(c, STATUS_UNSUPPORTED, "unknown op");
+		return;
+	}
 	k3d_conn_respond(c, &r);
 	service_response_clear(&r);
 }
@@ -137,22 +129,17 @@ static void to_writer(struct k3d_conn *c)
 }
 
 /* How the loop answers each op that is not the writer's (ops.h): by a
- * handler of its own, or through the service module. */
+ * handler of its own, by one that fills an answer, or, with neither, by
+ * service_dispatch() (the ops that need only the store). */
 struct loop_op {
 	void (*handle)(struct k3d_conn *c);
 	void (*fill)(struct k3d_conn *c, frame_response *r);
 };
 
 static const struct loop_op loop_ops[OPS_N] = {
-        [OPS_HELLO] = {.handle = op_hello},
-        [OPS_LOOKUP] = {.handle = k3d_op_lookup},
-        [OPS_RESTORE] = {.handle = k3d_op_restore},
-        [OPS_REPORT] = {.handle = op_report},
-        [OPS_LIST] = {.fill = op_list},
-        [OPS_INSPECT] = {.fill = op_inspect},
-        [OPS_RESOLVE] = {.fill = op_resolve},
-        [OPS_LIST_MODELS] = {.fill = op_list_models},
-        [OPS_STAT] = {.fill = op_stat},
+        [OPS_HELLO] = {.handle = op_hello},         [OPS_LOOKUP] = {.handle = k3d_op_lookup},
+        [OPS_RESTORE] = {.handle = k3d_op_restore}, [OPS_REPORT] = {.handle = op_report},
+        [OPS_INSPECT] = {.fill = op_inspect},       [OPS_STAT] = {.fill = op_stat},
 };
 
 void k3d_handle(struct k3d_conn *c)
@@ -167,31 +154,18 @@ void k3d_handle(struct k3d_conn *c)
 		k3d_conn_errorf(c, STATUS_BUSY, "the daemon is shutting down");
 	} else if (l->handle) {
 		l->handle(c);
-	} else if (l->fill) {
-		via_service(c, l->fill);
 	} else {
-		k3d_conn_errorf(c, STATUS_UNSUPPORTED, "unknown op");
+		answer(c, l->fill);
 	}
 	done(c);
 }
 
 /* ---- the writer's side: run in the writer thread ------------------------------ */
 
-/* The writer's ops but a publish, which writer.c batches (ops.h). Each
- * returns 1 when it has more to do: the writer queues it again behind the
- * jobs that came meanwhile. */
-static int run_put_model(struct k3d_server *srv, struct k3d_job *job)
-{
-	service_put_model(srv->store, job->req->put_model, &job->resp);
-	return 0;
-}
-
-static int run_evict(struct k3d_server *srv, struct k3d_job *job)
-{
-	service_evict(srv->store, job->req->evict, &job->resp);
-	return 0;
-}
-
+/* The writer's ops but a publish, which writer.c batches (ops.h): each by
+ * service_dispatch(), but a verify, run in batches. One returns 1 when it
+ * has more to do: the writer queues it again behind the jobs that came
+ * meanwhile. */
 /* A verify reads the whole store: it runs K3D_VERIFY_BATCH bytes at a time,
  * so that publishes wait behind one batch, not the whole. A streamed publish
  * is written between the writer's jobs, a window at a time: while one is in
@@ -211,13 +185,14 @@ static int run_verify(struct k3d_server *srv, struct k3d_job *job)
 }
 
 static int (*const writer_ops[OPS_N])(struct k3d_server *, struct k3d_job *) = {
-        [OPS_PUT_MODEL] = run_put_model,
-        [OPS_EVICT] = run_evict,
         [OPS_VERIFY] = run_verify,
 };
 
 int k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job)
 {
 	int (*run)(struct k3d_server *, struct k3d_job *) = writer_ops[ops_of(job->req)];
-	return run ? run(srv, job) : 0;
+	if (run)
+		return run(srv, job);
+	(void)service_dispatch(srv->store, job->req, &job->resp);
+	return 0;
 }

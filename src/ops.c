@@ -2,11 +2,11 @@
 #include "ops.h"
 
 const struct ops_row ops_table[OPS_N] = {
-#define OPS_ROW(NAME, name, payload, writer)                                                       \
-	[OPS_##NAME] = {K3CACHE__V1__REQUEST__OP_##NAME, #name, payload, writer},
+#define OPS_ROW(NAME, name, payload, writer, db)                                                   \
+	[OPS_##NAME] = {K3CACHE__V1__REQUEST__OP_##NAME, #name, payload, writer, db},
         OPS_LIST(OPS_ROW)
 #undef OPS_ROW
-                [OPS_UNKNOWN] = {0, "unknown", 0, 0},
+                [OPS_UNKNOWN] = {0, "unknown", 0, 0, 0},
 };
 
 enum ops_id ops_of(const frame_request *req)

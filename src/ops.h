@@ -10,30 +10,34 @@
 
 #include "frame.h"
 
-/* X(NAME, name, payload, writer): NAME is the proto's oneof case
+/* X(NAME, name, payload, writer, db): NAME is the proto's oneof case
  * (K3CACHE__V1__REQUEST__OP_NAME), name its lower-case name; payload 1 when
  * the header is followed by payload_len bytes; writer 1 when the daemon runs
  * it on its writer thread (it may change the store), 0 when its loop
- * answers it. Each op's handler is in the table of the module that runs it
- * (daemon/handlers.c; k3cachectl --db's in client/ctl_backend.c). */
+ * answers it; db 1 when k3cachectl --db answers it from a store it opens
+ * read-only, without a daemon (an evict there only dry-runs, a verify
+ * reports without quarantining). The ops that need only the store are
+ * answered by service_dispatch() (service.h) wherever they run; the others
+ * by a handler in the table of the module that runs them (daemon/handlers.c,
+ * k3cachectl --db's backend). */
 #define OPS_LIST(X)                                                                                \
-	X(HELLO, hello, 0, 0)                                                                      \
-	X(PUT_MODEL, put_model, 0, 1)                                                              \
-	X(PUBLISH, publish, 1, 1)                                                                  \
-	X(LOOKUP, lookup, 0, 0)                                                                    \
-	X(RESTORE, restore, 0, 0)                                                                  \
-	X(LIST, list, 0, 0)                                                                        \
-	X(INSPECT, inspect, 0, 0)                                                                  \
-	X(EVICT, evict, 0, 1)                                                                      \
-	X(STAT, stat, 0, 0)                                                                        \
-	X(LIST_MODELS, list_models, 0, 0)                                                          \
-	X(VERIFY, verify, 0, 1)                                                                    \
-	X(RESOLVE, resolve, 0, 0)                                                                  \
-	X(REPORT, report, 0, 0)
+	X(HELLO, hello, 0, 0, 1)                                                                   \
+	X(PUT_MODEL, put_model, 0, 1, 0)                                                           \
+	X(PUBLISH, publish, 1, 1, 0)                                                               \
+	X(LOOKUP, lookup, 0, 0, 0)                                                                 \
+	X(RESTORE, restore, 0, 0, 0)                                                               \
+	X(LIST, list, 0, 0, 1)                                                                     \
+	X(INSPECT, inspect, 0, 0, 1)                                                               \
+	X(EVICT, evict, 0, 1, 1)                                                                   \
+	X(STAT, stat, 0, 0, 1)                                                                     \
+	X(LIST_MODELS, list_models, 0, 0, 1)                                                       \
+	X(VERIFY, verify, 0, 1, 1)                                                                 \
+	X(RESOLVE, resolve, 0, 0, 1)                                                               \
+	X(REPORT, report, 0, 0, 0)
 
 /* Each op's index, then OPS_UNKNOWN for a request with none this build
  * knows, and OPS_N rows in all. */
-#define OPS_ID(NAME, name, payload, writer) OPS_##NAME,
+#define OPS_ID(NAME, name, payload, writer, db) OPS_##NAME,
 enum ops_id { OPS_LIST(OPS_ID) OPS_UNKNOWN, OPS_N };
 #undef OPS_ID
 
@@ -42,6 +46,7 @@ struct ops_row {
 	const char *name; /* "publish", ...; "unknown" */
 	int payload;      /* a payload follows the header */
 	int writer;       /* run on the daemon's writer thread */
+	int db;           /* answered by k3cachectl --db, from a read-only store */
 };
 
 extern const struct ops_row ops_table[OPS_N];

@@ -1,4 +1,5 @@
 #include "service.h"
+#include "ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,7 +101,8 @@ void service_free_spec(K3cache__V1__ModelSpec *w)
 	free(w);
 }
 
-void service_put_model(struct store *s, const K3cache__V1__PutModel *op, frame_response *resp)
+static void service_put_model(struct store *s, const K3cache__V1__PutModel *op,
+                              frame_response *resp)
 {
 	char err[MODEL_ERROR_MAX];
 	struct status st;
@@ -242,7 +244,7 @@ static int list_cb(const struct store_entry_info *info, void *arg)
 	return 0;
 }
 
-void service_list(struct store *s, const K3cache__V1__List *op, frame_response *resp)
+static void service_list(struct store *s, const K3cache__V1__List *op, frame_response *resp)
 {
 	uint32_t limit = op->limit ? op->limit : LIST_DEFAULT;
 	if (limit > LIST_MAX)
@@ -257,7 +259,7 @@ void service_list(struct store *s, const K3cache__V1__List *op, frame_response *
 		fail_oom(resp);
 }
 
-void service_inspect(struct store *s, const K3cache__V1__Inspect *op, frame_response *resp)
+static void service_inspect(struct store *s, const K3cache__V1__Inspect *op, frame_response *resp)
 {
 	struct store_entry_info *info;
 	struct status st;
@@ -273,7 +275,7 @@ void service_inspect(struct store *s, const K3cache__V1__Inspect *op, frame_resp
 	store_entry_info_free(info);
 }
 
-void service_resolve(struct store *s, const K3cache__V1__Resolve *op, frame_response *resp)
+static void service_resolve(struct store *s, const K3cache__V1__Resolve *op, frame_response *resp)
 {
 	uint8_t key[32];
 	struct status st;
@@ -296,7 +298,7 @@ static int models_cb(const struct k3cache_model *spec, void *arg)
 	return 0;
 }
 
-void service_list_models(struct store *s, frame_response *resp)
+static void service_list_models(struct store *s, frame_response *resp)
 {
 	struct status st;
 	if (store_list_models(s, models_cb, resp, &st) != STATUS_OK)
@@ -321,7 +323,7 @@ static void evicted_cb(const uint8_t key[32], uint64_t bytes, void *arg)
 	add_entry(r, e);
 }
 
-void service_evict(struct store *s, const K3cache__V1__Evict *op, frame_response *resp)
+static void service_evict(struct store *s, const K3cache__V1__Evict *op, frame_response *resp)
 {
 	uint8_t(*keys)[32] = op->n_keys ? calloc(op->n_keys, 32) : NULL;
 	if (op->n_keys && !keys) {
@@ -399,11 +401,68 @@ int service_verify_step(struct store *s, struct store_verify **walk, uint64_t bu
 	return 0;
 }
 
-void service_verify(struct store *s, frame_response *resp)
+static void service_verify(struct store *s, frame_response *resp)
 {
 	struct store_verify *walk = NULL;
 	while (service_verify_step(s, &walk, UINT64_MAX, resp))
 		;
+}
+
+/* ---- dispatch ------------------------------------------------------------- */
+
+static void op_put_model(struct store *s, const frame_request *req, frame_response *r)
+{
+	service_put_model(s, req->put_model, r);
+}
+
+static void op_list(struct store *s, const frame_request *req, frame_response *r)
+{
+	service_list(s, req->list, r);
+}
+
+static void op_inspect(struct store *s, const frame_request *req, frame_response *r)
+{
+	service_inspect(s, req->inspect, r);
+}
+
+static void op_resolve(struct store *s, const frame_request *req, frame_response *r)
+{
+	service_resolve(s, req->resolve, r);
+}
+
+static void op_list_models(struct store *s, const frame_request *req, frame_response *r)
+{
+	(void)req;
+	service_list_models(s, r);
+}
+
+static void op_evict(struct store *s, const frame_request *req, frame_response *r)
+{
+	service_evict(s, req->evict, r);
+}
+
+static void op_verify(struct store *s, const frame_request *req, frame_response *r)
+{
+	(void)req;
+	service_verify(s, r);
+}
+
+/* The ops answered from the store alone (ops.h). */
+static void (*const service_ops[OPS_N])(struct store *, const frame_request *, frame_response *) = {
+        [OPS_PUT_MODEL] = op_put_model,     [OPS_LIST] = op_list,
+        [OPS_INSPECT] = op_inspect,         [OPS_RESOLVE] = op_resolve,
+        [OPS_LIST_MODELS] = op_list_models, [OPS_EVICT] = op_evict,
+        [OPS_VERIFY] = op_verify,
+};
+
+int service_dispatch(struct store *s, const frame_request *req, frame_response *resp)
+{
+	void (*answer)(struct store *, const frame_request *, frame_response *) =
+	        service_ops[ops_of(req)];
+	if (!answer)
+		return 0;
+	answer(s, req, resp);
+	return 1;
 }
 
 /* ---- counters ------------------------------------------------------------- */

@@ -13,19 +13,16 @@ struct k3cache_model *service_spec_from_wire(const K3cache__V1__ModelSpec *w, ch
 K3cache__V1__ModelSpec *service_spec_to_wire(const struct k3cache_model *m);
 void service_free_spec(K3cache__V1__ModelSpec *w);
 
-/* Each fills resp's code, message and results; what they allocate is freed by
- * service_response_clear(). resp must start as K3CACHE__V1__RESPONSE__INIT
- * (its id is left alone). */
-void service_put_model(struct store *s, const K3cache__V1__PutModel *op, frame_response *resp);
-void service_list(struct store *s, const K3cache__V1__List *op, frame_response *resp);
-void service_inspect(struct store *s, const K3cache__V1__Inspect *op, frame_response *resp);
-void service_resolve(struct store *s, const K3cache__V1__Resolve *op, frame_response *resp);
-void service_list_models(struct store *s, frame_response *resp);
-void service_evict(struct store *s, const K3cache__V1__Evict *op, frame_response *resp);
-void service_verify(struct store *s, frame_response *resp);
-/* The same in steps: each call checks about `budget` bytes of entries
- * (store_verify_step), *walk holding its place between calls (NULL at
- * first). 1: call again; 0: resp is complete and *walk freed. */
+/* Answers req when it needs only the store: put_model, list, inspect,
+ * resolve, list_models, evict, verify. Fills resp's code, message and
+ * results and returns 1; returns 0, resp untouched, for an op that needs
+ * more (a connection, a payload, a daemon's counters). What it allocates is
+ * freed by service_response_clear(). resp must start as
+ * K3CACHE__V1__RESPONSE__INIT (its id is left alone). */
+int service_dispatch(struct store *s, const frame_request *req, frame_response *resp);
+/* A verify in steps (the daemon's): each call checks about `budget` bytes
+ * of entries (store_verify_step), *walk holding its place between calls
+ * (NULL at first). 1: call again; 0: resp is complete and *walk freed. */
 int service_verify_step(struct store *s, struct store_verify **walk, uint64_t budget,
                         frame_response *resp);
 /* Appends the store's counters (entries, bytes, hits, ...). */
