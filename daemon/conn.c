@@ -220,7 +220,7 @@ static int mid_frame(const struct k3d_conn *c)
 		return c->hgot > 0;
 	case K3D_BUSY:
 	case K3D_SENDING:
-	case K3D_CLOSING: /* answered: none of its input is awaited */
+	case K3D_CLOSING: /* none of its input is awaited; close_cut() counted a cut frame */
 	case K3D_DEAD:
 		return 0;
 	}
@@ -248,7 +248,10 @@ void k3d_conn_close(struct k3d_conn *c)
 	if (c->ingest)                /* the writer has our streamed publish */
 		k3d_ingest_cancel(c); /* it removes what it wrote, then hands it back */
 	if (c->jobs_out) {
-		/* the writer holds jobs of ours: free us when the last is back */
+		/* the writer holds jobs of ours: free us when the last is back;
+		 * a trial window waiting for its whole stops waiting now (the
+		 * state that says so is gone) */
+		end_trial_wait(c);
 		k3d_conn_set_state(c, K3D_DEAD);
 		return;
 	}
@@ -306,7 +309,9 @@ int k3d_conn_queue(struct k3d_conn *c, frame_response *resp)
 		k3d_log(K3D_LOG_WARN, "conn %llu: %s", (unsigned long long)c->id, small.message);
 		n = frame_encode_response(&small, &buf);
 		if (!n) {
+			/* nothing to send: on_write closes it now */
 			k3d_conn_set_state(c, K3D_CLOSING);
+			event_active(c->wev, EV_WRITE, 0);
 			return 0;
 		}
 		evbuffer_add(c->out, buf, n);
@@ -379,12 +384,22 @@ static int take(struct k3d_conn *c, unsigned char *dst, size_t want)
 	return (int)n;
 }
 
+/* Closes c after its replies because its input cannot be read on, counted
+ * in closed_mid_frame when that leaves a frame unfinished (CLOSING itself
+ * is never mid-frame: the count is taken here). */
+static void close_cut(struct k3d_conn *c)
+{
+	if (mid_frame(c))
+		c->srv->closed_mid_frame++;
+	k3d_conn_set_state(c, K3D_CLOSING);
+}
+
 static void fatal_frame(struct k3d_conn *c, const struct status *st)
 {
 	/* the stream cannot be trusted past this point: answer, then close */
 	k3d_conn_error(c, 0, st);
 	c->in_start = c->in_end = 0;
-	k3d_conn_set_state(c, K3D_CLOSING);
+	close_cut(c);
 	k3d_conn_want_write(c);
 }
 
@@ -424,7 +439,7 @@ static void header_done(struct k3d_conn *c)
 		st.code = code;
 		k3d_conn_error(c, c->req->id, &st);
 		c->in_start = c->in_end = 0;
-		k3d_conn_set_state(c, K3D_CLOSING);
+		close_cut(c); /* its payload is never read */
 		return;
 	}
 	if (code != STATUS_OK) {

@@ -239,7 +239,7 @@ void k3d_conn_close(struct k3d_conn *c);
 /* Forgets the current request: frees it, returns its payload buffer to the
  * pool, releases its in-flight bytes; back to reading a length. */
 void k3d_conn_reset(struct k3d_conn *c);
-/* Queues a response (and no payload); counts errors; resumes reading. */
+/* Queues a response (and no payload); counts errors. */
 void k3d_conn_respond(struct k3d_conn *c, frame_response *resp);
 /* Queues resp; 0 when a short TOO_LARGE answer (or nothing, out of memory)
  * went in its place. */

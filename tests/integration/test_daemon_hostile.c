@@ -95,9 +95,12 @@ static void test_header_len_zero(void **state)
 {
 	(void)state;
 	uint64_t before = counter("errors_invalid");
+	uint64_t mid = counter("closed_mid_frame");
 	unsigned char zero[4] = {0, 0, 0, 0};
 	raw_frame_then_close(zero, 4, STATUS_INVALID);
 	assert_int_equal(counter("errors_invalid"), before + 1);
+	/* a bad length ends the frame where it began: not mid-frame */
+	assert_int_equal(counter("closed_mid_frame"), mid);
 }
 
 static void test_header_len_over_16mib(void **state)
@@ -113,8 +116,11 @@ static void test_header_len_over_16mib(void **state)
 static void test_header_not_protobuf(void **state)
 {
 	(void)state;
+	uint64_t mid = counter("closed_mid_frame");
 	unsigned char junk[4 + 6] = {6, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 	raw_frame_then_close(junk, sizeof(junk), STATUS_INVALID);
+	/* a header that does not decode: its frame is cut short */
+	assert_int_equal(counter("closed_mid_frame"), mid + 1);
 }
 
 static void publish_header(frame_request *req, K3cache__V1__Publish *pub,
@@ -153,6 +159,7 @@ static void test_payload_over_max(void **state)
 	K3cache__V1__LayerRef refs[2], *prefs[2];
 	publish_header(&req, &pub, refs, prefs, fp, tokens, sizes, 2);
 	req.id = 77;
+	uint64_t mid = counter("closed_mid_frame");
 	int fd = daemonutil_connect_raw(d.sock);
 	assert_int_equal(daemonutil_send_request(fd, &req), 0);
 	frame_response *r = daemonutil_read_response(fd, 5000);
@@ -163,6 +170,8 @@ static void test_payload_over_max(void **state)
 	assert_true(daemonutil_closed(fd, 5000));
 	close(fd);
 	assert_served();
+	/* closed with its payload unread: mid-frame */
+	assert_int_equal(counter("closed_mid_frame"), mid + 1);
 }
 
 /* The layer list disagrees with payload_len: INVALID, the payload is skipped,
