@@ -15,7 +15,7 @@
  * the header is followed by payload_len bytes; writer 1 when the daemon runs
  * it on its writer thread (it may change the store), 0 when its loop
  * answers it. Each op's handler is in the table of the module that runs it
- * (daemon/handlers.c; k3cachectl --db's in client/ctl_backend.c). */
+ * (daemon/handlers.c; k3cachectl --db's in ctl/ctl_backend.c). */
 #define OPS_LIST(X)                                                                                \
 	X(HELLO, hello, 0, 0)                                                                      \
 	X(PUT_MODEL, put_model, 0, 1)                                                              \
