@@ -1,12 +1,7 @@
-/* export and import: an entry as a self-describing snapshot file, to move it
- * between hosts or keep it as a backup.
- *
- *   "K3SNAP1\n" | u32 LE header_len | header (JSON) | the blobs, layer order
- *
- * The header holds the model spec and fingerprint, the salt (hex), the tokens,
- * the entry key and each layer's size and XXH3. Import trusts none of it: it
- * checks the file like the wire (sizes before reading, checksums, every blob
- * against the model), then publishes, which the daemon validates again. */
+/* export and import: an entry to a snapshot file and back (the format and
+ * its checks: src/snapfile.h), to move it between hosts or keep it as a
+ * backup. Import publishes what snapfile_parse() accepted, which the daemon
+ * validates again. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -17,18 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "blob.h"
-#include "checksum.h"
 #include "ctl.h"
 #include "hexutil.h"
 #include "k3cache/k3cache.h"
 #include "model.h"
-#include "prefix.h"
 #include "service.h"
-
-#define SNAP_MAGIC      "K3SNAP1\n"
-#define SNAP_MAGIC_LEN  8u
-#define SNAP_MAX_HEADER (64u << 20)
+#include "snapfile.h"
 
 static int usage(const char *cmd, const char *msg, const char *text)
 {
@@ -161,7 +150,8 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 	struct ctl_layers layers = {0};
 	struct k3cache_model *spec = NULL;
 	FILE *f = NULL;
-	char *hdr = NULL, *tmp = NULL;
+	unsigned char *hdr = NULL;
+	char *tmp = NULL;
 	if ((rc = ctl_resolve_key(&b, argv[optind], key, "export")) != 0)
 		goto done;
 	if ((rc = ctl_inspect_entry(&b, key, &info, "export")) != 0)
@@ -177,43 +167,40 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 	if ((rc = ctl_fetch_layers(&b, key, &layers, "export")) != 0)
 		goto done;
 
-	char *specjs = model_to_json(spec);
-	json_t *jspec = specjs ? json_loads(specjs, 0, NULL) : NULL;
-	free(specjs);
-	json_t *toks = json_array(), *jl = json_array();
-	for (size_t i = 0; i < e->n_tokens; i++)
-		json_array_append_new(toks, json_integer(e->tokens[i]));
-	for (uint32_t i = 0; i < layers.n; i++) {
-		char sum[17];
-		snprintf(sum, sizeof(sum), "%016" PRIx64, layers.xxh3[i]);
-		json_array_append_new(jl, json_pack("{s:i,s:I,s:s}", "index", (int)i, "size",
-		                                    (json_int_t)layers.size[i], "xxh3", sum));
-	}
-	char keyhex[65], fphex[65], salthex[2 * 1024 + 1];
-	hexutil_encode(key, 32, keyhex);
-	hexutil_encode(spec->fingerprint, 32, fphex);
-	hexutil_encode(e->salt.data, e->salt.len <= 1024 ? e->salt.len : 0, salthex);
-	json_t *doc = json_pack("{s:i,s:s,s:s,s:o,s:s,s:i,s:o,s:o,s:I}", "format", 1, "key", keyhex,
-	                        "fingerprint", fphex, "model", jspec ? jspec : json_null(), "salt",
-	                        salthex, "prefix_len", (int)e->prefix_len, "tokens", toks, "layers",
-	                        jl, "created", (json_int_t)e->created);
-	hdr = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(doc);
-	if (!hdr) {
+	struct snapfile_layer *sl = calloc(layers.n ? layers.n : 1, sizeof(*sl));
+	if (!sl) {
 		fprintf(stderr, "k3cachectl export: out of memory\n");
 		rc = CTL_EXIT_ERROR;
 		goto done;
 	}
+	for (uint32_t i = 0; i < layers.n; i++)
+		sl[i] = (struct snapfile_layer){layers.data[i], layers.size[i], layers.xxh3[i]};
+	struct snapfile snap = {.model = spec,
+	                        .salt = e->salt.data,
+	                        .salt_len = e->salt.len,
+	                        .tokens = e->tokens,
+	                        .n_tokens = (uint32_t)e->n_tokens,
+	                        .layers = sl,
+	                        .n_layers = layers.n,
+	                        .created = e->created};
+	memcpy(snap.key, key, 32);
+	struct snapfile_error serr;
+	size_t hlen;
+	enum snapfile_class sc = snapfile_encode_header(&snap, &hdr, &hlen, &serr);
+	free(sl);
+	if (sc != SNAPFILE_OK) {
+		fprintf(stderr, "k3cachectl export: %s\n", serr.message);
+		rc = CTL_EXIT_ERROR;
+		goto done;
+	}
+	char keyhex[65];
+	hexutil_encode(key, 32, keyhex);
 	f = export_open(out, &tmp);
 	if (!f) {
 		rc = CTL_EXIT_ERROR;
 		goto done;
 	}
-	uint32_t hlen = (uint32_t)strlen(hdr);
-	unsigned char pre[4];
-	frame_put_len(pre, hlen);
-	int ok = fwrite(SNAP_MAGIC, 1, SNAP_MAGIC_LEN, f) == SNAP_MAGIC_LEN &&
-	         fwrite(pre, 1, 4, f) == 4 && fwrite(hdr, 1, hlen, f) == hlen;
+	int ok = fwrite(hdr, 1, hlen, f) == hlen;
 	uint64_t total = 0;
 	for (uint32_t i = 0; ok && i < layers.n; i++) {
 		ok = fwrite(layers.data[i], 1, layers.size[i], f) == layers.size[i];
@@ -257,14 +244,6 @@ done:
 
 /* ---- import ---------------------------------------------------------------- */
 
-static int bad_file(const char *path, const char *fmt, const char *detail)
-{
-	fprintf(stderr, "k3cachectl import: %s: ", path);
-	fprintf(stderr, fmt, detail);
-	fprintf(stderr, "; nothing was stored\n");
-	return CTL_EXIT_ERROR;
-}
-
 int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv)
 {
 	static const char text[] = "k3cachectl [--socket PATH] [--json] import FILE";
@@ -291,137 +270,29 @@ int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv)
 		return CTL_EXIT_ERROR;
 	}
 	int rc = CTL_EXIT_ERROR;
-	json_t *doc = NULL;
-	struct k3cache_model *spec = NULL;
-	uint32_t *tokens = NULL;
-	uint8_t *salt = NULL;
+	struct snapfile snap;
+	struct snapfile_error serr;
 	struct k3cache_buf *bufs = NULL;
 	struct ctl_backend b = {0};
-	if (f.size < SNAP_MAGIC_LEN + 4 || memcmp(f.data, SNAP_MAGIC, SNAP_MAGIC_LEN) != 0) {
-		rc = bad_file(path, "%s", "not a k3cache snapshot file (no K3SNAP1 header)");
+	if (snapfile_parse(f.data, f.size, &snap, &serr) != SNAPFILE_OK) {
+		fprintf(stderr, "k3cachectl import: %s: %s; nothing was stored\n", path,
+		        serr.message);
 		goto out;
 	}
-	uint32_t hlen = frame_get_len(f.data + SNAP_MAGIC_LEN);
-	size_t body = SNAP_MAGIC_LEN + 4 + (size_t)hlen;
-	if (hlen > SNAP_MAX_HEADER || hlen > f.size - SNAP_MAGIC_LEN - 4) {
-		rc = bad_file(path, "%s", "truncated: the header runs past the end of the file");
-		goto out;
-	}
-	json_error_t jerr;
-	doc = json_loadb((const char *)f.data + SNAP_MAGIC_LEN + 4, hlen, JSON_REJECT_DUPLICATES,
-	                 &jerr);
-	if (!doc) {
-		rc = bad_file(path, "the header is not valid JSON: %s", jerr.text);
-		goto out;
-	}
-	json_t *jspec = json_object_get(doc, "model"), *jtoks = json_object_get(doc, "tokens"),
-	       *jlayers = json_object_get(doc, "layers");
-	const char *fphex = json_string_value(json_object_get(doc, "fingerprint"));
-	const char *keyhex = json_string_value(json_object_get(doc, "key"));
-	const char *salthex = json_string_value(json_object_get(doc, "salt"));
-	if (json_integer_value(json_object_get(doc, "format")) != 1 || !jspec ||
-	    !json_is_array(jtoks) || !json_is_array(jlayers) || !fphex || !keyhex || !salthex) {
-		rc = bad_file(path, "%s",
-		              "the header lacks format 1, model, tokens, layers, key or salt");
-		goto out;
-	}
-	char *specjs = json_dumps(jspec, JSON_COMPACT);
-	char merr[MODEL_ERROR_MAX];
-	spec = specjs ? model_from_json(specjs, strlen(specjs), merr) : NULL;
-	free(specjs);
-	if (!spec) {
-		rc = bad_file(path, "its model spec is invalid: %s", merr);
-		goto out;
-	}
-	char fpcheck[65];
-	hexutil_encode(spec->fingerprint, 32, fpcheck);
-	if (strcmp(fpcheck, fphex) != 0) {
-		rc = bad_file(path, "%s", "its model spec does not match its fingerprint");
-		goto out;
-	}
-	size_t ntok = json_array_size(jtoks);
-	size_t salt_len = strlen(salthex) / 2;
-	tokens = malloc((ntok ? ntok : 1) * sizeof(*tokens));
-	salt = malloc(salt_len + 1);
-	if (!tokens || !salt || ntok == 0 || ntok > UINT32_MAX ||
-	    hexutil_decode(salthex, salt, salt_len) != 0) {
-		rc = bad_file(path, "%s", "its tokens or salt are malformed");
-		goto out;
-	}
-	for (size_t i = 0; i < ntok; i++) {
-		json_int_t t = json_integer_value(json_array_get(jtoks, i));
-		if (!json_is_integer(json_array_get(jtoks, i)) || t < 0 ||
-		    t > (json_int_t)UINT32_MAX) {
-			rc = bad_file(path, "%s", "a token is not a u32");
-			goto out;
-		}
-		tokens[i] = (uint32_t)t;
-	}
-	uint8_t key[32], want[32];
-	if (prefix_key(spec->fingerprint, salt, salt_len, tokens, (uint32_t)ntok, key) != 0) {
-		rc = bad_file(path, "%s", "out of memory computing its key");
-		goto out;
-	}
-	if (hexutil_decode(keyhex, want, 32) != 0 || memcmp(key, want, 32) != 0) {
-		rc = bad_file(path, "%s", "its key does not match its model, salt and tokens");
-		goto out;
-	}
-	size_t nl = json_array_size(jlayers);
-	if (nl != spec->n_layers) {
-		char d[96];
-		snprintf(d, sizeof(d), "%zu layers for a model of %u", nl, spec->n_layers);
-		rc = bad_file(path, "it has %s", d);
-		goto out;
-	}
-	bufs = calloc(nl, sizeof(*bufs));
-	uint64_t off = body;
-	for (size_t i = 0; bufs && i < nl; i++) {
-		json_t *jl = json_array_get(jlayers, i);
-		json_int_t size = json_integer_value(json_object_get(jl, "size"));
-		const char *sumhex = json_string_value(json_object_get(jl, "xxh3"));
-		char d[256];
-		if (size <= 0 || !sumhex || (uint64_t)size > f.size - off) {
-			snprintf(d, sizeof(d), "layer %zu: truncated: the file ends %s", i,
-			         size <= 0 || !sumhex ? "(bad layer record)"
-			                              : "before its bytes do");
-			rc = bad_file(path, "%s", d);
-			goto out;
-		}
-		uint64_t sum = strtoull(sumhex, NULL, 16);
-		const unsigned char *blob = f.data + off;
-		if (checksum_blob(blob, (size_t)size, (uint32_t)i) != sum) {
-			snprintf(d, sizeof(d), "layer %zu: checksum mismatch: the file is damaged",
-			         i);
-			rc = bad_file(path, "%s", d);
-			goto out;
-		}
-		struct blob_error berr;
-		if (blob_check(blob, (size_t)size, spec, (uint32_t)i, (uint32_t)ntok, &berr) !=
-		    BLOB_OK) {
-			snprintf(d, sizeof(d), "%.200s (%s)", berr.message,
-			         blob_class_name(berr.cls));
-			rc = bad_file(path, "%s", d);
-			goto out;
-		}
-		bufs[i].data = blob;
-		bufs[i].len = (size_t)size;
-		off += (uint64_t)size;
-	}
+	bufs = calloc(snap.n_layers ? snap.n_layers : 1, sizeof(*bufs));
 	if (!bufs) {
-		rc = bad_file(path, "%s", "out of memory");
+		fprintf(stderr, "k3cachectl import: %s: out of memory; nothing was stored\n", path);
 		goto out;
 	}
-	if (off != f.size) {
-		rc = bad_file(path, "%s", "it has trailing bytes after the last layer");
-		goto out;
-	}
+	for (uint32_t i = 0; i < snap.n_layers; i++)
+		bufs[i] = (struct k3cache_buf){snap.layers[i].data, (size_t)snap.layers[i].size};
 	if ((rc = ctl_backend_open(g, &b, "import")) != 0)
 		goto out;
 	struct k3cache_error kerr;
 	struct k3cache_publish_result res;
-	if (k3cache_put_model(b.conn, spec, NULL, &kerr) != 0 ||
-	    k3cache_publish(b.conn, spec->fingerprint, salt, salt_len, tokens, (uint32_t)ntok, bufs,
-	                    (uint32_t)nl, &res, &kerr) != 0) {
+	if (k3cache_put_model(b.conn, snap.model, NULL, &kerr) != 0 ||
+	    k3cache_publish(b.conn, snap.model->fingerprint, snap.salt, snap.salt_len, snap.tokens,
+	                    snap.n_tokens, bufs, snap.n_layers, &res, &kerr) != 0) {
 		fprintf(stderr, "k3cachectl import: %s: %s: %s\n", path,
 		        k3cache_code_name(kerr.code), kerr.message);
 		rc = kerr.unreachable ? CTL_EXIT_NODAEMON : CTL_EXIT_ERROR;
@@ -437,17 +308,14 @@ int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv)
 		free(s);
 		json_decref(r);
 	} else {
-		printf("imported %.16s (%s, %zu tokens): %s\n", k, spec->name, ntok,
+		printf("imported %.16s (%s, %u tokens): %s\n", k, snap.model->name, snap.n_tokens,
 		       res.created ? "stored" : "already stored");
 	}
 	rc = CTL_EXIT_OK;
 out:
 	ctl_backend_close(&b);
 	free(bufs);
-	free(tokens);
-	free(salt);
-	model_free(spec);
-	json_decref(doc);
+	snapfile_free(&snap);
 	ctl_file_close(&f);
 	return rc;
 }
