@@ -1,7 +1,7 @@
-/* export and import: an entry to a snapshot file and back (the format and
- * its checks: src/snapfile.h), to move it between hosts or keep it as a
- * backup. Import publishes what snapfile_parse() accepted, which the daemon
- * validates again. */
+/* k3cachectl export KEY -o FILE: an entry as a snapshot file (the format:
+ * src/snapfile.h), to move it to another host (k3cachectl import) or keep
+ * it as a backup. The file is written whole next to FILE, then renamed
+ * over it; -o - writes it to stdout. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -12,18 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "cmd.h"
 #include "hexutil.h"
-#include "k3cache/k3cache.h"
 #include "model.h"
-#include "service.h"
 #include "snapfile.h"
-
-static int usage(const char *cmd, const char *msg, const char *text)
-{
-	fprintf(stderr, "k3cachectl %s: %s\nusage: %s\n", cmd, msg, text);
-	return CTL_EXIT_USAGE;
-}
 
 /* The file export writes: stdout for "-", else a new temporary file next to
  * the target (so renaming it over the target is atomic), with the target's
@@ -113,11 +105,10 @@ static int export_close(FILE *f, char *tmp, const char *out, int ok)
 	return ok && !err ? 0 : -1;
 }
 
-int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
+static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
+                           char **argv)
 {
-	static const char text[] = "k3cachectl [--socket PATH | --db DIR] export KEY -o FILE|-";
 	static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
-	                                     {"help", no_argument, NULL, 'h'},
 	                                     {NULL, 0, NULL, 0}};
 	const char *out = NULL;
 	int c;
@@ -125,24 +116,14 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
 		if (c == 'o') {
 			out = optarg;
-		} else if (c == 'h') {
-			printf("usage: %s\nWrites the entry (model spec, salt, tokens, layers and "
-			       "their\n"
-			       "checksums, blobs) to FILE, for `k3cachectl import` on another "
-			       "host.\n"
-			       "FILE is written whole and then renamed into place; - is stdout "
-			       "(the\n"
-			       "report then goes to stderr).\n",
-			       text);
-			return CTL_EXIT_OK;
 		} else {
-			return usage("export", "unknown option", text);
+			return ctl_cmd_usage_error(self, "unknown option");
 		}
 	}
 	if (optind + 1 != argc || !out)
-		return usage("export", "expects KEY and -o FILE", text);
+		return ctl_cmd_usage_error(self, "expects KEY and -o FILE");
 	struct ctl_backend b;
-	int rc = ctl_backend_open(g, &b, "export");
+	int rc = ctl_backend_open(g, &b, self->name);
 	if (rc)
 		return rc;
 	uint8_t key[32];
@@ -152,19 +133,19 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 	FILE *f = NULL;
 	unsigned char *hdr = NULL;
 	char *tmp = NULL;
-	if ((rc = ctl_resolve_key(&b, argv[optind], key, "export")) != 0)
+	if ((rc = ctl_resolve_key(&b, argv[optind], key, self->name)) != 0)
 		goto done;
-	if ((rc = ctl_inspect_entry(&b, key, &info, "export")) != 0)
+	if ((rc = ctl_inspect_entry(&b, key, &info, self->name)) != 0)
 		goto done;
 	const K3cache__V1__EntryInfo *e = info->entries[0];
 	if (e->model.len == 32)
-		spec = ctl_model_spec(&b, e->model.data, "export");
+		spec = ctl_model_spec(&b, e->model.data, self->name);
 	if (!spec) {
 		fprintf(stderr, "k3cachectl export: the entry's model spec is not in the store\n");
 		rc = CTL_EXIT_ERROR;
 		goto done;
 	}
-	if ((rc = ctl_fetch_layers(&b, key, &layers, "export")) != 0)
+	if ((rc = ctl_fetch_layers(&b, key, &layers, self->name)) != 0)
 		goto done;
 
 	struct snapfile_layer *sl = calloc(layers.n ? layers.n : 1, sizeof(*sl));
@@ -220,12 +201,9 @@ int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv)
 	char size[32];
 	ctl_size(total, size, sizeof(size));
 	if (g->json) {
-		json_t *r = json_pack("{s:s,s:s,s:I,s:i}", "key", keyhex, "file", out, "bytes",
-		                      (json_int_t)total, "layers", (int)layers.n);
-		char *s = json_dumps(r, JSON_INDENT(2));
-		fprintf(report, "%s\n", s);
-		free(s);
-		json_decref(r);
+		ctl_print_json(report,
+		               json_pack("{s:s,s:s,s:I,s:i}", "key", keyhex, "file", out, "bytes",
+		                         (json_int_t)total, "layers", (int)layers.n));
 	} else {
 		fprintf(report, "exported %.16s (%s, %u tokens, %u layers, %s) to %s\n", keyhex,
 		        spec->name, e->prefix_len, layers.n, size,
@@ -242,80 +220,14 @@ done:
 	return rc;
 }
 
-/* ---- import ---------------------------------------------------------------- */
-
-int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv)
-{
-	static const char text[] = "k3cachectl [--socket PATH] [--json] import FILE";
-	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		printf("usage: %s\nStores a snapshot file written by `k3cachectl export`, "
-		       "validated\n"
-		       "like a publish: a damaged or foreign file stores nothing and says why.\n",
-		       text);
-		return CTL_EXIT_OK;
-	}
-	if (argc != 2)
-		return usage("import", "expects exactly one FILE", text);
-	const char *path = argv[1];
-	if (g->db) {
-		fprintf(stderr,
-		        "k3cachectl import: changes the store: it needs the daemon (--db opens "
-		        "the store read-only)\n");
-		return CTL_EXIT_ERROR;
-	}
-	char err[512];
-	struct ctl_file f;
-	if (ctl_file_open(path, &f, err, sizeof(err)) != 0) {
-		fprintf(stderr, "k3cachectl import: %s\n", err);
-		return CTL_EXIT_ERROR;
-	}
-	int rc = CTL_EXIT_ERROR;
-	struct snapfile snap;
-	struct snapfile_error serr;
-	struct k3cache_buf *bufs = NULL;
-	struct ctl_backend b = {0};
-	if (snapfile_parse(f.data, f.size, &snap, &serr) != SNAPFILE_OK) {
-		fprintf(stderr, "k3cachectl import: %s: %s; nothing was stored\n", path,
-		        serr.message);
-		goto out;
-	}
-	bufs = calloc(snap.n_layers ? snap.n_layers : 1, sizeof(*bufs));
-	if (!bufs) {
-		fprintf(stderr, "k3cachectl import: %s: out of memory; nothing was stored\n", path);
-		goto out;
-	}
-	for (uint32_t i = 0; i < snap.n_layers; i++)
-		bufs[i] = (struct k3cache_buf){snap.layers[i].data, (size_t)snap.layers[i].size};
-	if ((rc = ctl_backend_open(g, &b, "import")) != 0)
-		goto out;
-	struct k3cache_error kerr;
-	struct k3cache_publish_result res;
-	if (k3cache_put_model(b.conn, snap.model, NULL, &kerr) != 0 ||
-	    k3cache_publish(b.conn, snap.model->fingerprint, snap.salt, snap.salt_len, snap.tokens,
-	                    snap.n_tokens, bufs, snap.n_layers, &res, &kerr) != 0) {
-		fprintf(stderr, "k3cachectl import: %s: %s: %s\n", path,
-		        k3cache_code_name(kerr.code), kerr.message);
-		rc = kerr.unreachable ? CTL_EXIT_NODAEMON : CTL_EXIT_ERROR;
-		goto out;
-	}
-	char k[65];
-	hexutil_encode(res.key, 32, k);
-	if (g->json) {
-		json_t *r = json_pack("{s:s,s:b,s:I}", "key", k, "created", res.created, "bytes",
-		                      (json_int_t)res.bytes);
-		char *s = json_dumps(r, JSON_INDENT(2));
-		puts(s);
-		free(s);
-		json_decref(r);
-	} else {
-		printf("imported %.16s (%s, %u tokens): %s\n", k, snap.model->name, snap.n_tokens,
-		       res.created ? "stored" : "already stored");
-	}
-	rc = CTL_EXIT_OK;
-out:
-	ctl_backend_close(&b);
-	free(bufs);
-	snapfile_free(&snap);
-	ctl_file_close(&f);
-	return rc;
-}
+const struct ctl_cmd_entry ctl_cmd_export_entry = {
+        .name = "export",
+        .usage = "KEY -o FILE|-",
+        .help = "an entry to a snapshot file (-: stdout)\n"
+                "Writes the entry (model spec, salt, tokens, layers and their\n"
+                "checksums, blobs) to FILE, for `k3cachectl import` on another host.\n"
+                "FILE is written whole and then renamed into place; - is stdout (the\n"
+                "report then goes to stderr).\n",
+        .flags = CTL_CMD_DAEMON | CTL_CMD_DB,
+        .exec = cmd_export_exec,
+};

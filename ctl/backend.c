@@ -3,17 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "ctl.h"
-#include "hexutil.h"
 #include "k3cache/k3cache.h"
 #include "k3cache_raw.h"
 #include "ops.h"
 #include "service.h"
 #include "store.h"
-#include "units.h"
 
 int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const char *cmd)
 {
@@ -161,6 +157,21 @@ void ctl_response_free(struct ctl_backend *b, frame_response *resp)
 	free(resp);
 }
 
+int ctl_call_ok(struct ctl_backend *b, frame_request *req, frame_response **resp, const char *cmd)
+{
+	int rc = ctl_call(b, req, resp, cmd);
+	if (rc)
+		return rc;
+	if (!*resp)
+		return CTL_EXIT_ERROR;
+	if ((*resp)->code != 0) {
+		rc = ctl_answer_error(*resp, cmd);
+		ctl_response_free(b, *resp);
+		*resp = NULL;
+	}
+	return rc;
+}
+
 int ctl_answer_error(const frame_response *resp, const char *cmd)
 {
 	fprintf(stderr, "k3cachectl %s: %s: %s\n", cmd,
@@ -183,12 +194,10 @@ int ctl_resolve_key(struct ctl_backend *b, const char *hex, uint8_t key[32], con
 	req.op_case = K3CACHE__V1__REQUEST__OP_RESOLVE;
 	req.resolve = &rs;
 	frame_response *resp;
-	int rc = ctl_call(b, &req, &resp, cmd);
+	int rc = ctl_call_ok(b, &req, &resp, cmd);
 	if (rc)
 		return rc;
-	if (resp->code != 0) {
-		rc = ctl_answer_error(resp, cmd);
-	} else if (resp->key.len != 32) {
+	if (resp->key.len != 32) {
 		fprintf(stderr, "k3cachectl %s: the answer carries no key\n", cmd);
 		rc = CTL_EXIT_ERROR;
 	} else {
@@ -207,37 +216,17 @@ int ctl_inspect_entry(struct ctl_backend *b, const uint8_t key[32], frame_respon
 	ins.key.len = 32;
 	req.op_case = K3CACHE__V1__REQUEST__OP_INSPECT;
 	req.inspect = &ins;
-	int rc = ctl_call(b, &req, resp, cmd);
+	int rc = ctl_call_ok(b, &req, resp, cmd);
 	if (rc)
 		return rc;
-	if (!*resp || (*resp)->code != 0 || (*resp)->n_entries != 1) {
-		rc = *resp && (*resp)->code ? ctl_answer_error(*resp, cmd) : CTL_EXIT_ERROR;
+	if ((*resp)->n_entries != 1) {
+		fprintf(stderr, "k3cachectl %s: the answer carries %zu entries, not one\n", cmd,
+		        (*resp)->n_entries);
+		rc = CTL_EXIT_ERROR;
 		ctl_response_free(b, *resp);
 		*resp = NULL;
 	}
 	return rc;
-}
-
-struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd)
-{
-	frame_request req = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__ListModels lm = K3CACHE__V1__LIST_MODELS__INIT;
-	req.op_case = K3CACHE__V1__REQUEST__OP_LIST_MODELS;
-	req.list_models = &lm;
-	frame_response *resp = NULL;
-	if (ctl_call(b, &req, &resp, cmd) != 0 || !resp)
-		return NULL;
-	struct k3cache_model *spec = NULL;
-	for (size_t i = 0; resp->code == 0 && i < resp->n_models && !spec; i++) {
-		char err[MODEL_ERROR_MAX];
-		struct k3cache_model *m = service_spec_from_wire(resp->models[i], err);
-		if (m && !memcmp(m->fingerprint, fp, 32))
-			spec = m;
-		else
-			model_free(m);
-	}
-	ctl_response_free(b, resp);
-	return spec;
 }
 
 void ctl_layers_free(struct ctl_layers *l)
@@ -305,14 +294,9 @@ int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_la
 	req.op_case = K3CACHE__V1__REQUEST__OP_RESTORE;
 	req.restore = &rs;
 	frame_response *resp;
-	int rc = ctl_call(b, &req, &resp, cmd);
+	int rc = ctl_call_ok(b, &req, &resp, cmd);
 	if (rc)
 		return rc;
-	if (resp->code != 0) {
-		rc = ctl_answer_error(resp, cmd);
-		ctl_response_free(b, resp);
-		return rc;
-	}
 	uint64_t sum = 0;
 	for (size_t i = 0; i < resp->n_layers; i++)
 		sum += resp->layers[i]->size;
@@ -341,31 +325,4 @@ int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_la
 	}
 	ctl_response_free(b, resp);
 	return 0;
-}
-
-void ctl_hex(const uint8_t *bytes, size_t len, char *out)
-{
-	hexutil_encode(bytes, len, out);
-}
-
-void ctl_size(uint64_t bytes, char *out, size_t outsz)
-{
-	units_format_size(bytes, out, outsz);
-}
-
-void ctl_ago(uint64_t when, char *out, size_t outsz)
-{
-	uint64_t now = (uint64_t)time(NULL);
-	if (!when) {
-		snprintf(out, outsz, "never");
-		return;
-	}
-	char d[32];
-	units_format_duration(now > when ? now - when : 0, d, sizeof(d));
-	snprintf(out, outsz, "%s ago", d);
-}
-
-int ctl_is_tty(void)
-{
-	return isatty(1);
 }
