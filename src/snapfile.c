@@ -276,20 +276,17 @@ static enum snapfile_class parse_layers(json_t *doc, const unsigned char *body, 
 	return SNAPFILE_OK;
 }
 
-/* Every blob against its checksum, then as its layer of the spec. */
-static enum snapfile_class check_blobs(const struct snapfile *s, struct snapfile_error *err)
+enum snapfile_class snapfile_check_layer(const struct snapfile *s, uint32_t i,
+                                         struct snapfile_error *err)
 {
-	for (uint32_t i = 0; i < s->n_layers; i++) {
-		const struct snapfile_layer *l = &s->layers[i];
-		if (checksum_blob(l->data, (size_t)l->size, i) != l->xxh3)
-			return fail(err, SNAPFILE_ERR_CHECKSUM,
-			            "layer %u: checksum mismatch: the file is damaged", i);
-		struct blob_error berr;
-		if (blob_check(l->data, (size_t)l->size, s->model, i, s->n_tokens, &berr) !=
-		    BLOB_OK)
-			return fail(err, SNAPFILE_ERR_BLOB, "%.250s (%s)", berr.message,
-			            blob_class_name(berr.cls));
-	}
+	const struct snapfile_layer *l = &s->layers[i];
+	if (checksum_blob(l->data, (size_t)l->size, i) != l->xxh3)
+		return fail(err, SNAPFILE_ERR_CHECKSUM,
+		            "layer %u: checksum mismatch: the file is damaged", i);
+	struct blob_error berr;
+	if (blob_check(l->data, (size_t)l->size, s->model, i, s->n_tokens, &berr) != BLOB_OK)
+		return fail(err, SNAPFILE_ERR_BLOB, "%.250s (%s)", berr.message,
+		            blob_class_name(berr.cls));
 	return SNAPFILE_OK;
 }
 
@@ -320,8 +317,8 @@ static enum snapfile_class parse_header(const unsigned char *p, size_t size, uin
 	return rc;
 }
 
-enum snapfile_class snapfile_parse(const void *data, size_t size, struct snapfile *out,
-                                   struct snapfile_error *err)
+enum snapfile_class snapfile_parse_layout(const void *data, size_t size, struct snapfile *out,
+                                          struct snapfile_error *err)
 {
 	const unsigned char *p = data;
 	memset(out, 0, sizeof(*out));
@@ -345,8 +342,17 @@ enum snapfile_class snapfile_parse(const void *data, size_t size, struct snapfil
 		            "file (%zu bytes)",
 		            hlen, size);
 	enum snapfile_class rc = parse_header(p, size, hlen, out, err);
-	if (rc == SNAPFILE_OK)
-		rc = check_blobs(out, err);
+	if (rc != SNAPFILE_OK)
+		snapfile_free(out);
+	return rc;
+}
+
+enum snapfile_class snapfile_parse(const void *data, size_t size, struct snapfile *out,
+                                   struct snapfile_error *err)
+{
+	enum snapfile_class rc = snapfile_parse_layout(data, size, out, err);
+	for (uint32_t i = 0; rc == SNAPFILE_OK && i < out->n_layers; i++)
+		rc = snapfile_check_layer(out, i, err);
 	if (rc != SNAPFILE_OK)
 		snapfile_free(out);
 	return rc;

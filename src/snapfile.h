@@ -99,7 +99,18 @@ enum snapfile_class snapfile_encode_header(const struct snapfile *s, unsigned ch
 enum snapfile_class snapfile_parse(const void *data, size_t size, struct snapfile *out,
                                    struct snapfile_error *err);
 
-/* Frees what snapfile_parse() allocated; safe on a zeroed struct. */
+/* snapfile_parse() in two steps, for a caller that shows progress over the
+ * blobs' bytes: snapfile_parse_layout() does every check but the blobs'
+ * (their checksums, and each as its layer of the spec), which
+ * snapfile_check_layer() then does for layer i. A file is accepted only
+ * when the layout and every layer are. */
+enum snapfile_class snapfile_parse_layout(const void *data, size_t size, struct snapfile *out,
+                                          struct snapfile_error *err);
+enum snapfile_class snapfile_check_layer(const struct snapfile *s, uint32_t i,
+                                         struct snapfile_error *err);
+
+/* Frees what snapfile_parse() or snapfile_parse_layout() allocated; safe on
+ * a zeroed struct. */
 void snapfile_free(struct snapfile *s);
 
 #endif

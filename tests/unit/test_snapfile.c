@@ -438,6 +438,31 @@ static void test_invalid_blobs(void **state)
 	model_free(wide);
 }
 
+/* parse_layout then check_layer: the layout accepts a file whose blob is
+ * damaged; the layer's check refuses it; parse refuses it whole. */
+static void test_two_steps(void **state)
+{
+	struct fixture *fx = *state;
+	unsigned char *b = malloc(fx->f.len);
+	memcpy(b, fx->f.bytes, fx->f.len);
+	b[fx->f.len - 1] ^= 1; /* the last layer's last byte */
+	struct snapfile s;
+	struct snapfile_error err;
+	assert_int_equal(snapfile_parse_layout(b, fx->f.len, &s, &err), SNAPFILE_OK);
+	assert_int_equal(s.n_layers, 4);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(snapfile_check_layer(&s, i, &err), SNAPFILE_OK);
+	assert_int_equal(snapfile_check_layer(&s, 3, &err), SNAPFILE_ERR_CHECKSUM);
+	assert_non_null(strstr(err.message, "layer 3: checksum mismatch"));
+	snapfile_free(&s);
+	expect_class(b, fx->f.len, SNAPFILE_ERR_CHECKSUM, "layer 3");
+	/* the layout alone still refuses what is not about the blobs' bytes */
+	expect_class(b, fx->f.len - 1, SNAPFILE_ERR_TRUNCATED, NULL);
+	assert_int_equal(snapfile_parse_layout(b, fx->f.len - 1, &s, NULL), SNAPFILE_ERR_TRUNCATED);
+	assert_null(s.layers);
+	free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -450,6 +475,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_corrupted_header, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_corrupted_layers, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_invalid_blobs, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_two_steps, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
