@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "hexutil.h"
 #include "k3cache/k3cache.h"
 #include "k3cache_raw.h"
 #include "ops.h"
+#include "progress.h"
 #include "service.h"
 #include "store.h"
 
@@ -248,44 +250,69 @@ static int alloc_layers(struct ctl_layers *l, uint32_t n)
 	return l->data && l->size && l->xxh3 ? 0 : -1;
 }
 
-int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
-                     const char *cmd)
+/* Bytes read from the daemon at a time, so that progress moves within a
+ * large layer. */
+#define FETCH_PIECE (8u << 20)
+
+/* "CMD KEY: reading", on stderr when show, for `total` bytes. */
+static void begin_reading(struct ctl_progress *p, int show, const uint8_t key[32], uint64_t total,
+                          const char *cmd)
 {
-	memset(out, 0, sizeof(*out));
-	if (b->store) {
-		struct store_snapshot *snap;
-		struct status st;
-		if (store_restore_opt(b->store, key, 0, &snap, &st) != STATUS_OK) {
-			fprintf(stderr, "k3cachectl %s: %s: %s\n", cmd, status_code_name(st.code),
-			        st.message);
-			return st.code == STATUS_NOT_FOUND ? CTL_EXIT_NOTFOUND : CTL_EXIT_ERROR;
-		}
-		int rc = alloc_layers(out, snap->n_layers);
-		out->prefix_len = snap->prefix_len;
-		memcpy(out->model, snap->fingerprint, 32);
-		for (uint32_t i = 0; !rc && i < snap->n_layers; i++) {
-			const struct store_layer *l = &snap->layers[i];
-			out->size[i] = l->size;
-			out->xxh3[i] = l->xxh3;
-			out->data[i] = malloc(l->size ? l->size : 1);
-			if (!out->data[i]) {
-				rc = -1;
-				break;
-			}
-			size_t off = 0;
-			for (uint32_t j = 0; j < l->n_segments; j++) {
-				memcpy(out->data[i] + off, l->segments[j].data, l->segments[j].len);
-				off += l->segments[j].len;
-			}
-		}
-		store_snapshot_release(snap);
-		if (rc) {
-			ctl_layers_free(out);
-			fprintf(stderr, "k3cachectl %s: out of memory\n", cmd);
-			return CTL_EXIT_ERROR;
-		}
-		return 0;
+	char k[65], what[96];
+	hexutil_encode(key, 32, k);
+	snprintf(what, sizeof(what), "%s %.16s: reading", cmd, k);
+	ctl_progress_begin(p, show ? stderr : NULL, what, total);
+}
+
+/* --db: the layers copied out of the store's map. */
+static int fetch_from_store(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
+                            int progress, const char *cmd)
+{
+	struct store_snapshot *snap;
+	struct status st;
+	if (store_restore_opt(b->store, key, 0, &snap, &st) != STATUS_OK) {
+		fprintf(stderr, "k3cachectl %s: %s: %s\n", cmd, status_code_name(st.code),
+		        st.message);
+		return st.code == STATUS_NOT_FOUND ? CTL_EXIT_NOTFOUND : CTL_EXIT_ERROR;
 	}
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < snap->n_layers; i++)
+		total += snap->layers[i].size;
+	struct ctl_progress prog;
+	begin_reading(&prog, progress, key, total, cmd);
+	int rc = alloc_layers(out, snap->n_layers);
+	out->prefix_len = snap->prefix_len;
+	memcpy(out->model, snap->fingerprint, 32);
+	for (uint32_t i = 0; !rc && i < snap->n_layers; i++) {
+		const struct store_layer *l = &snap->layers[i];
+		out->size[i] = l->size;
+		out->xxh3[i] = l->xxh3;
+		out->data[i] = malloc(l->size ? l->size : 1);
+		if (!out->data[i]) {
+			rc = -1;
+			break;
+		}
+		size_t off = 0;
+		for (uint32_t j = 0; j < l->n_segments; j++) {
+			memcpy(out->data[i] + off, l->segments[j].data, l->segments[j].len);
+			off += l->segments[j].len;
+			ctl_progress_add(&prog, l->segments[j].len);
+		}
+	}
+	ctl_progress_end(&prog);
+	store_snapshot_release(snap);
+	if (rc) {
+		ctl_layers_free(out);
+		fprintf(stderr, "k3cachectl %s: out of memory\n", cmd);
+		return CTL_EXIT_ERROR;
+	}
+	return 0;
+}
+
+/* The daemon's restore (a peek), read in pieces. */
+static int fetch_from_daemon(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
+                             int progress, const char *cmd)
+{
 	frame_request req = K3CACHE__V1__REQUEST__INIT;
 	K3cache__V1__Restore rs = K3CACHE__V1__RESTORE__INIT;
 	rs.key.data = (uint8_t *)key;
@@ -309,13 +336,22 @@ int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_la
 	out->prefix_len = resp->prefix_len;
 	if (resp->model.len == 32)
 		memcpy(out->model, resp->model.data, 32);
+	struct ctl_progress prog;
+	begin_reading(&prog, progress, key, sum, cmd);
 	for (size_t i = 0; i < resp->n_layers; i++) {
 		struct k3cache_error err;
 		out->size[i] = resp->layers[i]->size;
 		out->xxh3[i] = resp->layers[i]->xxh3;
 		out->data[i] = malloc(out->size[i] ? out->size[i] : 1);
-		if (!out->data[i] ||
-		    k3cache_read_payload(b->conn, out->data[i], out->size[i], &err) != 0) {
+		int failed = !out->data[i];
+		for (uint64_t off = 0; !failed && off < out->size[i]; off += FETCH_PIECE) {
+			size_t n = out->size[i] - off < FETCH_PIECE ? (size_t)(out->size[i] - off)
+			                                            : FETCH_PIECE;
+			failed = k3cache_read_payload(b->conn, out->data[i] + off, n, &err) != 0;
+			ctl_progress_add(&prog, failed ? 0 : n);
+		}
+		if (failed) {
+			ctl_progress_end(&prog);
 			fprintf(stderr, "k3cachectl %s: reading layer %zu: %s\n", cmd, i,
 			        out->data[i] ? err.message : "out of memory");
 			ctl_response_free(b, resp);
@@ -323,6 +359,15 @@ int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_la
 			return CTL_EXIT_ERROR;
 		}
 	}
+	ctl_progress_end(&prog);
 	ctl_response_free(b, resp);
 	return 0;
+}
+
+int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
+                     int progress, const char *cmd)
+{
+	memset(out, 0, sizeof(*out));
+	return b->store ? fetch_from_store(b, key, out, progress, cmd)
+	                : fetch_from_daemon(b, key, out, progress, cmd);
 }

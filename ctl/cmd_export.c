@@ -15,6 +15,7 @@
 #include "cmd.h"
 #include "hexutil.h"
 #include "model.h"
+#include "progress.h"
 #include "snapfile.h"
 
 /* The file export writes: stdout for "-", else a new temporary file next to
@@ -105,6 +106,22 @@ static int export_close(FILE *f, char *tmp, const char *out, int ok)
 	return ok && !err ? 0 : -1;
 }
 
+/* Bytes written at a time, so that progress moves within a large layer. */
+#define WRITE_PIECE (8u << 20)
+
+/* Writes len bytes to f in pieces, counted on p. Returns 1, or 0 when a
+ * write failed (errno says why). */
+static int write_counted(FILE *f, const unsigned char *data, uint64_t len, struct ctl_progress *p)
+{
+	for (uint64_t off = 0; off < len; off += WRITE_PIECE) {
+		size_t n = len - off < WRITE_PIECE ? (size_t)(len - off) : WRITE_PIECE;
+		if (fwrite(data + off, 1, n, f) != n)
+			return 0;
+		ctl_progress_add(p, n);
+	}
+	return 1;
+}
+
 static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                            char **argv)
 {
@@ -145,7 +162,8 @@ static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 		rc = CTL_EXIT_ERROR;
 		goto done;
 	}
-	if ((rc = ctl_fetch_layers(&b, key, &layers, self->name)) != 0)
+	int show = ctl_progress_wanted(g->json);
+	if ((rc = ctl_fetch_layers(&b, key, &layers, show, self->name)) != 0)
 		goto done;
 
 	struct snapfile_layer *sl = calloc(layers.n ? layers.n : 1, sizeof(*sl));
@@ -181,14 +199,20 @@ static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 		rc = CTL_EXIT_ERROR;
 		goto done;
 	}
-	int ok = fwrite(hdr, 1, hlen, f) == hlen;
 	uint64_t total = 0;
-	for (uint32_t i = 0; ok && i < layers.n; i++) {
-		ok = fwrite(layers.data[i], 1, layers.size[i], f) == layers.size[i];
+	for (uint32_t i = 0; i < layers.n; i++)
 		total += layers.size[i];
-	}
+	char what[96];
+	snprintf(what, sizeof(what), "export %.16s: writing", keyhex);
+	struct ctl_progress prog;
+	ctl_progress_begin(&prog, show ? stderr : NULL, what, hlen + total);
+	int ok = write_counted(f, hdr, hlen, &prog);
+	for (uint32_t i = 0; ok && i < layers.n; i++)
+		ok = write_counted(f, layers.data[i], layers.size[i], &prog);
+	int werr = ok ? 0 : errno;
+	ctl_progress_end(&prog);
 	if (!ok)
-		export_failed(out, errno);
+		export_failed(out, werr);
 	int closed = export_close(f, tmp, out, ok);
 	f = NULL;
 	tmp = NULL;

@@ -4,12 +4,43 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cmd.h"
 #include "hexutil.h"
 #include "k3cache/k3cache.h"
 #include "model.h"
+#include "progress.h"
 #include "snapfile.h"
+
+/* The file parsed and every layer checked (snapfile.h), with a progress line
+ * over the layers' bytes. Returns 0, or -1 after saying why. */
+static int check_file(const char *path, const char *name, const struct ctl_file *f,
+                      struct snapfile *snap, int show)
+{
+	struct snapfile_error serr;
+	enum snapfile_class rc = snapfile_parse_layout(f->data, f->size, snap, &serr);
+	if (rc == SNAPFILE_OK) {
+		uint64_t total = 0;
+		for (uint32_t i = 0; i < snap->n_layers; i++)
+			total += snap->layers[i].size;
+		char what[96];
+		snprintf(what, sizeof(what), "import %.40s: checking", name);
+		struct ctl_progress prog;
+		ctl_progress_begin(&prog, show ? stderr : NULL, what, total);
+		for (uint32_t i = 0; rc == SNAPFILE_OK && i < snap->n_layers; i++)
+			if ((rc = snapfile_check_layer(snap, i, &serr)) == SNAPFILE_OK)
+				ctl_progress_add(&prog, snap->layers[i].size);
+		ctl_progress_end(&prog);
+	}
+	if (rc != SNAPFILE_OK) {
+		fprintf(stderr, "k3cachectl import: %s: %s; nothing was stored\n", path,
+		        serr.message);
+		snapfile_free(snap);
+		return -1;
+	}
+	return 0;
+}
 
 static int cmd_import_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                            char **argv)
@@ -25,14 +56,12 @@ static int cmd_import_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 	}
 	int rc = CTL_EXIT_ERROR;
 	struct snapfile snap;
-	struct snapfile_error serr;
 	struct k3cache_buf *bufs = NULL;
 	struct ctl_backend b = {0};
-	if (snapfile_parse(f.data, f.size, &snap, &serr) != SNAPFILE_OK) {
-		fprintf(stderr, "k3cachectl import: %s: %s; nothing was stored\n", path,
-		        serr.message);
+	int show = ctl_progress_wanted(g->json);
+	const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	if (check_file(path, name, &f, &snap, show) != 0)
 		goto out;
-	}
 	bufs = calloc(snap.n_layers ? snap.n_layers : 1, sizeof(*bufs));
 	if (!bufs) {
 		fprintf(stderr, "k3cachectl import: %s: out of memory; nothing was stored\n", path);
@@ -44,9 +73,20 @@ static int cmd_import_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 		goto out;
 	struct k3cache_error kerr;
 	struct k3cache_publish_result res;
-	if (k3cache_put_model(b.conn, snap.model, NULL, &kerr) != 0 ||
-	    k3cache_publish(b.conn, snap.model->fingerprint, snap.salt, snap.salt_len, snap.tokens,
-	                    snap.n_tokens, bufs, snap.n_layers, &res, &kerr) != 0) {
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < snap.n_layers; i++)
+		total += snap.layers[i].size;
+	char note[160], size[32];
+	ctl_size(total, size, sizeof(size));
+	snprintf(note, sizeof(note), "import %.40s: sending %s to the daemon ...", name, size);
+	struct ctl_progress prog;
+	ctl_progress_note(&prog, show ? stderr : NULL, note);
+	int failed =
+	        k3cache_put_model(b.conn, snap.model, NULL, &kerr) != 0 ||
+	        k3cache_publish(b.conn, snap.model->fingerprint, snap.salt, snap.salt_len,
+	                        snap.tokens, snap.n_tokens, bufs, snap.n_layers, &res, &kerr) != 0;
+	ctl_progress_end(&prog);
+	if (failed) {
 		fprintf(stderr, "k3cachectl import: %s: %s: %s\n", path,
 		        k3cache_code_name(kerr.code), kerr.message);
 		rc = kerr.unreachable ? CTL_EXIT_NODAEMON : CTL_EXIT_ERROR;

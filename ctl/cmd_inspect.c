@@ -124,7 +124,7 @@ static int cmd_inspect_exec(const struct ctl_cmd_entry *self, const struct ctl_g
 	 * not served: its layers are reported unverified) */
 	int have_bytes = 0;
 	if (!e->quarantined) {
-		have_bytes = ctl_fetch_layers(&b, key, &layers, self->name) == 0 &&
+		have_bytes = ctl_fetch_layers(&b, key, &layers, 0, self->name) == 0 &&
 		             layers.n == e->n_layers;
 	}
 

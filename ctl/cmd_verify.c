@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "hexutil.h"
 #include "k3cache/k3cache.h"
+#include "progress.h"
 
 static int cmd_verify_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                            char **argv)
@@ -16,10 +17,12 @@ static int cmd_verify_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 	int rc = ctl_cmd_open(self, g, argc, argv, &json, &b);
 	if (rc)
 		return rc;
-	if (!json && ctl_is_tty()) {
-		fprintf(stderr, "verifying every entry of %s ...", b.where);
-		fflush(stderr);
-	}
+	/* the daemon's Verify is one call that reports nothing until it is
+	 * done: a note on a terminal, not a count */
+	char note[160];
+	snprintf(note, sizeof(note), "verify: checking every entry of %.100s ...", b.where);
+	struct ctl_progress prog;
+	ctl_progress_note(&prog, ctl_progress_wanted(json) ? stderr : NULL, note);
 	if (b.conn)
 		k3cache_set_timeout(b.conn, 0); /* a large store takes a while */
 	frame_request req = K3CACHE__V1__REQUEST__INIT;
@@ -27,12 +30,12 @@ static int cmd_verify_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 	req.op_case = K3CACHE__V1__REQUEST__OP_VERIFY;
 	req.verify = &v;
 	frame_response *resp;
-	if ((rc = ctl_call(&b, &req, &resp, self->name)) != 0) {
+	rc = ctl_call(&b, &req, &resp, self->name);
+	ctl_progress_end(&prog);
+	if (rc) {
 		ctl_backend_close(&b);
 		return rc;
 	}
-	if (!json && ctl_is_tty())
-		fprintf(stderr, "\r");
 	if (resp->code != 0) {
 		rc = ctl_answer_error(resp, self->name);
 	} else if (json) {

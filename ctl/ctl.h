@@ -85,8 +85,9 @@ int ctl_inspect_entry(struct ctl_backend *b, const uint8_t key[32], frame_respon
                       const char *cmd);
 
 /* The layers of an entry: its blobs fetched whole (restore), for inspect and
- * export. Returns 0 or an exit code. *bufs[i] are malloc'd; free with
- * ctl_layers_free(). */
+ * export; with `progress`, a progress line on stderr ("CMD KEY: reading",
+ * progress.h) while they arrive. Returns 0 or an exit code. *bufs[i] are
+ * malloc'd; free with ctl_layers_free(). */
 struct ctl_layers {
 	uint32_t n;
 	unsigned char **data;
@@ -96,7 +97,7 @@ struct ctl_layers {
 	uint8_t model[32];
 };
 int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
-                     const char *cmd);
+                     int progress, const char *cmd);
 void ctl_layers_free(struct ctl_layers *l);
 
 /* ---- the store's model specs (models.c) ---- */
@@ -128,6 +129,5 @@ struct json_t *ctl_hex_json(const uint8_t *bytes, size_t len);
 
 void ctl_size(uint64_t bytes, char *out, size_t outsz);
 void ctl_ago(uint64_t when, char *out, size_t outsz);
-int ctl_is_tty(void);
 
 #endif

@@ -147,8 +147,3 @@ void ctl_ago(uint64_t when, char *out, size_t outsz)
 	units_format_duration(now > when ? now - when : 0, d, sizeof(d));
 	snprintf(out, outsz, "%s ago", d);
 }
-
-int ctl_is_tty(void)
-{
-	return isatty(1);
-}
