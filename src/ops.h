@@ -19,7 +19,7 @@
  * reports without quarantining). The ops that need only the store are
  * answered by service_dispatch() (service.h) wherever they run; the others
  * by a handler in the table of the module that runs them (daemon/handlers.c,
- * k3cachectl --db's backend). */
+ * k3cachectl --db's, ctl/backend.c). */
 #define OPS_LIST(X)                                                                                \
 	X(HELLO, hello, 0, 0, 1)                                                                   \
 	X(PUT_MODEL, put_model, 0, 1, 0)                                                           \

@@ -156,6 +156,27 @@ out=$(c import "$dir/other.snap" 2>&1); rc=$?
 ok "import of a file for another model: exit 1, says why ($out)" $([ $rc = 1 ] && grep -q 'nothing was stored' <<<"$out"; echo $?)
 after=$(c --json stat | json_num entries)
 ok "rejected imports stored nothing" $([ "$before" = "$after" ]; echo $?)
+# progress (issue 16 item 6): on a terminal, export and import show bytes
+# done, percent and rate on stderr; never piped, never with --json
+err=$(c export "${k2:0:10}" -o "$dir/p.snap" 2>&1 >/dev/null)
+ok "export piped: nothing on stderr ($err)" $([ -z "$err" ]; echo $?)
+err=$(c import "$dir/k2.snap" 2>&1 >/dev/null)
+ok "import piped: nothing on stderr ($err)" $([ -z "$err" ]; echo $?)
+if script -qec true /dev/null >/dev/null 2>&1; then
+  out=$(script -qec "'$ctl' --socket '$sock' export ${k2:0:10} -o '$dir/p.snap'" /dev/null 2>&1)
+  ok "export on a terminal: reading and writing progress, then the report" $(grep -q "export ${k2:0:16}: reading .* of .* (100%)" <<<"$out" && grep -q "export ${k2:0:16}: writing .* (100%)" <<<"$out" && grep -q "exported ${k2:0:16}" <<<"$out"; echo $?)
+  cmp -s "$dir/p.snap" "$dir/k2b.snap"; ok "and the same file" $?
+  out=$(script -qec "'$ctl' --socket '$sock' import '$dir/k2.snap'" /dev/null 2>&1)
+  ok "import on a terminal: checking progress, the send, then the report" $(grep -q 'import k2.snap: checking .* (100%)' <<<"$out" && grep -q 'import k2.snap: sending .* to the daemon' <<<"$out" && grep -q "imported ${k2:0:16}" <<<"$out"; echo $?)
+  out=$(script -qec "'$ctl' --socket '$sock' --json export ${k2:0:10} -o '$dir/p.snap'" /dev/null 2>&1)
+  ok "--json export on a terminal: no progress" $(! grep -q '(100%)' <<<"$out" && grep -q '"bytes"' <<<"$out"; echo $?)
+  out=$(script -qec "'$ctl' --socket '$sock' --db '$dir/db' export ${k2:0:10} -o '$dir/p.snap'" /dev/null 2>&1)
+  ok "--db export on a terminal: progress too" $(grep -q "export ${k2:0:16}: reading .* (100%)" <<<"$out"; echo $?)
+  out=$(script -qec "'$ctl' --socket '$sock' verify" /dev/null 2>&1)
+  ok "verify on a terminal: says what it does, then the report" $(grep -q 'verify: checking every entry' <<<"$out" && grep -q 'verified [0-9]* entr' <<<"$out"; echo $?)
+else
+  echo "SKIP: no script(1): progress on a terminal is not tested"
+fi
 
 # ---- evict selectors ---------------------------------------------------------
 out=$(c evict --model tiny-hybrid --dry-run)

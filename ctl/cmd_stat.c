@@ -1,4 +1,4 @@
-/* ctl_stat: k3cachectl stat, once (every counter, and the daemon's version)
+/* k3cachectl stat, once (every counter, and the daemon's version)
  * or every N seconds (--interval), a line of rates as redis-cli --stat
  * prints them. */
 #include <getopt.h>
@@ -9,17 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctl.h"
+#include "cmd.h"
 #include "frame.h"
-
-static const char text[] =
-        "k3cachectl [--socket PATH | --db DIR] [--json] stat [--interval SECONDS [--count N]]";
-
-static int usage(const char *msg)
-{
-	fprintf(stderr, "k3cachectl stat: %s\nusage: %s\n", msg, text);
-	return CTL_EXIT_USAGE;
-}
 
 static int is_size_counter(const char *name)
 {
@@ -36,19 +27,7 @@ static int fetch(struct ctl_backend *b, frame_response **resp)
 	K3cache__V1__Stat st = K3CACHE__V1__STAT__INIT;
 	req.op_case = K3CACHE__V1__REQUEST__OP_STAT;
 	req.stat = &st;
-	*resp = NULL;
-	int rc = ctl_call(b, &req, resp, "stat");
-	if (rc)
-		return rc;
-	if (!*resp)
-		return CTL_EXIT_ERROR;
-	if ((*resp)->code != 0) {
-		rc = ctl_answer_error(*resp, "stat");
-		ctl_response_free(b, *resp);
-		*resp = NULL;
-		return rc ? rc : CTL_EXIT_ERROR;
-	}
-	return 0;
+	return ctl_call_ok(b, &req, resp, "stat");
 }
 
 static uint64_t counter(const frame_response *r, const char *name)
@@ -68,11 +47,7 @@ static void print_all(const frame_response *resp, int json)
 		for (size_t i = 0; i < resp->n_counters; i++)
 			json_object_set_new(doc, resp->counters[i]->name,
 			                    json_integer((json_int_t)resp->counters[i]->value));
-		char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		if (s)
-			puts(s);
-		free(s);
-		json_decref(doc);
+		ctl_print_json(stdout, doc);
 		return;
 	}
 	if (resp->server && *resp->server)
@@ -158,12 +133,12 @@ static int repeat(struct ctl_backend *b, double interval, long count, int json)
 	return 0;
 }
 
-int ctl_cmd_stat(const struct ctl_globals *g, int argc, char **argv)
+static int cmd_stat_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
+                         char **argv)
 {
 	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
 	                                     {"interval", required_argument, NULL, 'i'},
 	                                     {"count", required_argument, NULL, 'c'},
-	                                     {"help", no_argument, NULL, 'h'},
 	                                     {NULL, 0, NULL, 0}};
 	int json = g->json, c;
 	double interval = 0;
@@ -178,37 +153,27 @@ int ctl_cmd_stat(const struct ctl_globals *g, int argc, char **argv)
 		case 'i':
 			interval = strtod(optarg, &end);
 			if (*end || !(interval >= 0.1 && interval <= 86400))
-				return usage("--interval: seconds, from 0.1 to 86400");
+				return ctl_cmd_usage_error(
+				        self, "--interval: seconds, from 0.1 to 86400");
 			break;
 		case 'c':
 			count = strtol(optarg, &end, 10);
 			if (*end || count < 1)
-				return usage("--count: a number of lines, at least 1");
+				return ctl_cmd_usage_error(
+				        self, "--count: a number of lines, at least 1");
 			break;
-		case 'h':
-			printf("usage: %s\n"
-			       "Prints everything the daemon counts: its version, pid and uptime,\n"
-			       "entries, bytes, hits, misses, publishes, evictions, errors by "
-			       "code,\n"
-			       "connections, the map. With --interval, a line every SECONDS (the\n"
-			       "store's size, then rates since the line before; the first since "
-			       "the\n"
-			       "daemon started), as redis-cli --stat; --count stops after N "
-			       "lines.\n",
-			       text);
-			return CTL_EXIT_OK;
 		default:
-			return usage("unknown option");
+			return ctl_cmd_usage_error(self, "unknown option");
 		}
 	}
 	if (optind != argc)
-		return usage("unexpected argument");
+		return ctl_cmd_usage_error(self, "unexpected argument");
 	if (count && !interval)
-		return usage("--count goes with --interval");
+		return ctl_cmd_usage_error(self, "--count goes with --interval");
 	if (interval && g->db)
-		return usage("--interval needs a daemon, not --db");
+		return ctl_cmd_usage_error(self, "--interval needs a daemon, not --db");
 	struct ctl_backend b;
-	int rc = ctl_backend_open(g, &b, "stat");
+	int rc = ctl_backend_open(g, &b, self->name);
 	if (rc)
 		return rc;
 	if (interval) {
@@ -223,3 +188,17 @@ int ctl_cmd_stat(const struct ctl_globals *g, int argc, char **argv)
 	ctl_backend_close(&b);
 	return rc;
 }
+
+const struct ctl_cmd_entry ctl_cmd_stat_entry = {
+        .name = "stat",
+        .usage = "[--interval SECONDS [--count N]]",
+        .help = "everything the daemon counts\n"
+                "Prints everything the daemon counts: its version, pid and uptime,\n"
+                "entries, bytes, hits, misses, publishes, evictions, errors by code,\n"
+                "connections, the map. With --interval, a line every SECONDS (the\n"
+                "store's size, then rates since the line before; the first since the\n"
+                "daemon started), as redis-cli --stat; --count stops after N lines.\n"
+                "--interval needs the daemon.\n",
+        .flags = CTL_CMD_DAEMON | CTL_CMD_DB,
+        .exec = cmd_stat_exec,
+};

@@ -1,9 +1,13 @@
-/* ctl: the pieces of k3cachectl shared between its command files. */
+/* ctl: the pieces of k3cachectl its command files share: exit codes, the
+ * global options, the two backends (a daemon, or a store opened read-only
+ * with --db), the store's model specs, and formatting. The commands
+ * themselves are entries of one table (cmd.h). */
 #ifndef K3_CTL_H
 #define K3_CTL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Exit codes (contract: DESIGN.md "Programs"). */
 enum ctl_exit {
@@ -61,6 +65,11 @@ void ctl_backend_close(struct ctl_backend *b);
 int ctl_call(struct ctl_backend *b, frame_request *req, frame_response **resp, const char *cmd);
 void ctl_response_free(struct ctl_backend *b, frame_response *resp);
 
+/* ctl_call() of a request whose error answer ends the command: that answer
+ * is printed (ctl_answer_error), freed, and its exit code returned. On 0,
+ * *resp holds an OK answer. */
+int ctl_call_ok(struct ctl_backend *b, frame_request *req, frame_response **resp, const char *cmd);
+
 /* Prints an error answer ("k3cachectl CMD: CODE: message") and returns the
  * exit code for it (4 for NOT_FOUND, 1 otherwise). */
 int ctl_answer_error(const frame_response *resp, const char *cmd);
@@ -75,12 +84,10 @@ int ctl_resolve_key(struct ctl_backend *b, const char *hex, uint8_t key[32], con
 int ctl_inspect_entry(struct ctl_backend *b, const uint8_t key[32], frame_response **resp,
                       const char *cmd);
 
-/* The stored model spec with this fingerprint (caller frees), or NULL. */
-struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd);
-
 /* The layers of an entry: its blobs fetched whole (restore), for inspect and
- * export. Returns 0 or an exit code. *bufs[i] are malloc'd; free with
- * ctl_layers_free(). */
+ * export; with `progress`, a progress line on stderr ("CMD KEY: reading",
+ * progress.h) while they arrive. Returns 0 or an exit code. *bufs[i] are
+ * malloc'd; free with ctl_layers_free(). */
 struct ctl_layers {
 	uint32_t n;
 	unsigned char **data;
@@ -90,32 +97,37 @@ struct ctl_layers {
 	uint8_t model[32];
 };
 int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
-                     const char *cmd);
+                     int progress, const char *cmd);
 void ctl_layers_free(struct ctl_layers *l);
 
-/* Formatting helpers. */
-void ctl_hex(const uint8_t *bytes, size_t len, char *out);
+/* ---- the store's model specs (models.c) ---- */
+
+/* Every stored model spec (a ListModels answer). Returns 0 with *resp (free
+ * with ctl_response_free), or an exit code after printing why. */
+int ctl_fetch_models(struct ctl_backend *b, frame_response **resp, const char *cmd);
+
+/* The stored model spec with this fingerprint (caller frees), or NULL. */
+struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd);
+
+/* The fingerprints a --model argument names: a 64-hex fingerprint as it is,
+ * or those of every stored spec with that name (none, one, or several).
+ * Returns 0 with *fps (malloc'd, caller frees) and *n, or an exit code
+ * after printing why. */
+int ctl_models_named(struct ctl_backend *b, const char *arg, uint8_t (**fps)[32], size_t *n,
+                     const char *cmd);
+
+/* ---- formatting (util.c) ---- */
+
+struct json_t;
+
+/* Prints a JSON document (indented, in insertion order) and a newline to
+ * out, then frees it. */
+void ctl_print_json(FILE *out, struct json_t *doc);
+
+/* The hex of up to 64 bytes as a JSON string. */
+struct json_t *ctl_hex_json(const uint8_t *bytes, size_t len);
+
 void ctl_size(uint64_t bytes, char *out, size_t outsz);
 void ctl_ago(uint64_t when, char *out, size_t outsz);
-int ctl_is_tty(void);
-
-/* Online commands. */
-int ctl_cmd_ping(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_stat(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_ls(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_inspect(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_evict(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_verify(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_models(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_model_add(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_export(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_import(const struct ctl_globals *g, int argc, char **argv);
-
-/* Offline commands (need no daemon). argv[0] is the command word. */
-int ctl_cmd_blob(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_model(const struct ctl_globals *g, int argc, char **argv);
-int ctl_cmd_key(const struct ctl_globals *g, int argc, char **argv);
-/* --db only (ctl_salvage.c). */
-int ctl_cmd_salvage(const struct ctl_globals *g, int argc, char **argv);
 
 #endif

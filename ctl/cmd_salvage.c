@@ -8,19 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "cmd.h"
 #include "hexutil.h"
 #include "store.h"
-
-static const char text[] = "k3cachectl --db DIR [--json] salvage --to NEWDIR";
-static const char help[] =
-        "Copies every entry of the store in DIR that verifies (its record, tokens,\n"
-        "key, and every chunk's and block's checksum) into a new store in NEWDIR,\n"
-        "reading DIR without LMDB, so a store the daemon refuses as damaged can be\n"
-        "read. DIR is never written. Each entry that cannot be saved is listed with\n"
-        "the reason. Needs free space for about twice what is saved. Then start the\n"
-        "daemon on NEWDIR. Exit 0 when the salvage ran (whatever it lost), 1 when it\n"
-        "could not.\n";
 
 struct lost_list {
 	int json;
@@ -40,43 +30,35 @@ static void on_lost(const uint8_t *key, const char *why, void *ctx)
 		printf("LOST %.16s  %s\n", k, why);
 }
 
-int ctl_cmd_salvage(const struct ctl_globals *g, int argc, char **argv)
+static int cmd_salvage_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
+                            char **argv)
 {
 	static const struct option opts[] = {{"to", required_argument, NULL, 't'},
 	                                     {"json", no_argument, NULL, 'j'},
-	                                     {"help", no_argument, NULL, 'h'},
 	                                     {NULL, 0, NULL, 0}};
 	const char *to = NULL;
 	int json = g->json, c;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c == 't') {
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (c == 't')
 			to = optarg;
-		} else if (c == 'j') {
+		else if (c == 'j')
 			json = 1;
-		} else if (c == 'h') {
-			printf("usage: %s\n\n%s", text, help);
-			return CTL_EXIT_OK;
-		} else {
-			fprintf(stderr, "usage: %s\n", text);
-			return CTL_EXIT_USAGE;
-		}
+		else
+			return ctl_cmd_usage_error(self, "unknown option");
 	}
-	if (!g->db || !to || optind != argc) {
-		fprintf(stderr, "k3cachectl salvage: %s\nusage: %s\n",
-		        !g->db ? "name the damaged store with --db DIR"
-		        : !to  ? "name the new store with --to NEWDIR"
-		               : "unexpected argument",
-		        text);
-		return CTL_EXIT_USAGE;
-	}
+	if (!to)
+		return ctl_cmd_usage_error(self, "name the new store with --to NEWDIR");
+	if (optind != argc)
+		return ctl_cmd_usage_error(self, "unexpected argument");
 	struct lost_list lost = {.json = json, .arr = json ? json_array() : NULL};
 	struct store_salvage_res res;
 	struct status st;
 	enum status_code code = store_salvage(g->db, to, on_lost, &lost, &res, &st);
 	if (code != STATUS_OK) {
 		json_decref(lost.arr);
-		fprintf(stderr, "k3cachectl salvage: %s: %s\n", status_code_name(code), st.message);
+		fprintf(stderr, "k3cachectl %s: %s: %s\n", self->name, status_code_name(code),
+		        st.message);
 		return CTL_EXIT_ERROR;
 	}
 	if (json) {
@@ -87,11 +69,7 @@ int ctl_cmd_salvage(const struct ctl_globals *g, int argc, char **argv)
 		                        "models", (json_int_t)res.models, "lost", lost.arr);
 		if (res.problems)
 			json_object_set_new(doc, "first_problem", json_string(res.first_problem));
-		char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		if (s)
-			puts(s);
-		free(s);
-		json_decref(doc);
+		ctl_print_json(stdout, doc);
 		return CTL_EXIT_OK;
 	}
 	if (res.problems)
@@ -108,3 +86,18 @@ int ctl_cmd_salvage(const struct ctl_globals *g, int argc, char **argv)
 	       res.models == 1 ? "" : "s", to, lost.n);
 	return CTL_EXIT_OK;
 }
+
+const struct ctl_cmd_entry ctl_cmd_salvage_entry = {
+        .name = "salvage",
+        .usage = "--to NEWDIR",
+        .help = "copy what verifies of a damaged store into a new one\n"
+                "Copies every entry of the store in DIR that verifies (its record, tokens,\n"
+                "key, and every chunk's and block's checksum) into a new store in NEWDIR,\n"
+                "reading DIR without LMDB, so a store the daemon refuses as damaged can be\n"
+                "read. DIR is never written. Each entry that cannot be saved is listed with\n"
+                "the reason. Needs free space for about twice what is saved. Then start the\n"
+                "daemon on NEWDIR. Exit 0 when the salvage ran (whatever it lost), 1 when it\n"
+                "could not.\n",
+        .flags = CTL_CMD_DB,
+        .exec = cmd_salvage_exec,
+};

@@ -1,13 +1,18 @@
+/* Helpers of k3cachectl's commands: files, token lists, numbers, and the
+ * formats of their output. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl.h"
+#include "hexutil.h"
 #include "units.h"
 
 int ctl_file_open(const char *path, struct ctl_file *f, char *err, size_t errsz)
@@ -108,4 +113,37 @@ int ctl_parse_tokens(const char *list, uint32_t **out, uint32_t *n, char *err, s
 	*out = t;
 	*n = k;
 	return 0;
+}
+
+void ctl_print_json(FILE *out, json_t *doc)
+{
+	char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	if (s)
+		fprintf(out, "%s\n", s);
+	free(s);
+	json_decref(doc);
+}
+
+json_t *ctl_hex_json(const uint8_t *bytes, size_t len)
+{
+	char h[129];
+	hexutil_encode(bytes, len < 64 ? len : 64, h);
+	return json_string(h);
+}
+
+void ctl_size(uint64_t bytes, char *out, size_t outsz)
+{
+	units_format_size(bytes, out, outsz);
+}
+
+void ctl_ago(uint64_t when, char *out, size_t outsz)
+{
+	uint64_t now = (uint64_t)time(NULL);
+	if (!when) {
+		snprintf(out, outsz, "never");
+		return;
+	}
+	char d[32];
+	units_format_duration(now > when ? now - when : 0, d, sizeof(d));
+	snprintf(out, outsz, "%s ago", d);
 }

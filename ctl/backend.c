@@ -3,17 +3,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "ctl.h"
 #include "hexutil.h"
 #include "k3cache/k3cache.h"
 #include "k3cache_raw.h"
 #include "ops.h"
+#include "progress.h"
 #include "service.h"
 #include "store.h"
-#include "units.h"
 
 int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const char *cmd)
 {
@@ -131,6 +129,21 @@ void ctl_response_free(struct ctl_backend *b, frame_response *resp)
 	free(resp);
 }
 
+int ctl_call_ok(struct ctl_backend *b, frame_request *req, frame_response **resp, const char *cmd)
+{
+	int rc = ctl_call(b, req, resp, cmd);
+	if (rc)
+		return rc;
+	if (!*resp)
+		return CTL_EXIT_ERROR;
+	if ((*resp)->code != 0) {
+		rc = ctl_answer_error(*resp, cmd);
+		ctl_response_free(b, *resp);
+		*resp = NULL;
+	}
+	return rc;
+}
+
 int ctl_answer_error(const frame_response *resp, const char *cmd)
 {
 	fprintf(stderr, "k3cachectl %s: %s: %s\n", cmd,
@@ -153,12 +166,10 @@ int ctl_resolve_key(struct ctl_backend *b, const char *hex, uint8_t key[32], con
 	req.op_case = K3CACHE__V1__REQUEST__OP_RESOLVE;
 	req.resolve = &rs;
 	frame_response *resp;
-	int rc = ctl_call(b, &req, &resp, cmd);
+	int rc = ctl_call_ok(b, &req, &resp, cmd);
 	if (rc)
 		return rc;
-	if (resp->code != 0) {
-		rc = ctl_answer_error(resp, cmd);
-	} else if (resp->key.len != 32) {
+	if (resp->key.len != 32) {
 		fprintf(stderr, "k3cachectl %s: the answer carries no key\n", cmd);
 		rc = CTL_EXIT_ERROR;
 	} else {
@@ -177,37 +188,17 @@ int ctl_inspect_entry(struct ctl_backend *b, const uint8_t key[32], frame_respon
 	ins.key.len = 32;
 	req.op_case = K3CACHE__V1__REQUEST__OP_INSPECT;
 	req.inspect = &ins;
-	int rc = ctl_call(b, &req, resp, cmd);
+	int rc = ctl_call_ok(b, &req, resp, cmd);
 	if (rc)
 		return rc;
-	if (!*resp || (*resp)->code != 0 || (*resp)->n_entries != 1) {
-		rc = *resp && (*resp)->code ? ctl_answer_error(*resp, cmd) : CTL_EXIT_ERROR;
+	if ((*resp)->n_entries != 1) {
+		fprintf(stderr, "k3cachectl %s: the answer carries %zu entries, not one\n", cmd,
+		        (*resp)->n_entries);
+		rc = CTL_EXIT_ERROR;
 		ctl_response_free(b, *resp);
 		*resp = NULL;
 	}
 	return rc;
-}
-
-struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd)
-{
-	frame_request req = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__ListModels lm = K3CACHE__V1__LIST_MODELS__INIT;
-	req.op_case = K3CACHE__V1__REQUEST__OP_LIST_MODELS;
-	req.list_models = &lm;
-	frame_response *resp = NULL;
-	if (ctl_call(b, &req, &resp, cmd) != 0 || !resp)
-		return NULL;
-	struct k3cache_model *spec = NULL;
-	for (size_t i = 0; resp->code == 0 && i < resp->n_models && !spec; i++) {
-		char err[MODEL_ERROR_MAX];
-		struct k3cache_model *m = service_spec_from_wire(resp->models[i], err);
-		if (m && !memcmp(m->fingerprint, fp, 32))
-			spec = m;
-		else
-			model_free(m);
-	}
-	ctl_response_free(b, resp);
-	return spec;
 }
 
 void ctl_layers_free(struct ctl_layers *l)
@@ -229,44 +220,69 @@ static int alloc_layers(struct ctl_layers *l, uint32_t n)
 	return l->data && l->size && l->xxh3 ? 0 : -1;
 }
 
-int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
-                     const char *cmd)
+/* Bytes read from the daemon at a time, so that progress moves within a
+ * large layer. */
+#define FETCH_PIECE (8u << 20)
+
+/* "CMD KEY: reading", on stderr when show, for `total` bytes. */
+static void begin_reading(struct ctl_progress *p, int show, const uint8_t key[32], uint64_t total,
+                          const char *cmd)
 {
-	memset(out, 0, sizeof(*out));
-	if (b->store) {
-		struct store_snapshot *snap;
-		struct status st;
-		if (store_restore_opt(b->store, key, 0, &snap, &st) != STATUS_OK) {
-			fprintf(stderr, "k3cachectl %s: %s: %s\n", cmd, status_code_name(st.code),
-			        st.message);
-			return st.code == STATUS_NOT_FOUND ? CTL_EXIT_NOTFOUND : CTL_EXIT_ERROR;
-		}
-		int rc = alloc_layers(out, snap->n_layers);
-		out->prefix_len = snap->prefix_len;
-		memcpy(out->model, snap->fingerprint, 32);
-		for (uint32_t i = 0; !rc && i < snap->n_layers; i++) {
-			const struct store_layer *l = &snap->layers[i];
-			out->size[i] = l->size;
-			out->xxh3[i] = l->xxh3;
-			out->data[i] = malloc(l->size ? l->size : 1);
-			if (!out->data[i]) {
-				rc = -1;
-				break;
-			}
-			size_t off = 0;
-			for (uint32_t j = 0; j < l->n_segments; j++) {
-				memcpy(out->data[i] + off, l->segments[j].data, l->segments[j].len);
-				off += l->segments[j].len;
-			}
-		}
-		store_snapshot_release(snap);
-		if (rc) {
-			ctl_layers_free(out);
-			fprintf(stderr, "k3cachectl %s: out of memory\n", cmd);
-			return CTL_EXIT_ERROR;
-		}
-		return 0;
+	char k[65], what[96];
+	hexutil_encode(key, 32, k);
+	snprintf(what, sizeof(what), "%s %.16s: reading", cmd, k);
+	ctl_progress_begin(p, show ? stderr : NULL, what, total);
+}
+
+/* --db: the layers copied out of the store's map. */
+static int fetch_from_store(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
+                            int progress, const char *cmd)
+{
+	struct store_snapshot *snap;
+	struct status st;
+	if (store_restore_opt(b->store, key, 0, &snap, &st) != STATUS_OK) {
+		fprintf(stderr, "k3cachectl %s: %s: %s\n", cmd, status_code_name(st.code),
+		        st.message);
+		return st.code == STATUS_NOT_FOUND ? CTL_EXIT_NOTFOUND : CTL_EXIT_ERROR;
 	}
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < snap->n_layers; i++)
+		total += snap->layers[i].size;
+	struct ctl_progress prog;
+	begin_reading(&prog, progress, key, total, cmd);
+	int rc = alloc_layers(out, snap->n_layers);
+	out->prefix_len = snap->prefix_len;
+	memcpy(out->model, snap->fingerprint, 32);
+	for (uint32_t i = 0; !rc && i < snap->n_layers; i++) {
+		const struct store_layer *l = &snap->layers[i];
+		out->size[i] = l->size;
+		out->xxh3[i] = l->xxh3;
+		out->data[i] = malloc(l->size ? l->size : 1);
+		if (!out->data[i]) {
+			rc = -1;
+			break;
+		}
+		size_t off = 0;
+		for (uint32_t j = 0; j < l->n_segments; j++) {
+			memcpy(out->data[i] + off, l->segments[j].data, l->segments[j].len);
+			off += l->segments[j].len;
+			ctl_progress_add(&prog, l->segments[j].len);
+		}
+	}
+	ctl_progress_end(&prog);
+	store_snapshot_release(snap);
+	if (rc) {
+		ctl_layers_free(out);
+		fprintf(stderr, "k3cachectl %s: out of memory\n", cmd);
+		return CTL_EXIT_ERROR;
+	}
+	return 0;
+}
+
+/* The daemon's restore (a peek), read in pieces. */
+static int fetch_from_daemon(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
+                             int progress, const char *cmd)
+{
 	frame_request req = K3CACHE__V1__REQUEST__INIT;
 	K3cache__V1__Restore rs = K3CACHE__V1__RESTORE__INIT;
 	rs.key.data = (uint8_t *)key;
@@ -275,14 +291,9 @@ int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_la
 	req.op_case = K3CACHE__V1__REQUEST__OP_RESTORE;
 	req.restore = &rs;
 	frame_response *resp;
-	int rc = ctl_call(b, &req, &resp, cmd);
+	int rc = ctl_call_ok(b, &req, &resp, cmd);
 	if (rc)
 		return rc;
-	if (resp->code != 0) {
-		rc = ctl_answer_error(resp, cmd);
-		ctl_response_free(b, resp);
-		return rc;
-	}
 	uint64_t sum = 0;
 	for (size_t i = 0; i < resp->n_layers; i++)
 		sum += resp->layers[i]->size;
@@ -295,13 +306,22 @@ int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_la
 	out->prefix_len = resp->prefix_len;
 	if (resp->model.len == 32)
 		memcpy(out->model, resp->model.data, 32);
+	struct ctl_progress prog;
+	begin_reading(&prog, progress, key, sum, cmd);
 	for (size_t i = 0; i < resp->n_layers; i++) {
 		struct k3cache_error err;
 		out->size[i] = resp->layers[i]->size;
 		out->xxh3[i] = resp->layers[i]->xxh3;
 		out->data[i] = malloc(out->size[i] ? out->size[i] : 1);
-		if (!out->data[i] ||
-		    k3cache_read_payload(b->conn, out->data[i], out->size[i], &err) != 0) {
+		int failed = !out->data[i];
+		for (uint64_t off = 0; !failed && off < out->size[i]; off += FETCH_PIECE) {
+			size_t n = out->size[i] - off < FETCH_PIECE ? (size_t)(out->size[i] - off)
+			                                            : FETCH_PIECE;
+			failed = k3cache_read_payload(b->conn, out->data[i] + off, n, &err) != 0;
+			ctl_progress_add(&prog, failed ? 0 : n);
+		}
+		if (failed) {
+			ctl_progress_end(&prog);
 			fprintf(stderr, "k3cachectl %s: reading layer %zu: %s\n", cmd, i,
 			        out->data[i] ? err.message : "out of memory");
 			ctl_response_free(b, resp);
@@ -309,33 +329,15 @@ int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_la
 			return CTL_EXIT_ERROR;
 		}
 	}
+	ctl_progress_end(&prog);
 	ctl_response_free(b, resp);
 	return 0;
 }
 
-void ctl_hex(const uint8_t *bytes, size_t len, char *out)
+int ctl_fetch_layers(struct ctl_backend *b, const uint8_t key[32], struct ctl_layers *out,
+                     int progress, const char *cmd)
 {
-	hexutil_encode(bytes, len, out);
-}
-
-void ctl_size(uint64_t bytes, char *out, size_t outsz)
-{
-	units_format_size(bytes, out, outsz);
-}
-
-void ctl_ago(uint64_t when, char *out, size_t outsz)
-{
-	uint64_t now = (uint64_t)time(NULL);
-	if (!when) {
-		snprintf(out, outsz, "never");
-		return;
-	}
-	char d[32];
-	units_format_duration(now > when ? now - when : 0, d, sizeof(d));
-	snprintf(out, outsz, "%s ago", d);
-}
-
-int ctl_is_tty(void)
-{
-	return isatty(1);
+	memset(out, 0, sizeof(*out));
+	return b->store ? fetch_from_store(b, key, out, progress, cmd)
+	                : fetch_from_daemon(b, key, out, progress, cmd);
 }
