@@ -7,6 +7,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -121,9 +122,12 @@ struct k3d_server {
 	uint64_t window_bytes; /* stage memory backing receive windows now */
 	uint64_t window_waits; /* uploads paused: their window full (K3D_WAIT_WINDOW) */
 	uint64_t reported_uses, reported_damaged; /* direct readers' Reports */
-	uint64_t pool_bytes;                      /* pool + in flight <= --max-inflight */
-	uint64_t payload_tick;                    /* when the last payload was reserved */
-	int idle_trimmed;                         /* the pools and heaps were handed back since */
+	/* the verify running now (the writer's; 0 when none): bytes of entries
+	 * checked, of the total, for k3cachectl verify's progress */
+	_Atomic uint64_t verify_done, verify_total;
+	uint64_t pool_bytes;   /* pool + in flight <= --max-inflight */
+	uint64_t payload_tick; /* when the last payload was reserved */
+	int idle_trimmed;      /* the pools and heaps were handed back since */
 	struct k3d_hist latency[OPS_N];
 };
 

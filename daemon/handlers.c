@@ -175,9 +175,15 @@ static int run_verify(struct k3d_server *srv, struct k3d_job *job)
 	uint64_t budget =
 	        k3d_writer_streaming(srv->writer) ? K3D_VERIFY_BATCH_STREAMING : K3D_VERIFY_BATCH;
 	if (service_verify_step(srv->store, &job->verify, budget, &job->resp)) {
+		uint64_t done, total;
+		store_verify_progress(job->verify, &done, &total);
+		atomic_store(&srv->verify_total, total);
+		atomic_store(&srv->verify_done, done);
 		job->batches++;
 		return 1;
 	}
+	atomic_store(&srv->verify_total, 0);
+	atomic_store(&srv->verify_done, 0);
 	if (job->batches)
 		k3d_log(K3D_LOG_INFO, "verify: %llu entries checked in %u batches",
 		        (unsigned long long)job->resp.checked, job->batches + 1);

@@ -53,6 +53,8 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 	service_add_counter(r, "window_waits", srv->window_waits);
 	service_add_counter(r, "reported_uses", srv->reported_uses);
 	service_add_counter(r, "reported_damaged", srv->reported_damaged);
+	service_add_counter(r, "verify_done_bytes", atomic_load(&srv->verify_done));
+	service_add_counter(r, "verify_total_bytes", atomic_load(&srv->verify_total));
 	for (int code = 1; code < STATUS_N_CODES; code++) {
 		char name[64];
 		snprintf(name, sizeof(name), "errors_%s", status_code_name((enum status_code)code));
@@ -142,6 +144,10 @@ static const struct metric_meta metric_metas[] = {
          "Restores and views reported by direct readers."},
         {"reported_damaged", "reported_damaged_total", 1,
          "Entries reported damaged by direct readers."},
+        {"verify_done_bytes", "verify_done_bytes", 0,
+         "Bytes of entries the running verify has checked (0: none running)."},
+        {"verify_total_bytes", "verify_total_bytes", 0,
+         "Bytes of entries the running verify checks in all (0: none running)."},
 };
 
 static const struct metric_meta *metric_meta(const char *stat)

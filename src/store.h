@@ -507,6 +507,8 @@ enum status_code store_verify_step(struct store_verify *v, uint64_t budget,
 void store_verify_counts(const struct store_verify *v, uint64_t *checked, uint64_t *damaged);
 /* Entries still to check. */
 uint64_t store_verify_left(const struct store_verify *v);
+/* Bytes of the listed entries checked so far, of *total (their sizes). */
+void store_verify_progress(const struct store_verify *v, uint64_t *done, uint64_t *total);
 void store_verify_end(struct store_verify *v);
 
 /* ---- salvage (store/salvage.c) ---- */

@@ -564,6 +564,8 @@ struct store_verify {
 	int reported;              /* the lists but keys have gone to fn */
 	size_t next;               /* the next of keys to check */
 	uint64_t checked, damaged;
+	uint64_t bytes_total; /* of the entries in keys (their records' sizes) */
+	uint64_t bytes_done;  /* of them, those checked so far */
 };
 
 enum status_code store_verify_begin(struct store *s, struct store_verify **out, struct status *st)
@@ -604,8 +606,8 @@ enum status_code store_verify_begin(struct store *s, struct store_verify **out, 
 				added = keylist_add(&v->bad, r.key);
 			else if (!store_index_key_matches(&r, &tv))
 				added = keylist_add(&v->misnamed, r.key);
-			else
-				added = keylist_add(&v->keys, r.key);
+			else if ((added = keylist_add(&v->keys, r.key)) == 0)
+				v->bytes_total += r.bytes;
 		}
 		if (added) {
 			rc = added;
@@ -654,6 +656,7 @@ static void verify_one(struct store_verify *v, const uint8_t *key,
 	enum status_code code = store_restore_opt(s, key, STORE_RESTORE_DEFER, &snap, &rst);
 	if (code == STATUS_OK) {
 		*bytes += snap->bytes;
+		v->bytes_done += snap->bytes;
 		const char *bad_layer = NULL;
 		for (uint64_t c = 0; c < store_snapshot_chunks(snap) && !bad_layer; c++) {
 			const void *data;
@@ -744,6 +747,13 @@ void store_verify_counts(const struct store_verify *v, uint64_t *checked, uint64
 uint64_t store_verify_left(const struct store_verify *v)
 {
 	return v->keys.n - v->next;
+}
+
+void store_verify_progress(const struct store_verify *v, uint64_t *done, uint64_t *total)
+{
+	*total = v->bytes_total;
+	/* an entry evicted or damaged meanwhile reads less than its size */
+	*done = v->next == v->keys.n ? v->bytes_total : v->bytes_done;
 }
 
 void store_verify_end(struct store_verify *v)

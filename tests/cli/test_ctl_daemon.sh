@@ -174,6 +174,10 @@ if script -qec true /dev/null >/dev/null 2>&1; then
   ok "--db export on a terminal: progress too" $(grep -q "export ${k2:0:16}: reading .* (100%)" <<<"$out"; echo $?)
   out=$(script -qec "'$ctl' --socket '$sock' verify" /dev/null 2>&1)
   ok "verify on a terminal: says what it does, then the report" $(grep -q 'verify: checking every entry' <<<"$out" && grep -q 'verified [0-9]* entr' <<<"$out"; echo $?)
+  out=$(script -qec "'$ctl' --db '$dir/db' verify" /dev/null 2>&1)
+  ok "--db verify on a terminal: bytes checked, then the report" $(grep -q 'verify .* of .* (100%)' <<<"$out" && grep -q 'verified [0-9]* entr' <<<"$out"; echo $?)
+  out=$(script -qec "'$ctl' --db '$dir/db' --json verify" /dev/null 2>&1)
+  ok "--db --json verify on a terminal: no progress" $(! grep -q '(100%)' <<<"$out" && grep -q '"checked"' <<<"$out"; echo $?)
 else
   echo "SKIP: no script(1): progress on a terminal is not tested"
 fi

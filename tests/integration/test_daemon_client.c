@@ -331,8 +331,11 @@ static void test_state_transitions_traced(void **state)
 			fail_msg("the daemon's log has no \"conn N%s\"", steps[i]);
 }
 
+static uint64_t counter(struct k3cache *c, const char *name);
+
 struct verify_call {
 	atomic_int sent; /* the request is about to go */
+	atomic_int over; /* its answer came */
 	double answered; /* when its answer came (daemonutil_now) */
 	uint64_t checked;
 	int rc;
@@ -351,6 +354,7 @@ static void *verify_all(void *arg)
 	atomic_store(&v->sent, 1);
 	v->rc = k3cache_call(c, &req, &resp, &e);
 	v->answered = daemonutil_now();
+	atomic_store(&v->over, 1);
 	if (!v->rc)
 		v->checked = resp->checked;
 	k3cache_response_free(resp);
@@ -360,7 +364,8 @@ static void *verify_all(void *arg)
 
 /* A verify reads the whole store; it runs in batches, so that a publish
  * sent while it runs is answered before it is done (a verify run whole
- * kept every publish waiting until its end). */
+ * kept every publish waiting until its end). Meanwhile Stat says how far
+ * it is (k3cachectl verify's progress). */
 static void test_publish_interleaves_with_verify(void **state)
 {
 	(void)state;
@@ -378,12 +383,20 @@ static void test_publish_interleaves_with_verify(void **state)
 	assert_int_equal(pthread_create(&th, NULL, verify_all, &v), 0);
 	while (!atomic_load(&v.sent))
 		daemonutil_sleep_ms(1);
-	daemonutil_sleep_ms(5); /* the verify is with the writer */
+	uint64_t total = 0, done = 0;
+	for (int i = 0; i < 2000 && !total && !atomic_load(&v.over); i++) {
+		daemonutil_sleep_ms(1);
+		total = counter(c, "verify_total_bytes");
+		done = counter(c, "verify_done_bytes");
+	}
+	assert_true(total >= bytes); /* every entry listed, the 120 among them */
+	assert_true(done > 0 && done < total);
 	assert_int_equal(publish(c, 250, 3900000, 7, NULL), 0);
 	double published = daemonutil_now();
 	pthread_join(th, NULL);
 	assert_int_equal(v.rc, 0);
 	assert_true(v.checked >= n);
+	assert_int_equal(counter(c, "verify_total_bytes"), 0); /* none running */
 	if (!(published < v.answered))
 		fail_msg(
 		        "the publish was answered %.3f s after the verify: it waited for the whole "
