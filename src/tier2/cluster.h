@@ -143,7 +143,7 @@ struct cluster_stats {
 	uint64_t node_errors;   /* connects, AUTHs or round trips that failed */
 	uint64_t timeouts;      /* of those, the ones that ran out of time */
 	uint64_t connects;      /* connections tried */
-	uint64_t backoff_skips; /* commands refused because their node was backing off */
+	uint64_t backoff_skips; /* connections not tried: the node was backing off */
 	uint64_t moved;         /* MOVED redirections followed */
 	uint64_t asks;          /* ASK redirections followed */
 	uint64_t map_refreshes; /* slot maps read and installed */
