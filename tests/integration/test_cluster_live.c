@@ -427,12 +427,13 @@ static void fake_start(struct fake *f, const char *reply)
 	assert_int_equal(pthread_create(&f->thread, NULL, fake_run, f), 0);
 }
 
+/* After the routers closed their connections: shutting the listening socket
+ * down wakes the thread's accept, and it returns. */
 static void fake_stop(struct fake *f)
 {
 	shutdown(f->fd, SHUT_RDWR);
-	close(f->fd);
-	pthread_cancel(f->thread);
 	pthread_join(f->thread, NULL);
+	close(f->fd);
 }
 
 static void test_fake_nodes(void **state)
