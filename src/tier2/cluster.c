@@ -1,0 +1,672 @@
+/* cluster: the router itself: a connection and a backoff per node, the slot
+ * map, commands routed by slot with MOVED and ASK followed, pipelines grouped
+ * by node. The parsers it trusts nothing to are in cluster_parse.c; the
+ * contract is in cluster.h. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tier2/cluster.h"
+
+/* nodes the router knows: seeds, the map's masters, redirections' targets */
+#define ROUTER_MAX_NODES (CLUSTER_MAX_NODES + CLUSTER_MAX_SEEDS + 256)
+/* a redirection's target to be read from the map once it is refreshed */
+#define RESOLVE (-2)
+
+struct node {
+	struct cluster_addr addr;
+	redisContext *ctx;
+	unsigned failures;  /* in a row */
+	uint64_t retry_at;  /* ms, monotonic: not tried before */
+	unsigned mark;      /* cluster_pipeline's round */
+	char last_err[200]; /* why it failed last */
+};
+
+struct cluster_router {
+	char *user, *password;
+	int connect_ms, command_ms, backoff_min_ms, backoff_max_ms;
+	size_t n_seeds; /* nodes[0..n_seeds) */
+	struct node *nodes;
+	size_t n_nodes;
+	uint16_t slot[CLUSTER_SLOTS]; /* index into nodes, or CLUSTER_NO_NODE */
+	int have_map, map_stale;
+	uint64_t refreshed_at;
+	size_t refresh_next; /* the node a refresh asks first */
+	unsigned round;
+	struct cluster_map *scratch;
+	struct cluster_stats stats;
+	char err[512];
+};
+
+static void seterr(struct cluster_router *r, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+static void seterr(struct cluster_router *r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->err, sizeof(r->err), fmt, ap);
+	va_end(ap);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static struct timeval tv_ms(int ms)
+{
+	struct timeval tv = {ms / 1000, (long)(ms % 1000) * 1000};
+	return tv;
+}
+
+/* "host:port", "[v6]:port" */
+static const char *addr_text(const struct cluster_addr *a, char *buf, size_t bufsz)
+{
+	if (strchr(a->host, ':'))
+		snprintf(buf, bufsz, "[%s]:%d", a->host, a->port);
+	else
+		snprintf(buf, bufsz, "%s:%d", a->host, a->port);
+	return buf;
+}
+
+/* A command's name for messages: argv[0], printable, at most 32 bytes. */
+static const char *cmd_name(const char *arg, size_t len, char *buf, size_t bufsz)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < len && i < 32 && n + 1 < bufsz; i++) {
+		unsigned char c = (unsigned char)arg[i];
+		char ch = '?';
+		if (c > 0x20 && c < 0x7f)
+			ch = arg[i];
+		buf[n++] = ch;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+static int find_node(const struct cluster_router *r, const struct cluster_addr *a)
+{
+	for (size_t i = 0; i < r->n_nodes; i++)
+		if (r->nodes[i].addr.port == a->port && strcmp(r->nodes[i].addr.host, a->host) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* The node's index, added when new; -1 when the router knows too many. */
+static int node_index(struct cluster_router *r, const struct cluster_addr *a)
+{
+	int i = find_node(r, a);
+	if (i >= 0)
+		return i;
+	if (r->n_nodes == ROUTER_MAX_NODES) {
+		char at[272];
+		seterr(r, "cluster: cannot add node %s: the router knows %d nodes already",
+		       addr_text(a, at, sizeof(at)), ROUTER_MAX_NODES);
+		return -1;
+	}
+	struct node *n = &r->nodes[r->n_nodes];
+	memset(n, 0, sizeof(*n));
+	n->addr = *a;
+	return (int)r->n_nodes++;
+}
+
+static void node_close(struct node *n)
+{
+	if (n->ctx)
+		redisFree(n->ctx);
+	n->ctx = NULL;
+}
+
+/* Records a failure of node n in `what` (a command's name, "connect"...):
+ * the router's message, the node's backoff, the counters. */
+static void node_fail(struct cluster_router *r, struct node *n, const char *what,
+                      const char *reason, int timed_out)
+{
+	char at[272];
+	seterr(r, "redis %s: %s: %s", addr_text(&n->addr, at, sizeof(at)), what, reason);
+	snprintf(n->last_err, sizeof(n->last_err), "%s: %s", what, reason);
+	r->stats.node_errors++;
+	if (timed_out)
+		r->stats.timeouts++;
+	node_close(n);
+	if (n->failures < 32)
+		n->failures++;
+	uint64_t delay = (uint64_t)r->backoff_min_ms
+	                 << (n->failures - 1 < 16 ? n->failures - 1 : 16);
+	if (delay > (uint64_t)r->backoff_max_ms)
+		delay = (uint64_t)r->backoff_max_ms;
+	n->retry_at = now_ms() + delay;
+	r->map_stale = 1; /* its slots may have moved (failover) */
+}
+
+/* After a hiredis call on n->ctx failed: why, in words, and whether it ran
+ * out of time. err_no is errno right after the call. */
+static void node_io_fail(struct cluster_router *r, struct node *n, const char *what, int err_no)
+{
+	redisContext *c = n->ctx;
+	char reason[200];
+	int timed_out = 0;
+	if (!c) {
+		snprintf(reason, sizeof(reason), "no connection");
+	} else if (c->err == REDIS_ERR_IO &&
+	           (err_no == EAGAIN || err_no == EWOULDBLOCK || err_no == ETIMEDOUT)) {
+		timed_out = 1;
+		snprintf(reason, sizeof(reason), "timed out after %d ms", r->command_ms);
+	} else if (c->err == REDIS_ERR_OOM) {
+		snprintf(reason, sizeof(reason),
+		         "reply refused (an array of more than %d elements, or out of memory)",
+		         CLUSTER_REPLY_MAX_ELEMENTS);
+	} else if (c->err == REDIS_ERR_PROTOCOL) {
+		snprintf(reason, sizeof(reason), "protocol error: %s", c->errstr);
+	} else {
+		snprintf(reason, sizeof(reason), "%s", c->err ? c->errstr : "no reply");
+	}
+	node_fail(r, n, what, reason, timed_out);
+}
+
+/* One round trip on a connected node; NULL after node_io_fail. */
+static redisReply *roundtrip(struct cluster_router *r, struct node *n, const char *what, int argc,
+                             const char **argv, const size_t *argvlen)
+{
+	errno = 0;
+	redisReply *rep = redisCommandArgv(n->ctx, argc, argv, argvlen);
+	int err_no = errno;
+	if (!rep)
+		node_io_fail(r, n, what, err_no);
+	return rep;
+}
+
+/* The node's connection, opened (and authenticated) when it has none; NULL
+ * with the message set when it cannot be, or is backing off. */
+static redisContext *node_ready(struct cluster_router *r, int idx)
+{
+	struct node *n = &r->nodes[idx];
+	char at[272];
+	if (n->ctx)
+		return n->ctx;
+	uint64_t now = now_ms();
+	if (n->retry_at > now) {
+		r->stats.backoff_skips++;
+		seterr(r, "redis %s: not tried for another %llu ms after a failure (%s)",
+		       addr_text(&n->addr, at, sizeof(at)), (unsigned long long)(n->retry_at - now),
+		       n->last_err);
+		return NULL;
+	}
+	r->stats.connects++;
+	errno = 0;
+	n->ctx = redisConnectWithTimeout(n->addr.host, n->addr.port, tv_ms(r->connect_ms));
+	int err_no = errno;
+	if (!n->ctx) {
+		node_fail(r, n, "connect", "out of memory", 0);
+		return NULL;
+	}
+	if (n->ctx->err) {
+		char reason[200];
+		int timed_out = err_no == ETIMEDOUT || err_no == EINPROGRESS;
+		if (timed_out)
+			snprintf(reason, sizeof(reason), "timed out after %d ms", r->connect_ms);
+		else
+			snprintf(reason, sizeof(reason), "%s", n->ctx->errstr);
+		node_fail(r, n, "connect", reason, timed_out);
+		return NULL;
+	}
+	if (redisSetTimeout(n->ctx, tv_ms(r->command_ms)) != REDIS_OK) {
+		node_fail(r, n, "connect", "cannot set the socket timeouts", 0);
+		return NULL;
+	}
+	cluster_reader_bound(n->ctx->reader);
+	if (r->password) {
+		const char *argv[3] = {"AUTH", r->user, r->password};
+		size_t lens[3] = {4, r->user ? strlen(r->user) : 0, strlen(r->password)};
+		int argc = 3;
+		if (!r->user) {
+			argv[1] = r->password;
+			lens[1] = lens[2];
+			argc = 2;
+		}
+		redisReply *rep = roundtrip(r, n, "AUTH", argc, argv, lens);
+		if (!rep)
+			return NULL;
+		int ok = rep->type == REDIS_REPLY_STATUS && rep->len == 2 &&
+		         memcmp(rep->str, "OK", 2) == 0;
+		if (!ok) {
+			char reason[200];
+			if (rep->type == REDIS_REPLY_ERROR && rep->str)
+				snprintf(reason, sizeof(reason), "%.*s",
+				         (int)(rep->len < 150 ? rep->len : 150), rep->str);
+			else
+				snprintf(reason, sizeof(reason), "unexpected reply (type %d)",
+				         rep->type);
+			freeReplyObject(rep);
+			node_fail(r, n, "AUTH", reason, 0);
+			return NULL;
+		}
+		freeReplyObject(rep);
+	}
+	return n->ctx;
+}
+
+static void node_ok(struct node *n)
+{
+	n->failures = 0;
+	n->retry_at = 0;
+}
+
+struct cluster_router *cluster_router_new(const char *seeds, const struct cluster_options *opt,
+                                          char *err, size_t errsz)
+{
+	static const struct cluster_options none = {0};
+	if (!opt)
+		opt = &none;
+	struct cluster_seeds s;
+	if (cluster_seeds_parse(seeds, &s, err, errsz) != 0)
+		return NULL;
+	if (opt->user && !opt->password) {
+		snprintf(err, errsz, "cluster: ACL user \"%.64s\" without a password", opt->user);
+		return NULL;
+	}
+	if (opt->connect_timeout_ms < 0 || opt->command_timeout_ms < 0 || opt->backoff_min_ms < 0 ||
+	    opt->backoff_max_ms < 0) {
+		snprintf(err, errsz, "cluster: a negative timeout or backoff");
+		return NULL;
+	}
+	struct cluster_router *r = calloc(1, sizeof(*r));
+	if (!r) {
+		snprintf(err, errsz, "cluster: out of memory");
+		return NULL;
+	}
+	r->connect_ms = opt->connect_timeout_ms ? opt->connect_timeout_ms : 1000;
+	r->command_ms = opt->command_timeout_ms ? opt->command_timeout_ms : 1000;
+	r->backoff_min_ms = opt->backoff_min_ms ? opt->backoff_min_ms : 100;
+	r->backoff_max_ms = opt->backoff_max_ms ? opt->backoff_max_ms : 5000;
+	if (r->backoff_max_ms < r->backoff_min_ms) {
+		snprintf(err, errsz, "cluster: backoff_max_ms %d is below backoff_min_ms %d",
+		         r->backoff_max_ms, r->backoff_min_ms);
+		free(r);
+		return NULL;
+	}
+	r->nodes = calloc(ROUTER_MAX_NODES, sizeof(*r->nodes));
+	r->scratch = malloc(sizeof(*r->scratch));
+	r->user = opt->user ? strdup(opt->user) : NULL;
+	r->password = opt->password ? strdup(opt->password) : NULL;
+	if (!r->nodes || !r->scratch || (opt->user && !r->user) ||
+	    (opt->password && !r->password)) {
+		cluster_router_free(r);
+		snprintf(err, errsz, "cluster: out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < s.n; i++)
+		r->nodes[i].addr = s.addr[i];
+	r->n_nodes = r->n_seeds = s.n;
+	for (size_t i = 0; i < CLUSTER_SLOTS; i++)
+		r->slot[i] = CLUSTER_NO_NODE;
+	return r;
+}
+
+void cluster_router_free(struct cluster_router *r)
+{
+	if (!r)
+		return;
+	for (size_t i = 0; r->nodes && i < r->n_nodes; i++)
+		node_close(&r->nodes[i]);
+	if (r->password) {
+		explicit_bzero(r->password, strlen(r->password));
+		free(r->password);
+	}
+	free(r->user);
+	free(r->nodes);
+	free(r->scratch);
+	free(r);
+}
+
+/* Installs r->scratch (parsed from node `from`) as the map. */
+static int install_map(struct cluster_router *r)
+{
+	const struct cluster_map *m = r->scratch;
+	uint16_t idx[CLUSTER_MAX_NODES] = {0};
+	for (size_t k = 0; k < m->n_nodes; k++) {
+		int i = node_index(r, &m->node[k]);
+		if (i < 0)
+			return -1;
+		idx[k] = (uint16_t)i;
+	}
+	for (size_t s = 0; s < CLUSTER_SLOTS; s++)
+		r->slot[s] = m->slot[s] == CLUSTER_NO_NODE ? CLUSTER_NO_NODE : idx[m->slot[s]];
+	r->have_map = 1;
+	r->map_stale = 0;
+	r->stats.map_refreshes++;
+	return 0;
+}
+
+int cluster_refresh(struct cluster_router *r)
+{
+	static const char *argv[] = {"CLUSTER", "SLOTS"};
+	static const size_t lens[] = {7, 5};
+	char last[sizeof(r->err)] = "no node to ask";
+	size_t tried = 0;
+	r->refreshed_at = now_ms();
+	size_t n = r->n_nodes;
+	for (size_t k = 0; k < n; k++) {
+		size_t i = (r->refresh_next + k) % n;
+		tried++;
+		if (!node_ready(r, (int)i)) {
+			snprintf(last, sizeof(last), "%s", r->err);
+			continue;
+		}
+		struct node *nd = &r->nodes[i];
+		redisReply *rep = roundtrip(r, nd, "CLUSTER SLOTS", 2, argv, lens);
+		if (!rep) {
+			snprintf(last, sizeof(last), "%s", r->err);
+			continue;
+		}
+		char why[200], at[272];
+		int rc = cluster_map_parse(rep, nd->addr.host, r->scratch, why, sizeof(why));
+		freeReplyObject(rep);
+		if (rc != 0) {
+			/* the node answered: not a connection's failure, but no map */
+			snprintf(last, sizeof(last), "redis %s: %s",
+			         addr_text(&nd->addr, at, sizeof(at)), why);
+			continue;
+		}
+		node_ok(nd);
+		r->refresh_next = (i + 1) % n;
+		return install_map(r);
+	}
+	seterr(r, "cluster: no node gave a slot map (%zu asked); last: %s", tried, last);
+	return -1;
+}
+
+/* Refreshes the map when there is none, or when it is stale and the last
+ * refresh is older than backoff_min_ms; a failed refresh keeps the old map. */
+static int maybe_refresh(struct cluster_router *r)
+{
+	if (!r->have_map)
+		return cluster_refresh(r);
+	if (r->map_stale && now_ms() - r->refreshed_at >= (uint64_t)r->backoff_min_ms)
+		(void)cluster_refresh(r);
+	return 0;
+}
+
+/* The node for slot, from the map; -1 with the message set. */
+static int slot_target(struct cluster_router *r, unsigned slot)
+{
+	if (r->slot[slot] == CLUSTER_NO_NODE) {
+		seterr(r, "cluster: slot %u has no known master", slot);
+		return -1;
+	}
+	return r->slot[slot];
+}
+
+/* What a redirection means for a command: its next node (and whether ASKING
+ * goes first); the map updated on MOVED, and refreshed when can_refresh (no
+ * connection has replies pending). -1 with the message set; RESOLVE when the
+ * map must be read again first and cannot be now. */
+static int follow(struct cluster_router *r, const struct node *from, const char *name,
+                  const struct cluster_redirect *rd, int can_refresh, int *asking)
+{
+	char at[272];
+	if (rd->kind == CLUSTER_REDIRECT_ASK) {
+		r->stats.asks++;
+		*asking = 1;
+		if (rd->unknown_host) {
+			seterr(r, "redis %s: %s: ASK for slot %u to a node of unknown endpoint",
+			       addr_text(&from->addr, at, sizeof(at)), name, rd->slot);
+			return -1;
+		}
+		return node_index(r, &rd->addr);
+	}
+	r->stats.moved++;
+	*asking = 0;
+	r->map_stale = 1;
+	if (rd->unknown_host) {
+		/* the map may know its address */
+		if (!can_refresh)
+			return RESOLVE;
+		(void)cluster_refresh(r);
+		return slot_target(r, rd->slot);
+	}
+	int i = node_index(r, &rd->addr);
+	if (i < 0)
+		return -1;
+	if (can_refresh)
+		(void)maybe_refresh(r);
+	r->slot[rd->slot] = (uint16_t)i; /* newer than any map */
+	return i;
+}
+
+/* A reply from node `from`: 1 when it is final (kept in *reply), 0 when it
+ * redirected the command to *target, -1 on failure (message set). Frees a
+ * redirection's reply. */
+static int judge(struct cluster_router *r, struct node *from, const char *name, redisReply *rep,
+                 int can_refresh, int *target, int *asking)
+{
+	node_ok(from);
+	if (rep->type != REDIS_REPLY_ERROR)
+		return 1;
+	struct cluster_redirect rd;
+	char why[200], at[272];
+	int rc = cluster_redirect_parse(rep->str, rep->len, from->addr.host, &rd, why, sizeof(why));
+	if (rc == 0)
+		return 1;
+	freeReplyObject(rep);
+	if (rc < 0) {
+		seterr(r, "redis %s: %s: %s", addr_text(&from->addr, at, sizeof(at)), name, why);
+		return -1;
+	}
+	*target = follow(r, from, name, &rd, can_refresh, asking);
+	return *target == -1 ? -1 : 0;
+}
+
+int cluster_command_argv(struct cluster_router *r, const char *key, size_t keylen, int argc,
+                         const char **argv, const size_t *argvlen, redisReply **reply)
+{
+	char name[40];
+	*reply = NULL;
+	if (argc < 1 || !argv || !argvlen) {
+		seterr(r, "cluster: a command with no arguments");
+		return -1;
+	}
+	cmd_name(argv[0], argvlen[0], name, sizeof(name));
+	unsigned slot = cluster_key_slot(key, keylen);
+	if (maybe_refresh(r) != 0)
+		return -1;
+	int target = slot_target(r, slot);
+	int asking = 0;
+	for (int hop = 0; target >= 0; hop++) {
+		struct node *n = &r->nodes[target];
+		if (!node_ready(r, target))
+			return -1;
+		errno = 0;
+		if (asking && redisAppendCommand(n->ctx, "ASKING") != REDIS_OK) {
+			node_io_fail(r, n, "ASKING", errno);
+			return -1;
+		}
+		if (asking) {
+			redisReply *ok = NULL;
+			if (redisGetReply(n->ctx, (void **)&ok) != REDIS_OK) {
+				node_io_fail(r, n, "ASKING", errno);
+				return -1;
+			}
+			freeReplyObject(ok);
+		}
+		redisReply *rep = roundtrip(r, n, name, argc, argv, argvlen);
+		if (!rep)
+			return -1;
+		int rc = judge(r, n, name, rep, 1, &target, &asking);
+		if (rc > 0) {
+			*reply = rep;
+			return 0;
+		}
+		if (rc < 0)
+			return -1;
+		if (hop + 1 > CLUSTER_MAX_REDIRECTS) {
+			char at[272];
+			seterr(r, "cluster: %s: more than %d redirections for slot %u (last to %s)",
+			       name, CLUSTER_MAX_REDIRECTS, slot,
+			       addr_text(&r->nodes[target].addr, at, sizeof(at)));
+			return -1;
+		}
+	}
+	return -1;
+}
+
+/* A pipelined command's state between rounds. */
+struct pstate {
+	int target; /* node index, RESOLVE, or -1: done or failed */
+	int asking; /* ASKING goes first */
+	int sent;   /* the node it was appended to this round, or -1 */
+};
+
+/* Appends every command of node t this round; on failure none of them gets a
+ * reply. */
+static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd *cmds,
+                            struct pstate *st, size_t n)
+{
+	struct node *nd = &r->nodes[t];
+	int ok = node_ready(r, t) != NULL;
+	for (size_t i = 0; ok && i < n; i++) {
+		if (st[i].target != t)
+			continue;
+		errno = 0;
+		if (st[i].asking)
+			ok = redisAppendCommand(nd->ctx, "ASKING") == REDIS_OK;
+		if (ok)
+			ok = redisAppendCommandArgv(nd->ctx, cmds[i].argc, cmds[i].argv,
+			                            cmds[i].argvlen) == REDIS_OK;
+		if (ok)
+			st[i].sent = t;
+		else
+			node_io_fail(r, nd, "pipeline", errno);
+	}
+	if (!ok) {
+		for (size_t i = 0; i < n; i++) {
+			if (st[i].target == t) {
+				st[i].target = -1;
+				st[i].sent = -1;
+			}
+		}
+	}
+}
+
+/* Reads the replies of node t's commands, in the order they were appended. */
+static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *cmds,
+                          struct pstate *st, size_t n)
+{
+	struct node *nd = &r->nodes[t];
+	char name[40];
+	for (size_t i = 0; i < n; i++) {
+		if (st[i].sent != t)
+			continue;
+		st[i].sent = -1;
+		cmd_name(cmds[i].argv[0], cmds[i].argvlen[0], name, sizeof(name));
+		redisReply *rep = NULL;
+		int ok = nd->ctx != NULL; /* NULL: failed on an earlier reply */
+		errno = 0;
+		if (ok && st[i].asking) {
+			ok = redisGetReply(nd->ctx, (void **)&rep) == REDIS_OK && rep;
+			freeReplyObject(rep);
+			rep = NULL;
+		}
+		if (ok)
+			ok = redisGetReply(nd->ctx, (void **)&rep) == REDIS_OK && rep;
+		if (!ok) {
+			if (nd->ctx)
+				node_io_fail(r, nd, name, errno);
+			st[i].target = -1;
+			continue;
+		}
+		int target = t, asking = 0;
+		int rc = judge(r, nd, name, rep, 0, &target, &asking);
+		if (rc > 0) {
+			cmds[i].reply = rep;
+			st[i].target = -1;
+		} else {
+			st[i].target = rc < 0 ? -1 : target;
+			st[i].asking = asking;
+		}
+	}
+}
+
+size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		cmds[i].reply = NULL;
+	if (n == 0)
+		return 0;
+	struct pstate *st = calloc(n, sizeof(*st));
+	int *order = calloc(ROUTER_MAX_NODES, sizeof(*order)); /* the nodes of a round */
+	if (!st || !order) {
+		free(st);
+		free(order);
+		seterr(r, "cluster: pipeline of %zu commands: out of memory", n);
+		return n;
+	}
+	int have_map = maybe_refresh(r) == 0;
+	for (size_t i = 0; i < n; i++) {
+		st[i].target = -1;
+		st[i].sent = -1;
+		if (cmds[i].argc < 1 || !cmds[i].argv || !cmds[i].argvlen)
+			seterr(r, "cluster: pipeline: command %zu has no arguments", i);
+		else if (have_map)
+			st[i].target =
+			        slot_target(r, cluster_key_slot(cmds[i].key, cmds[i].keylen));
+	}
+	for (int round = 0; round <= CLUSTER_MAX_REDIRECTS; round++) {
+		size_t k = 0;
+		r->round++;
+		for (size_t i = 0; i < n; i++) {
+			int t = st[i].target;
+			if (t < 0 || r->nodes[t].mark == r->round)
+				continue;
+			r->nodes[t].mark = r->round;
+			order[k++] = t;
+		}
+		if (k == 0)
+			break;
+		/* everything written first, so that the nodes work at once */
+		for (size_t j = 0; j < k; j++)
+			pipeline_append(r, order[j], cmds, st, n);
+		for (size_t j = 0; j < k; j++)
+			pipeline_read(r, order[j], cmds, st, n);
+		/* every connection is drained: the map may be read now */
+		(void)maybe_refresh(r);
+		for (size_t i = 0; i < n; i++)
+			if (st[i].target == RESOLVE)
+				st[i].target = slot_target(
+				        r, cluster_key_slot(cmds[i].key, cmds[i].keylen));
+	}
+	size_t failed = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (st[i].target >= 0)
+			seterr(r, "cluster: pipeline: more than %d redirections for slot %u",
+			       CLUSTER_MAX_REDIRECTS,
+			       cluster_key_slot(cmds[i].key, cmds[i].keylen));
+		failed += cmds[i].reply == NULL;
+	}
+	free(st);
+	free(order);
+	return failed;
+}
+
+const char *cluster_error(const struct cluster_router *r)
+{
+	return r->err;
+}
+
+struct cluster_stats cluster_stats(const struct cluster_router *r)
+{
+	return r->stats;
+}
+
+int cluster_slot_node(const struct cluster_router *r, unsigned slot, struct cluster_addr *out)
+{
+	if (slot >= CLUSTER_SLOTS || r->slot[slot] == CLUSTER_NO_NODE)
+		return -1;
+	*out = r->nodes[r->slot[slot]].addr;
+	return 0;
+}

@@ -1,0 +1,203 @@
+/* cluster: a thin Redis Cluster router over hiredis, for tier 2 (issue 17).
+ *
+ * Contract:
+ * - A key goes to the master that owns its slot: CRC16 (XMODEM) of the key, or
+ *   of its {hash tag}, mod 16384, exactly as Redis's keyHashSlot.
+ * - The slot map comes from CLUSTER SLOTS, asked of any reachable node (seeds
+ *   and known masters, in turn): when the router has no map, after a MOVED and
+ *   after a node error; not more than once per backoff_min_ms unless it has
+ *   none.
+ * - MOVED sets that slot to the named node (and the map is refreshed); ASK
+ *   sends ASKING then the command to the named node, leaving the map alone. A
+ *   command is redirected at most CLUSTER_MAX_REDIRECTS times.
+ * - One blocking hiredis connection per node, opened on first use, with AUTH
+ *   [user] password when a password is set. Every connect, write and read has
+ *   a deadline (connect_timeout_ms, command_timeout_ms: hiredis's socket
+ *   timeouts, per system call); a timeout is an error, never a hang. Host
+ *   names are resolved by the system resolver, which has no deadline here.
+ * - A node that failed (connect, AUTH, I/O, timeout, protocol) is not tried
+ *   again before its backoff passes: backoff_min_ms after the first failure,
+ *   doubling to backoff_max_ms; a good round trip resets it. Meanwhile the
+ *   commands for its slots fail at once.
+ * - Replies are hiredis redisReply trees that the caller frees
+ *   (freeReplyObject). Error replies other than MOVED and ASK (WRONGTYPE,
+ *   CLUSTERDOWN, OOM...) are replies, not failures.
+ * - A failure returns -1 (or a count, for cluster_pipeline) and leaves one
+ *   message in cluster_error(): what failed, where (host:port), the command
+ *   and the reason, e.g. "redis 127.0.0.1:7001: AUTH: WRONGPASS invalid
+ *   username-password pair".
+ * - Replies are not trusted: the parsers check types, element counts, slot
+ *   ranges, ports and string lengths, and the router's readers refuse arrays
+ *   of more than CLUSTER_REPLY_MAX_ELEMENTS elements (hiredis would allocate
+ *   whatever count a peer sends).
+ * - Not here: reads from replicas, failover beyond following the map,
+ *   multi-key commands across slots, pub/sub, TLS, threads (a router is used
+ *   by one thread at a time).
+ */
+#ifndef K3_TIER2_CLUSTER_H
+#define K3_TIER2_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#define CLUSTER_SLOTS              16384
+#define CLUSTER_MAX_REDIRECTS      5
+#define CLUSTER_HOST_MAX           255 /* a host name or address, without its NUL */
+#define CLUSTER_MAX_SEEDS          64
+#define CLUSTER_MAX_NODES          1024 /* distinct masters in one slot map */
+#define CLUSTER_REPLY_MAX_ELEMENTS (1 << 20)
+#define CLUSTER_NO_NODE            UINT16_MAX
+
+/* A node's address: a host name, IPv4 or IPv6 address (no brackets), and a
+ * port 1..65535. */
+struct cluster_addr {
+	char host[CLUSTER_HOST_MAX + 1];
+	int port;
+};
+
+/* The slot of a key: 0..16383. Never fails. */
+unsigned cluster_key_slot(const char *key, size_t len);
+
+/* ---- seed lists ---- */
+
+struct cluster_seeds {
+	size_t n;
+	struct cluster_addr addr[CLUSTER_MAX_SEEDS];
+};
+
+/* Parses "redis://HOST:PORT[,HOST:PORT...]" (the "redis://" once, at the
+ * start, may be left out; an IPv6 address as [ADDR]:PORT or ADDR:PORT, the
+ * port after the last colon). A seed given twice is kept once. Returns 0, or
+ * -1 with a message in err for an empty list or element, a missing or bad
+ * port, an empty, long or odd host, a user, password, path or other scheme,
+ * or more than CLUSTER_MAX_SEEDS seeds (out->n is then 0). */
+int cluster_seeds_parse(const char *spec, struct cluster_seeds *out, char *err, size_t errsz);
+
+/* ---- slot maps ---- */
+
+struct cluster_map {
+	uint16_t slot[CLUSTER_SLOTS]; /* index into node, or CLUSTER_NO_NODE */
+	size_t n_nodes;
+	struct cluster_addr node[CLUSTER_MAX_NODES];
+};
+
+/* Parses a CLUSTER SLOTS reply into map (every slot's master; replicas are
+ * ignored). asked_host is the host of the node that answered: an empty or
+ * nil endpoint means that host. An unknown endpoint ("?") takes the "ip" of
+ * the node's metadata (Redis 7) when there is one, else its slots stay
+ * CLUSTER_NO_NODE. Returns 0, or -1 with a message in err when the reply is
+ * not an array of [start, end, [host, port, ...], ...] ranges with slots
+ * 0..16383, start <= end, no overlaps, ports 1..65535, hosts of at most
+ * CLUSTER_HOST_MAX name characters, and at most CLUSTER_MAX_NODES masters;
+ * map is then undefined. */
+int cluster_map_parse(const redisReply *reply, const char *asked_host, struct cluster_map *map,
+                      char *err, size_t errsz);
+
+/* ---- redirections ---- */
+
+enum cluster_redirect_kind {
+	CLUSTER_REDIRECT_MOVED = 1,
+	CLUSTER_REDIRECT_ASK = 2,
+};
+
+struct cluster_redirect {
+	int kind; /* enum cluster_redirect_kind */
+	unsigned slot;
+	int unknown_host;         /* "?:PORT": the node has no known endpoint */
+	struct cluster_addr addr; /* host empty when unknown_host */
+};
+
+/* Parses the text of an error reply, len bytes (no NUL needed): "MOVED <slot>
+ * <host>:<port>" or "ASK <slot> <host>:<port>". The port is after the last
+ * colon ("::1:7000" is ::1 port 7000; "[::1]:7000" is accepted too); an empty
+ * host means asked_host. Returns 1 with out set, 0 when str is another error
+ * (out untouched), -1 with a message in err when it starts with MOVED or ASK
+ * but is malformed (a slot outside 0..16383, a bad port or host, extra text). */
+int cluster_redirect_parse(const char *str, size_t len, const char *asked_host,
+                           struct cluster_redirect *out, char *err, size_t errsz);
+
+/* ---- bounded readers ---- */
+
+/* A hiredis reader (redisReaderCreate) that refuses arrays of more than
+ * CLUSTER_REPLY_MAX_ELEMENTS elements (redisReaderGetReply fails with an
+ * "Out of memory" error). NULL when out of memory. Free with redisReaderFree. */
+redisReader *cluster_reader_new(void);
+
+/* Makes an existing hiredis reader (a redisContext's) refuse the same. */
+void cluster_reader_bound(redisReader *reader);
+
+/* ---- the router ---- */
+
+struct cluster_options {
+	const char *user;       /* ACL user, or NULL (AUTH password alone) */
+	const char *password;   /* NULL: no AUTH; copied */
+	int connect_timeout_ms; /* 0: 1000 */
+	int command_timeout_ms; /* 0: 1000 */
+	int backoff_min_ms;     /* 0: 100 */
+	int backoff_max_ms;     /* 0: 5000 */
+};
+
+struct cluster_stats {
+	uint64_t node_errors;   /* connects, AUTHs or round trips that failed */
+	uint64_t timeouts;      /* of those, the ones that ran out of time */
+	uint64_t connects;      /* connections tried */
+	uint64_t backoff_skips; /* connections not tried: the node was backing off */
+	uint64_t moved;         /* MOVED redirections followed */
+	uint64_t asks;          /* ASK redirections followed */
+	uint64_t map_refreshes; /* slot maps read and installed */
+};
+
+struct cluster_router;
+
+/* A router over the seeds (cluster_seeds_parse's syntax). Connects to nothing
+ * yet. Returns NULL with a message in err for bad seeds or options (a user
+ * without a password, negative or inverted durations) or no memory. */
+struct cluster_router *cluster_router_new(const char *seeds, const struct cluster_options *opt,
+                                          char *err, size_t errsz);
+
+/* Closes every connection and wipes the password. NULL is ignored. */
+void cluster_router_free(struct cluster_router *r);
+
+/* Reads the slot map now, from the first node that gives one (for a check at
+ * start-up: wrong password, nothing listening, not a cluster). 0 or -1. */
+int cluster_refresh(struct cluster_router *r);
+
+/* Sends one command (argc >= 1 arguments, binary-safe) to the master of key's
+ * slot, following redirections. Returns 0 with *reply set (possibly an error
+ * reply other than MOVED/ASK), or -1 with *reply NULL and cluster_error()
+ * set: no map, no node for the slot, the node failing or backing off, a
+ * timeout, a malformed redirection, too many redirections. */
+int cluster_command_argv(struct cluster_router *r, const char *key, size_t keylen, int argc,
+                         const char **argv, const size_t *argvlen, redisReply **reply);
+
+/* One command of a pipeline: the caller fills key to argvlen; the router sets
+ * reply (NULL when that command failed). */
+struct cluster_cmd {
+	const char *key;
+	size_t keylen;
+	int argc;
+	const char **argv;
+	const size_t *argvlen;
+	redisReply *reply;
+};
+
+/* Sends n commands grouped by node, each node's commands in one write and
+ * read back in order; MOVED and ASK are followed per command (at most
+ * CLUSTER_MAX_REDIRECTS rounds). Commands to different nodes may run in any
+ * order relative to one another. Returns the number of commands that got no
+ * reply (0: all did); cluster_error() then says why the last one failed. */
+size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size_t n);
+
+/* The message of the last failure ("" before any). */
+const char *cluster_error(const struct cluster_router *r);
+
+/* The counters. */
+struct cluster_stats cluster_stats(const struct cluster_router *r);
+
+/* The master the router's map gives for slot: 0 with *out set, or -1 when it
+ * has none. */
+int cluster_slot_node(const struct cluster_router *r, unsigned slot, struct cluster_addr *out);
+
+#endif

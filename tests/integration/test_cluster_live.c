@@ -1,0 +1,515 @@
+/* cluster: the tier-2 router against a real 3-master Redis Cluster started
+ * here (tests/integration/clusterutil.h), and against fake nodes that answer
+ * with a huge array or not at all. Without redis-server and redis-cli on
+ * PATH, the real-cluster part is skipped (exit 77). */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "clusterutil.h"
+#include "tier2/cluster.h"
+
+static struct clusterutil cl;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static struct cluster_router *router(const struct cluster_options *o)
+{
+	char seeds[128], err[256] = "";
+	/* the second node first: the map must not depend on which seed answers */
+	snprintf(seeds, sizeof(seeds), "redis://127.0.0.1:%d,127.0.0.1:%d", cl.port[1], cl.port[0]);
+	struct cluster_router *r = cluster_router_new(seeds, o, err, sizeof(err));
+	if (!r)
+		fail_msg("router: %s", err);
+	return r;
+}
+
+/* A command with a key as its second argument; the reply, or a failure. */
+static redisReply *cmd(struct cluster_router *r, const char *c, const char *key, const char *val)
+{
+	const char *argv[3] = {c, key, val};
+	size_t lens[3] = {strlen(c), strlen(key), val ? strlen(val) : 0};
+	redisReply *rep = NULL;
+	if (cluster_command_argv(r, key, strlen(key), val ? 3 : 2, argv, lens, &rep) != 0)
+		fail_msg("%s %s: %s", c, key, cluster_error(r));
+	return rep;
+}
+
+static void want_str(redisReply *rep, const char *want)
+{
+	if (!rep || rep->type != REDIS_REPLY_STRING || rep->len != strlen(want) ||
+	    memcmp(rep->str, want, rep->len) != 0)
+		fail_msg("reply is type %d \"%s\", want \"%s\"", rep ? rep->type : -1,
+		         rep && rep->str ? rep->str : "", want);
+	freeReplyObject(rep);
+}
+
+static void want_ok(redisReply *rep)
+{
+	if (!rep || rep->type != REDIS_REPLY_STATUS || strcmp(rep->str, "OK") != 0)
+		fail_msg("reply is type %d \"%s\", want OK", rep ? rep->type : -1,
+		         rep && rep->str ? rep->str : "");
+	freeReplyObject(rep);
+}
+
+/* Keys in node i's DBSIZE. */
+static long long dbsize(int i)
+{
+	char n[32] = "";
+	if (clusterutil_cmd(&cl, i, n, sizeof(n), "DBSIZE") != 0)
+		fail_msg("DBSIZE on node %d", cl.port[i]);
+	return strtoll(n, NULL, 10);
+}
+
+static void test_set_get_spread(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router(NULL);
+	char key[64], val[64];
+	for (int i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "spread:%d", i);
+		snprintf(val, sizeof(val), "value-%d", i * 7);
+		want_ok(cmd(r, "SET", key, val));
+	}
+	for (int i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "spread:%d", i);
+		snprintf(val, sizeof(val), "value-%d", i * 7);
+		want_str(cmd(r, "GET", key, NULL), val);
+	}
+	/* every master holds some, and they hold them all */
+	long long total = 0;
+	for (int i = 0; i < cl.n; i++) {
+		long long k = dbsize(i);
+		if (k == 0)
+			fail_msg("node %d holds none of the 200 keys", cl.port[i]);
+		total += k;
+	}
+	assert_int_equal(total, 200);
+	/* the map is the cluster's */
+	struct cluster_addr a;
+	assert_int_equal(cluster_slot_node(r, 0, &a), 0);
+	assert_string_equal(a.host, "127.0.0.1");
+	for (int i = 0; i < 200; i += 7) {
+		/* the node the map gives holds the key itself */
+		snprintf(key, sizeof(key), "spread:%d", i);
+		assert_int_equal(cluster_slot_node(r, cluster_key_slot(key, strlen(key)), &a), 0);
+		int node = clusterutil_index(&cl, a.port);
+		assert_true(node >= 0);
+		char one[16] = "";
+		if (clusterutil_cmd(&cl, node, one, sizeof(one), "EXISTS %s", key) != 0 ||
+		    strcmp(one, "1") != 0)
+			fail_msg("%s is not on node %d, which the map gives", key, a.port);
+	}
+	/* a pipeline of 200 GETs and 10 SETs over all nodes */
+	struct cluster_cmd cmds[210];
+	char keys[210][32], vals[10][16];
+	const char *argv[210][3];
+	size_t lens[210][3];
+	for (int i = 0; i < 210; i++) {
+		if (i < 200) {
+			snprintf(keys[i], sizeof(keys[i]), "spread:%d", i);
+			argv[i][0] = "GET";
+		} else {
+			snprintf(keys[i], sizeof(keys[i]), "piped:%d", i);
+			snprintf(vals[i - 200], sizeof(vals[i - 200]), "p%d", i);
+			argv[i][0] = "SET";
+			argv[i][2] = vals[i - 200];
+			lens[i][2] = strlen(vals[i - 200]);
+		}
+		argv[i][1] = keys[i];
+		lens[i][0] = 3;
+		lens[i][1] = strlen(keys[i]);
+		cmds[i] = (struct cluster_cmd){keys[i], lens[i][1], i < 200 ? 2 : 3,
+		                               argv[i], lens[i],    NULL};
+	}
+	assert_int_equal(cluster_pipeline(r, cmds, 210), 0);
+	for (int i = 0; i < 210; i++) {
+		if (i < 200) {
+			snprintf(val, sizeof(val), "value-%d", i * 7);
+			want_str(cmds[i].reply, val);
+		} else {
+			want_ok(cmds[i].reply);
+			snprintf(val, sizeof(val), "p%d", i);
+			want_str(cmd(r, "GET", keys[i], NULL), val);
+		}
+	}
+	/* an error reply is a reply */
+	redisReply *rep = cmd(r, "LPUSH", "spread:1", "x");
+	assert_int_equal(rep->type, REDIS_REPLY_ERROR);
+	assert_non_null(strstr(rep->str, "WRONGTYPE"));
+	freeReplyObject(rep);
+	struct cluster_stats st = cluster_stats(r);
+	assert_int_equal(st.map_refreshes, 1);
+	assert_int_equal(st.moved + st.asks, 0);
+	assert_int_equal(st.node_errors, 0);
+	assert_int_equal(st.connects, 3); /* the seed asked for the map, and the masters */
+	cluster_router_free(r);
+}
+
+static void setslot(int i, unsigned slot, const char *how, int to)
+{
+	if (clusterutil_cmd(&cl, i, NULL, 0, "CLUSTER SETSLOT %u %s %s", slot, how, cl.id[to]) != 0)
+		fail_msg("CLUSTER SETSLOT %u %s on node %d", slot, how, cl.port[i]);
+}
+
+static void test_ask_and_moved(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router(NULL);
+	const char *key = "mig{slot-a}";
+	unsigned slot = cluster_key_slot(key, strlen(key));
+	assert_int_equal(cluster_refresh(r), 0);
+	struct cluster_addr a;
+	assert_int_equal(cluster_slot_node(r, slot, &a), 0);
+	int from = clusterutil_index(&cl, a.port);
+	assert_true(from >= 0);
+	int to = (from + 1) % cl.n;
+
+	/* migrating: a key the source does not hold is ASKed to the target */
+	setslot(to, slot, "IMPORTING", from);
+	setslot(from, slot, "MIGRATING", to);
+	want_ok(cmd(r, "SET", key, "moved-value"));
+	struct cluster_stats st = cluster_stats(r);
+	assert_int_equal(st.asks, 1);
+	assert_int_equal(st.moved, 0);
+	want_str(cmd(r, "GET", key, NULL), "moved-value");
+	st = cluster_stats(r);
+	assert_int_equal(st.asks, 2);
+	/* ASK leaves the map alone */
+	assert_int_equal(cluster_slot_node(r, slot, &a), 0);
+	assert_int_equal(a.port, cl.port[from]);
+	/* the target holds it, the source does not */
+	char n[16] = "";
+	assert_int_equal(clusterutil_cmd(&cl, to, n, sizeof(n), "CLUSTER COUNTKEYSINSLOT %u", slot),
+	                 0);
+	assert_string_equal(n, "1");
+
+	/* the slot given to the target: MOVED, followed, and the map refreshed */
+	for (int i = 0; i < cl.n; i++)
+		setslot(i, slot, "NODE", to);
+	clusterutil_sleep_ms(150); /* past the refresh's rate limit */
+	uint64_t refreshes = cluster_stats(r).map_refreshes;
+	want_str(cmd(r, "GET", key, NULL), "moved-value");
+	st = cluster_stats(r);
+	assert_int_equal(st.moved, 1);
+	assert_int_equal(st.map_refreshes, refreshes + 1);
+	assert_int_equal(cluster_slot_node(r, slot, &a), 0);
+	assert_int_equal(a.port, cl.port[to]);
+	/* and the next command goes straight there */
+	want_str(cmd(r, "GET", key, NULL), "moved-value");
+	assert_int_equal(cluster_stats(r).moved, 1);
+
+	/* a pipeline across a moved slot: the router's map still says `from` */
+	struct cluster_router *r2 = router(NULL);
+	assert_int_equal(cluster_refresh(r2), 0);
+	const char *key2 = "mig{slot-b}";
+	unsigned slot2 = cluster_key_slot(key2, strlen(key2));
+	assert_int_equal(cluster_slot_node(r2, slot2, &a), 0);
+	int from2 = clusterutil_index(&cl, a.port), to2 = (from2 + 2) % cl.n;
+	want_ok(cmd(r2, "SET", key2, "second"));
+	/* moved with its key: MIGRATE the key, then give the slot away */
+	setslot(to2, slot2, "IMPORTING", from2);
+	setslot(from2, slot2, "MIGRATING", to2);
+	char ok[16] = "";
+	if (clusterutil_cmd(&cl, from2, ok, sizeof(ok), "MIGRATE 127.0.0.1 %d %s 0 5000",
+	                    cl.port[to2], key2) != 0)
+		fail_msg("MIGRATE %s", key2);
+	for (int i = 0; i < cl.n; i++)
+		setslot(i, slot2, "NODE", to2);
+	const char *argv[3][2] = {{"GET", key2}, {"GET", key}, {"GET", key2}};
+	const size_t lens[3][2] = {{3, strlen(key2)}, {3, strlen(key)}, {3, strlen(key2)}};
+	struct cluster_cmd cmds[3];
+	for (int i = 0; i < 3; i++)
+		cmds[i] = (struct cluster_cmd){argv[i][1], lens[i][1], 2, argv[i], lens[i], NULL};
+	assert_int_equal(cluster_pipeline(r2, cmds, 3), 0);
+	want_str(cmds[0].reply, "second");
+	want_str(cmds[1].reply, "moved-value");
+	want_str(cmds[2].reply, "second");
+	st = cluster_stats(r2);
+	assert_true(st.moved >= 2); /* each of key2's commands, and key's unless refreshed */
+	assert_int_equal(cluster_slot_node(r2, slot2, &a), 0);
+	assert_int_equal(a.port, cl.port[to2]);
+	cluster_router_free(r2);
+	cluster_router_free(r);
+}
+
+static void test_acl(void **state)
+{
+	(void)state;
+	for (int i = 0; i < cl.n; i++)
+		if (clusterutil_cmd(&cl, i, NULL, 0, "ACL SETUSER k3 on >right-secret ~* +@all") !=
+		    0)
+			fail_msg("ACL SETUSER on node %d", cl.port[i]);
+	struct cluster_options o = {.user = "k3", .password = "wrong-secret"};
+	struct cluster_router *r = router(&o);
+	assert_int_equal(cluster_refresh(r), -1);
+	/* both seeds were asked; the message names the last */
+	char want[2][128];
+	for (int i = 0; i < 2; i++)
+		snprintf(want[i], sizeof(want[i]), "redis 127.0.0.1:%d: AUTH: WRONGPASS",
+		         cl.port[i]);
+	if (!strstr(cluster_error(r), want[0]) && !strstr(cluster_error(r), want[1]))
+		fail_msg("\"%s\" does not say \"%s\"", cluster_error(r), want[0]);
+	assert_non_null(strstr(cluster_error(r), "cluster: no node gave a slot map (2 asked)"));
+	redisReply *rep = (redisReply *)1;
+	const char *argv[] = {"GET", "k"};
+	const size_t lens[] = {3, 1};
+	assert_int_equal(cluster_command_argv(r, "k", 1, 2, argv, lens, &rep), -1);
+	assert_null(rep);
+	assert_non_null(strstr(cluster_error(r), "not tried for another"));
+	cluster_router_free(r);
+
+	o.password = "right-secret";
+	r = router(&o);
+	assert_int_equal(cluster_refresh(r), 0);
+	want_ok(cmd(r, "SET", "acl-key", "v"));
+	want_str(cmd(r, "GET", "acl-key", NULL), "v");
+	cluster_router_free(r);
+	/* the password alone authenticates as the default user, which has none */
+	o = (struct cluster_options){.password = "right-secret"};
+	r = router(&o);
+	assert_int_equal(cluster_refresh(r), -1);
+	assert_non_null(strstr(cluster_error(r), ": AUTH: "));
+	cluster_router_free(r);
+}
+
+static void test_stopped_and_killed_node(void **state)
+{
+	(void)state;
+	struct cluster_options o = {.command_timeout_ms = 400,
+	                            .connect_timeout_ms = 400,
+	                            .backoff_min_ms = 300,
+	                            .backoff_max_ms = 1200};
+	struct cluster_router *r = router(&o);
+	/* a key on each node, and a connection to each */
+	char keys[CLUSTERUTIL_MAX][32];
+	for (int i = 0; i < cl.n; i++) {
+		struct cluster_addr a = {{0}, 0};
+		for (int k = 0;; k++) {
+			snprintf(keys[i], sizeof(keys[i]), "node%d:%d", i, k);
+			assert_int_equal(cluster_refresh(r), 0);
+			assert_int_equal(cluster_slot_node(
+			                         r, cluster_key_slot(keys[i], strlen(keys[i])), &a),
+			                 0);
+			if (a.port == cl.port[i])
+				break;
+		}
+		want_ok(cmd(r, "SET", keys[i], "here"));
+	}
+	const char *argv[2] = {"GET", NULL};
+	size_t lens[2] = {3, 0};
+	redisReply *rep = NULL;
+	char want[64];
+
+	/* node 2 stopped (SIGSTOP): its command times out, within the deadline */
+	clusterutil_signal(&cl, 2, SIGSTOP);
+	argv[1] = keys[2];
+	lens[1] = strlen(keys[2]);
+	double t0 = now_s();
+	assert_int_equal(cluster_command_argv(r, keys[2], lens[1], 2, argv, lens, &rep), -1);
+	double took = now_s() - t0;
+	assert_null(rep);
+	snprintf(want, sizeof(want), "redis 127.0.0.1:%d: GET: timed out after 400 ms", cl.port[2]);
+	if (!strstr(cluster_error(r), want))
+		fail_msg("\"%s\" does not say \"%s\"", cluster_error(r), want);
+	if (took >= 0.8)
+		fail_msg("the timed-out GET took %.3f s, want < 2 x 0.4 s", took);
+	assert_int_equal(cluster_stats(r).timeouts, 1);
+	clusterutil_signal(&cl, 2, SIGCONT);
+	clusterutil_sleep_ms(350); /* its backoff passes */
+	want_str(cmd(r, "GET", keys[2], NULL), "here");
+
+	/* node 2 killed: its commands fail at once, the others still work */
+	clusterutil_signal(&cl, 2, SIGKILL);
+	struct cluster_stats before = cluster_stats(r);
+	t0 = now_s();
+	assert_int_equal(cluster_command_argv(r, keys[2], lens[1], 2, argv, lens, &rep), -1);
+	took = now_s() - t0;
+	snprintf(want, sizeof(want), "redis 127.0.0.1:%d: GET: ", cl.port[2]);
+	if (!strstr(cluster_error(r), want))
+		fail_msg("\"%s\" does not say \"%s\"", cluster_error(r), want);
+	if (took >= 0.8)
+		fail_msg("the GET of a killed node took %.3f s, want < 2 x 0.4 s", took);
+	struct cluster_stats st = cluster_stats(r);
+	assert_int_equal(st.node_errors, before.node_errors + 1);
+	for (int i = 0; i < 2; i++)
+		want_str(cmd(r, "GET", keys[i], NULL), "here");
+	/* not retried before its backoff passes: no new connection */
+	before = cluster_stats(r);
+	t0 = now_s();
+	for (int k = 0; k < 20; k++) {
+		assert_int_equal(cluster_command_argv(r, keys[2], lens[1], 2, argv, lens, &rep),
+		                 -1);
+		assert_non_null(strstr(cluster_error(r), "not tried for another"));
+	}
+	took = now_s() - t0;
+	st = cluster_stats(r);
+	assert_true(took < 0.25);
+	assert_int_equal(st.connects, before.connects);
+	assert_true(st.backoff_skips >= before.backoff_skips + 20);
+	/* after it: one connection tried (by the command, or by the map's
+	 * refresh just before it), refused, and a longer backoff */
+	clusterutil_sleep_ms(650);
+	before = cluster_stats(r);
+	assert_int_equal(cluster_command_argv(r, keys[2], lens[1], 2, argv, lens, &rep), -1);
+	snprintf(want, sizeof(want), "redis 127.0.0.1:%d: ", cl.port[2]);
+	if (!strstr(cluster_error(r), want) ||
+	    !strstr(cluster_error(r), "connect: Connection refused"))
+		fail_msg("\"%s\" does not say \"%s...connect: Connection refused\"",
+		         cluster_error(r), want);
+	st = cluster_stats(r);
+	assert_int_equal(st.connects, before.connects + 1);
+	clusterutil_sleep_ms(350); /* past the first backoff, not the doubled one */
+	assert_int_equal(cluster_command_argv(r, keys[2], lens[1], 2, argv, lens, &rep), -1);
+	assert_non_null(strstr(cluster_error(r), "not tried for another"));
+	assert_int_equal(cluster_stats(r).connects, st.connects);
+	/* a pipeline over the three: the live nodes' commands get replies */
+	const char *pargv[3][2] = {{"GET", keys[0]}, {"GET", keys[2]}, {"GET", keys[1]}};
+	const size_t plens[3][2] = {
+	        {3, strlen(keys[0])}, {3, strlen(keys[2])}, {3, strlen(keys[1])}};
+	struct cluster_cmd cmds[3];
+	for (int i = 0; i < 3; i++)
+		cmds[i] =
+		        (struct cluster_cmd){pargv[i][1], plens[i][1], 2, pargv[i], plens[i], NULL};
+	assert_int_equal(cluster_pipeline(r, cmds, 3), 1);
+	want_str(cmds[0].reply, "here");
+	assert_null(cmds[1].reply);
+	want_str(cmds[2].reply, "here");
+	cluster_router_free(r);
+}
+
+/* ---- fake nodes ---- */
+
+struct fake {
+	int fd;
+	int port;
+	const char *reply; /* NULL: never answers */
+	pthread_t thread;
+};
+
+static void *fake_run(void *arg)
+{
+	struct fake *f = arg;
+	for (;;) {
+		int c = accept(f->fd, NULL, NULL);
+		if (c < 0)
+			return NULL;
+		char buf[512];
+		while (recv(c, buf, sizeof(buf), 0) > 0) {
+			if (f->reply)
+				(void)send(c, f->reply, strlen(f->reply), MSG_NOSIGNAL);
+		}
+		close(c);
+	}
+}
+
+static void fake_start(struct fake *f, const char *reply)
+{
+	f->reply = reply;
+	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t len = sizeof(a);
+	assert_true(f->fd >= 0);
+	assert_int_equal(bind(f->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(f->fd, 4), 0);
+	assert_int_equal(getsockname(f->fd, (struct sockaddr *)&a, &len), 0);
+	f->port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&f->thread, NULL, fake_run, f), 0);
+}
+
+/* After the routers closed their connections: shutting the listening socket
+ * down wakes the thread's accept, and it returns. */
+static void fake_stop(struct fake *f)
+{
+	shutdown(f->fd, SHUT_RDWR);
+	pthread_join(f->thread, NULL);
+	close(f->fd);
+}
+
+static void test_fake_nodes(void **state)
+{
+	(void)state;
+	struct fake huge, silent, junk;
+	fake_start(&huge, "*2000000000\r\n");
+	fake_start(&silent, NULL);
+	fake_start(&junk, "*1\r\n*3\r\n:0\r\n:99999\r\n*2\r\n$1\r\nh\r\n:1\r\n");
+	char seeds[128], err[256] = "", want[128];
+	struct cluster_options o = {.command_timeout_ms = 300};
+
+	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", huge.port);
+	struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
+	assert_non_null(r);
+	assert_int_equal(cluster_refresh(r), -1);
+	snprintf(want, sizeof(want), "redis 127.0.0.1:%d: CLUSTER SLOTS: reply refused", huge.port);
+	if (!strstr(cluster_error(r), want))
+		fail_msg("\"%s\" does not say \"%s\"", cluster_error(r), want);
+	cluster_router_free(r);
+
+	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", silent.port);
+	r = cluster_router_new(seeds, &o, err, sizeof(err));
+	assert_non_null(r);
+	double t0 = now_s();
+	assert_int_equal(cluster_refresh(r), -1);
+	double took = now_s() - t0;
+	snprintf(want, sizeof(want), "redis 127.0.0.1:%d: CLUSTER SLOTS: timed out after 300 ms",
+	         silent.port);
+	if (!strstr(cluster_error(r), want))
+		fail_msg("\"%s\" does not say \"%s\"", cluster_error(r), want);
+	assert_true(took < 0.6);
+	assert_int_equal(cluster_stats(r).timeouts, 1);
+	cluster_router_free(r);
+
+	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", junk.port);
+	r = cluster_router_new(seeds, &o, err, sizeof(err));
+	assert_non_null(r);
+	assert_int_equal(cluster_refresh(r), -1);
+	assert_non_null(strstr(cluster_error(r), "last slot 99999 is not 0..16383"));
+	cluster_router_free(r);
+	fake_stop(&huge);
+	fake_stop(&silent);
+	fake_stop(&junk);
+}
+
+static int cluster_up(void **state)
+{
+	(void)state;
+	return clusterutil_start(&cl, 3);
+}
+
+static int cluster_down(void **state)
+{
+	(void)state;
+	clusterutil_stop(&cl);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest fakes[] = {
+	        cmocka_unit_test(test_fake_nodes),
+	};
+	int rc = cmocka_run_group_tests_name("fake nodes", fakes, NULL, NULL);
+	if (rc != 0)
+		return rc;
+	if (!clusterutil_on_path("redis-server") || !clusterutil_on_path("redis-cli")) {
+		printf("test_cluster_live: skipped: no redis-server or redis-cli on PATH "
+		       "(scripts/install-deps installs redis-server)\n");
+		return 77;
+	}
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_set_get_spread), cmocka_unit_test(test_ask_and_moved),
+	        cmocka_unit_test(test_acl),
+	        cmocka_unit_test(test_stopped_and_killed_node), /* last: it kills a node */
+	};
+	return cmocka_run_group_tests_name("a real cluster", tests, cluster_up, cluster_down);
+}
