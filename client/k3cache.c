@@ -79,6 +79,8 @@ struct k3cache {
 	size_t ns_len;
 	int ns_known; /* a Hello has told it */
 	unsigned char hdr[HEADER_SMALL];
+	void (*on_sent)(uint64_t bytes, void *ctx); /* k3cache_set_send_progress */
+	void *on_sent_ctx;
 };
 
 /* ---- errors ---- */
@@ -301,6 +303,8 @@ static int send_iov(struct k3cache *c, struct iovec *iov, size_t n)
 			return errno;
 		}
 		size_t done = (size_t)k;
+		if (c->on_sent)
+			c->on_sent((uint64_t)k, c->on_sent_ctx);
 		while (n > 0 && done >= iov->iov_len) {
 			done -= iov->iov_len;
 			iov++;
@@ -1795,6 +1799,12 @@ int k3cache_stat_counter(struct k3cache *c, const char *name, uint64_t *value,
 void k3cache_response_free(struct K3cache__V1__Response *resp)
 {
 	frame_response_free(resp);
+}
+
+void k3cache_set_send_progress(struct k3cache *c, void (*fn)(uint64_t bytes, void *ctx), void *ctx)
+{
+	c->on_sent = fn;
+	c->on_sent_ctx = ctx;
 }
 
 int k3cache_read_payload(struct k3cache *c, void *buf, size_t len, struct k3cache_error *err)

@@ -27,6 +27,11 @@ struct k3cache_arrays_out;
 int k3cache_arrays_fit(const struct k3cache_model *model, uint32_t p,
                        const struct k3cache_arrays_out *a, struct k3cache_error *err);
 
+/* Calls fn(bytes, ctx) each time a request's bytes (header and payload) go
+ * out, with the bytes of that send: k3cachectl's progress for a publish the
+ * library sends whole. NULL: none. */
+void k3cache_set_send_progress(struct k3cache *c, void (*fn)(uint64_t bytes, void *ctx), void *ctx);
+
 /* Reads `len` payload bytes that follow the last response into buf. */
 int k3cache_read_payload(struct k3cache *c, void *buf, size_t len, struct k3cache_error *err);
 

@@ -9,12 +9,28 @@
 #include "cmd.h"
 #include "hexutil.h"
 #include "k3cache/k3cache.h"
+#include "k3cache_raw.h"
 #include "model.h"
 #include "progress.h"
 #include "snapfile.h"
 
 /* The file parsed and every layer checked (snapfile.h), with a progress line
  * over the layers' bytes. Returns 0, or -1 after saying why. */
+/* The publish's bytes as the library sends them (its headers too: counted
+ * up to the payload's size, which the line shows). */
+struct sent_count {
+	struct ctl_progress prog;
+	uint64_t total, done;
+};
+
+static void count_sent(uint64_t bytes, void *ctx)
+{
+	struct sent_count *s = ctx;
+	uint64_t add = bytes < s->total - s->done ? bytes : s->total - s->done;
+	s->done += add;
+	ctl_progress_add(&s->prog, add);
+}
+
 static int check_file(const char *path, const char *name, const struct ctl_file *f,
                       struct snapfile *snap, int show)
 {
@@ -76,16 +92,19 @@ static int cmd_import_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < snap.n_layers; i++)
 		total += snap.layers[i].size;
-	char note[160], size[32];
-	ctl_size(total, size, sizeof(size));
-	snprintf(note, sizeof(note), "import %.40s: sending %s to the daemon ...", name, size);
-	struct ctl_progress prog;
-	ctl_progress_note(&prog, show ? stderr : NULL, note);
-	int failed =
-	        k3cache_put_model(b.conn, snap.model, NULL, &kerr) != 0 ||
-	        k3cache_publish(b.conn, snap.model->fingerprint, snap.salt, snap.salt_len,
-	                        snap.tokens, snap.n_tokens, bufs, snap.n_layers, &res, &kerr) != 0;
-	ctl_progress_end(&prog);
+	char what[96];
+	snprintf(what, sizeof(what), "import %.40s: sending", name);
+	struct sent_count sent = {.total = total};
+	ctl_progress_begin(&sent.prog, show ? stderr : NULL, what, total);
+	int failed = k3cache_put_model(b.conn, snap.model, NULL, &kerr) != 0;
+	if (!failed) {
+		k3cache_set_send_progress(b.conn, count_sent, &sent);
+		failed = k3cache_publish(b.conn, snap.model->fingerprint, snap.salt, snap.salt_len,
+		                         snap.tokens, snap.n_tokens, bufs, snap.n_layers, &res,
+		                         &kerr) != 0;
+		k3cache_set_send_progress(b.conn, NULL, NULL);
+	}
+	ctl_progress_end(&sent.prog);
 	if (failed) {
 		fprintf(stderr, "k3cachectl import: %s: %s: %s\n", path,
 		        k3cache_code_name(kerr.code), kerr.message);

@@ -166,8 +166,9 @@ if script -qec true /dev/null >/dev/null 2>&1; then
   out=$(script -qec "'$ctl' --socket '$sock' export ${k2:0:10} -o '$dir/p.snap'" /dev/null 2>&1)
   ok "export on a terminal: reading and writing progress, then the report" $(grep -q "export ${k2:0:16}: reading .* of .* (100%)" <<<"$out" && grep -q "export ${k2:0:16}: writing .* (100%)" <<<"$out" && grep -q "exported ${k2:0:16}" <<<"$out"; echo $?)
   cmp -s "$dir/p.snap" "$dir/k2b.snap"; ok "and the same file" $?
+  c evict "${k2:0:12}" >/dev/null  # so that the import sends it
   out=$(script -qec "'$ctl' --socket '$sock' import '$dir/k2.snap'" /dev/null 2>&1)
-  ok "import on a terminal: checking progress, the send, then the report" $(grep -q 'import k2.snap: checking .* (100%)' <<<"$out" && grep -q 'import k2.snap: sending .* to the daemon' <<<"$out" && grep -q "imported ${k2:0:16}" <<<"$out"; echo $?)
+  ok "import on a terminal: checking and sending progress, then the report" $(grep -q 'import k2.snap: checking .* (100%)' <<<"$out" && grep -q 'import k2.snap: sending .* of .* (100%)' <<<"$out" && grep -q "imported ${k2:0:16} .*: stored" <<<"$out"; echo $?)
   out=$(script -qec "'$ctl' --socket '$sock' --json export ${k2:0:10} -o '$dir/p.snap'" /dev/null 2>&1)
   ok "--json export on a terminal: no progress" $(! grep -q '(100%)' <<<"$out" && grep -q '"bytes"' <<<"$out"; echo $?)
   out=$(script -qec "'$ctl' --socket '$sock' --db '$dir/db' export ${k2:0:10} -o '$dir/p.snap'" /dev/null 2>&1)
