@@ -538,6 +538,8 @@ static void unix_failure(const char *path, int e, char *out, size_t cap)
 	if (e == ENOENT) {
 		snprintf(out, cap,
 		         "no socket there: is k3cached running, and is this its --socket?");
+	} else if (e == ECONNREFUSED && stat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+		snprintf(out, cap, "that is not a socket: is this k3cached's --socket?");
 	} else if (e == ECONNREFUSED) {
 		snprintf(out, cap, "nothing listens there: the daemon that made it has stopped");
 	} else if ((e == EACCES || e == EPERM) && stat(path, &st) == 0) {
@@ -550,8 +552,8 @@ static void unix_failure(const char *path, int e, char *out, size_t cap)
 		else
 			snprintf(gname, sizeof(gname), "%u", (unsigned)st.st_gid);
 		snprintf(out, cap,
-		         "the socket is mode %04o, group %s: this user needs that group, or "
-		         "write access to the socket's directory",
+		         "the socket is mode %04o, group %s: connecting needs write access to "
+		         "the socket; add this user to that group (and log in again)",
 		         (unsigned)(st.st_mode & 07777), gname);
 	} else if (e == EACCES || e == EPERM) {
 		snprintf(out, cap, "a directory on the way is closed to this user");

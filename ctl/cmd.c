@@ -134,6 +134,21 @@ static void print_entry_line(const struct ctl_cmd_entry *e, FILE *out)
 	fprintf(out, "%*s%.*s\n", SUMMARY_COLUMN - col, "", (int)strcspn(e->help, "\n"), e->help);
 }
 
+const char *ctl_cmd_suggest(const char *word, char *buf, size_t bufsz)
+{
+	size_t wl = strlen(word);
+	for (size_t i = 0; i < N_CMDS; i++) {
+		const char *name = table[i]->name;
+		size_t nl = strcspn(name, " "); /* its first word */
+		size_t common = wl < nl ? wl : nl;
+		if (common >= 2 && wl != nl && !strncmp(word, name, common)) {
+			snprintf(buf, bufsz, "%.*s", (int)nl, name);
+			return buf;
+		}
+	}
+	return NULL;
+}
+
 void ctl_cmd_print_list(FILE *out)
 {
 	static const struct {

@@ -45,6 +45,10 @@ struct ctl_cmd_entry {
  * (nothing printed). */
 int ctl_cmd_dispatch(const struct ctl_globals *g, int argc, char **argv);
 
+/* A command's first word like `word` (one a prefix of the other, at least
+ * two letters: "stats" for "stat"), for "did you mean"; NULL when none. */
+const char *ctl_cmd_suggest(const char *word, char *buf, size_t bufsz);
+
 /* The command list of `k3cachectl --help`: a line (or two) per command, in
  * groups by flags. */
 void ctl_cmd_print_list(FILE *out);

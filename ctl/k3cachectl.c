@@ -52,8 +52,9 @@ int main(int argc, char **argv)
 		case 'V':
 			puts("k3cachectl " K3_VERSION);
 			return CTL_EXIT_OK;
-		default:
-			usage(stderr);
+		default: /* getopt said which */
+			fputs("k3cachectl: run 'k3cachectl --help' for the options and commands\n",
+			      stderr);
 			return CTL_EXIT_USAGE;
 		}
 	}
@@ -63,8 +64,12 @@ int main(int argc, char **argv)
 	}
 	int rc = ctl_cmd_dispatch(&g, argc - optind, argv + optind);
 	if (rc < 0) {
-		fprintf(stderr, "k3cachectl: unknown command \"%s\"\n\n", argv[optind]);
-		usage(stderr);
+		char like[32];
+		const char *guess = ctl_cmd_suggest(argv[optind], like, sizeof(like));
+		fprintf(stderr, "k3cachectl: unknown command \"%s\"", argv[optind]);
+		if (guess)
+			fprintf(stderr, " (did you mean \"%s\"?)", guess);
+		fputs("; run 'k3cachectl --help' for the commands\n", stderr);
 		rc = CTL_EXIT_USAGE;
 	}
 	return rc;

@@ -348,14 +348,16 @@ int main(int argc, char **argv)
 		case O_VERSION:
 			puts(K3D_VERSION);
 			return 0;
-		default:
-			usage(stderr, cfg.db, cfg.socket);
+		default: /* getopt said which */
+			fputs("k3cached: run 'k3cached --help' for its flags\n", stderr);
 			return 2;
 		}
 	}
 	if (optind != argc) {
-		fprintf(stderr, "k3cached: unexpected argument \"%s\"\n", argv[optind]);
-		usage(stderr, cfg.db, cfg.socket);
+		fprintf(stderr,
+		        "k3cached: unexpected argument \"%s\" (it takes flags only); run 'k3cached "
+		        "--help' for them\n",
+		        argv[optind]);
 		return 2;
 	}
 	if (cfg.listen.text && !cfg.token_file && !(cfg.insecure_tcp && is_loopback(&cfg.listen))) {

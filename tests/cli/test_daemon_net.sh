@@ -24,6 +24,8 @@ http_get() { # host port path
 
 out=$("$daemon" --help); ok "--help lists the flags" $(for f in --db --socket --listen --max-bytes --durability --metrics --max-payload --max-inflight --stage-size --yield-rate --log-level; do grep -q -- "$f" <<<"$out" || exit 1; done; echo 0)
 "$daemon" --durability bogus >/dev/null 2>&1; ok "a bad --durability is a usage error" $([ $? = 2 ]; echo $?)
+out=$("$daemon" --bogus 2>&1); rc=$?
+ok "an unknown flag: exit 2, getopt's line and where the help is, not the whole help ($out)" $([ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 2 ] && grep -q "k3cached --help" <<<"$out"; echo $?)
 "$daemon" --max-bytes lots >/dev/null 2>&1; ok "a bad size is a usage error" $([ $? = 2 ]; echo $?)
 "$daemon" --stage-size 0 >/dev/null 2>&1; ok "a zero --stage-size is a usage error" $([ $? = 2 ]; echo $?)
 "$daemon" --yield-rate fast >/dev/null 2>&1; ok "a --yield-rate that is not a size is a usage error" $([ $? = 2 ]; echo $?)
@@ -244,6 +246,9 @@ ok "no socket: says so, no make run hint ($out)" $(grep -q "no socket there: is 
 python3 -c "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" "$dir/dead.sock"
 out=$("$ctl" --socket "$dir/dead.sock" ping 2>&1)
 ok "a socket nothing listens on: says the daemon stopped ($out)" $(grep -q "nothing listens there" <<<"$out"; echo $?)
+: > "$dir/plain.file"
+out=$("$ctl" --socket "$dir/plain.file" ping 2>&1)
+ok "a regular file for a socket: says it is not one ($out)" $(grep -q "that is not a socket" <<<"$out" && ! grep -q "nothing listens" <<<"$out"; echo $?)
 rundir_made=
 if [ ${#as[@]} -gt 0 ] && [ ! -e /run/k3cache ] && mkdir -m 755 /run/k3cache 2>/dev/null; then
   rundir_made=1

@@ -55,6 +55,12 @@ done < <(tr "\t" "\037" < "$shared/models/FINGERPRINTS.tsv")
 # usage errors exit 2, missing files exit 1
 "$ctl" blob >/dev/null 2>&1; [ $? = 2 ]; check "blob without FILE is a usage error" $?
 "$ctl" nosuch >/dev/null 2>&1; [ $? = 2 ]; check "unknown command is a usage error" $?
+out=$("$ctl" stats 2>&1)
+[ "$(wc -l <<<"$out")" = 1 ] && grep -q 'unknown command "stats" (did you mean "stat"?)' <<<"$out" && grep -q -- "--help" <<<"$out"
+check "a mistyped command: one line, a guess and where the help is ($out)" $?
+out=$("$ctl" --jsn ping 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 2 ] && grep -q "k3cachectl --help" <<<"$out"
+check "an unknown option: getopt's line and where the help is, not the whole help ($out)" $?
 "$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens 1,x >/dev/null 2>&1; [ $? = 2 ]; check "bad token list" $?
 # sizes and durations: decimal with an optional fraction and unit, nothing
 # else (refused before any daemon is asked, so these need none)
