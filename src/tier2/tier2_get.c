@@ -125,12 +125,11 @@ static enum tier2_status get_chunks(struct cluster_router *r, const char *ns, co
 			}
 			uint64_t sum = XXH3_64bits(rep->str, rep->len);
 			if (sum != rec->chunk_xxh3[first + j]) {
-				tier2_io_err(err, errsz,
-				             "tier2: get %s: the chunk's XXH3 is %016llx, the "
-				             "record says "
-				             "%016llx",
-				             cb[j].name, (unsigned long long)sum,
-				             (unsigned long long)rec->chunk_xxh3[first + j]);
+				tier2_io_err(
+				        err, errsz,
+				        "tier2: get %s: its XXH3 is %016llx, the record's %016llx",
+				        cb[j].name, (unsigned long long)sum,
+				        (unsigned long long)rec->chunk_xxh3[first + j]);
 				st = TIER2_DAMAGED;
 				break;
 			}
@@ -138,6 +137,14 @@ static enum tier2_status get_chunks(struct cluster_router *r, const char *ns, co
 				size_t take = b[layer].size - off;
 				if (take > rep->len - done)
 					take = rep->len - done;
+				if (take == 0 ||
+				    !b[layer].data) { /* cannot be: the sizes make total */
+					tier2_io_err(err, errsz,
+					             "tier2: get %s: past the layers' end",
+					             cb[j].name);
+					st = TIER2_DAMAGED;
+					break;
+				}
 				memcpy(b[layer].data + off, rep->str + done, take);
 				done += take;
 				off += take;
@@ -184,7 +191,8 @@ enum tier2_status tier2_get(struct cluster_router *r, const char *ns,
 	struct tier2_entry e = {
 	        .salt_len = rec.salt_len, .prefix_len = rec.n_tokens, .n_blobs = rec.n_layers};
 	memcpy(e.fingerprint, rec.fingerprint, 32);
-	e.blobs = calloc(rec.n_layers, sizeof(*e.blobs));
+	/* the decoder ensures n_layers >= 1; the analyzer cannot see it */
+	e.blobs = calloc(rec.n_layers ? rec.n_layers : 1, sizeof(*e.blobs));
 	e.tokens = malloc((size_t)rec.n_tokens * 4u);
 	e.salt = rec.salt_len ? malloc(rec.salt_len) : NULL;
 	int oom = !e.blobs || !e.tokens || (rec.salt_len && !e.salt);

@@ -336,7 +336,8 @@ enum tier2_status tier2_put(struct cluster_router *r, const char *ns, const uint
 	for (uint32_t i = 0; i < n_blobs; i++)
 		total += blobs[i].size;
 	uint32_t n_chunks = (uint32_t)tier2_chunk_count(total, cs);
-	struct tier2_layer *layers = malloc((size_t)n_blobs * sizeof(*layers));
+	/* check_args ensures n_blobs >= 1; the analyzer cannot see it */
+	struct tier2_layer *layers = calloc(n_blobs ? n_blobs : 1, sizeof(*layers));
 	uint64_t *sums = malloc((size_t)n_chunks * sizeof(*sums));
 	uint8_t *rec_bytes = NULL;
 	size_t rec_len = 0;

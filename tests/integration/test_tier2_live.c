@@ -143,7 +143,7 @@ static void test_shared_prefixes(void **state)
 	put(r, "live", "salt-a", conv, 100, 100, NULL, &st);
 	put(r, "live", "salt-a", conv, 250, 250, NULL, &st);
 	assert_int_equal(st.puts, 3);
-	assert_true(st.bytes_out > 3 * 6 * 45000);
+	assert_true(st.bytes_out > (uint64_t)3 * 6 * 45000);
 	const struct {
 		uint32_t n, want;
 	} cases[] = {{0, 0},     {1, 0},     {10, 0},    {16, 0},    {39, 0},    {40, 40},
