@@ -1,0 +1,251 @@
+/* tier2: the data layout of tier 2 in a Redis Cluster, and the blocking
+ * put / longest-prefix / get over the router (cluster.h). Issue 17, item 3.
+ *
+ * Layout (contract). NS is the caller's namespace, 1..TIER2_NS_MAX bytes of
+ * [A-Za-z0-9._-] (no ':' and no '{' or '}', so no key has a hash tag and the
+ * keys spread over every slot). KEY is the entry key of DESIGN.md "Prefix key
+ * and lookup" (SHA-256 of model fingerprint, salt and tokens) in 64 lower-case
+ * hex digits; it already isolates models and salts exactly as the local store
+ * does, and NS isolates tenants whatever the salt.
+ *
+ *   k3:NS:e:KEY            the entry record (string, below)
+ *   k3:NS:c:KEY:GEN:I      chunk I (decimal, from 0) of the entry's bytes:
+ *                          the layer blobs end to end, cut every chunk_size
+ *                          (at most TIER2_CHUNK_MAX = 1 MiB) bytes; GEN is the
+ *                          record's generation in 16 hex digits
+ *   k3:NS:n:NODE           a prefix-index node (hash, below); NODE is a node
+ *                          hash h_d of prefix.h (model, salt and the first d
+ *                          blocks of 16 tokens) in 32 hex digits
+ *
+ * Entry record, little-endian, exactly this long:
+ *   "K3T2" | u16 version = 1 | u16 flags = 0 | u64 generation
+ *   | fingerprint (32) | u32 salt_len (<= 1024) | salt
+ *   | u32 P (1..TIER2_MAX_TOKENS) | P x u32 token
+ *   | u32 n_layers (1..65536) | n_layers x (u64 size >= 1 | u64 xxh3)
+ *   | u32 chunk_size (1..1 MiB) | u32 n_chunks (= ceil(sum of sizes / chunk_size))
+ *   | n_chunks x u64 chunk xxh3 | u64 XXH3-64 of every byte before
+ * A layer's xxh3 is checksum_blob (checksum.h: seeded with the layer index,
+ * as locally); a chunk's is XXH3-64 of its bytes, seed 0. The sum of sizes is
+ * at most TIER2_MAX_ENTRY_BYTES and n_chunks at most TIER2_MAX_CHUNKS. The
+ * generation is random (getrandom) per put: a re-publish writes new chunk
+ * keys, so a reader never mixes old and new chunks. A record is valid only
+ * when its KEY is the entry key of its own fingerprint, salt and tokens.
+ *
+ * Prefix-index node k3:NS:n:h_d, for an entry of P tokens, D = P / 16:
+ *   - at d = 1..D-1 (the blocks its prefix passes): field "+" = "" (the node
+ *     exists: a lookup's binary search probes existence);
+ *   - at d = D (h_0, the model's and salt's root, when P < 16): field = the
+ *     32 raw bytes of the entry key, value = u32 P | u64 XXH3-64 of tokens
+ *     [16 D, P) (the tail that is not a full block), 12 bytes.
+ * So a node holds the entries that end in its block, not every entry that
+ * passes it (a node near the root would otherwise list a whole fleet's
+ * conversations), like the local store's nodes and attach rows.
+ *
+ * Put order: chunks (pipelined, at most max_in_flight at once), then the
+ * record, then the index nodes. A reader that finds a node or a record finds
+ * the chunks, or a missing one (a miss). A re-publish deletes the chunks of
+ * the generation it replaced, after its own record is in place; a reader
+ * still on the old one then misses. A put that fails part-way leaves orphan
+ * chunks that only an expiry or Redis's eviction removes.
+ *
+ * Lookup of a prompt of n tokens: its block hashes h_1..h_{n/16}; the deepest
+ * node present is found by a search that probes TIER2_PROBES depths per
+ * round trip (pipelined EXISTS): ceil(log_17(n/16 + 1)) round trips, 4 for
+ * 131,072 tokens. Then the nodes at and above it are read (HGETALL, 8 per
+ * round trip, deepest first); fields whose P <= n, whose P is in the node's
+ * block and whose tail hash is the prompt's are candidates; their records are
+ * read, longest first, and the first whose key, fingerprint, salt and every
+ * token equal the prompt's wins. A hash locates, only tokens confirm.
+ *
+ * Redis may evict or lose any key at any time. A node lost from a path makes
+ * a lookup shorter, never wrong; a field whose record is gone or does not
+ * match is skipped (counted as stale); a record whose chunk is missing,
+ * short, long or fails its sum, or whose layer fails its checksum, is a miss
+ * by cause, and no byte of it is returned.
+ *
+ * Not here: MLA row blocks shared across entries (each entry's chunks hold
+ * its whole blobs), the model-spec checks of a blob (the daemon validates what
+ * it fetches as every publish), the background queue, a byte budget per
+ * daemon, listing, and threads (a router, hence every call here, is used by
+ * one thread at a time). */
+#ifndef K3_TIER2_H
+#define K3_TIER2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tier2/cluster.h"
+
+#define TIER2_NS_MAX          64u
+#define TIER2_CHUNK_MAX       (1u << 20)
+#define TIER2_MAX_SALT        1024u
+#define TIER2_MAX_TOKENS      (1u << 22)
+#define TIER2_MAX_LAYERS      65536u
+#define TIER2_MAX_CHUNKS      (1u << 20)
+#define TIER2_MAX_ENTRY_BYTES (16ull << 30)
+#define TIER2_PROBES          16u /* existence probes per search round trip */
+#define TIER2_RECORD_MAGIC    "K3T2"
+#define TIER2_RECORD_VERSION  1u
+#define TIER2_KEY_LEN         32u
+#define TIER2_NODE_FIELD_LEN  12u /* u32 P | u64 tail hash */
+
+/* ---- results ---- */
+
+enum tier2_status {
+	TIER2_OK = 0,
+	TIER2_MISSING,    /* the record or a chunk is not in the cluster */
+	TIER2_DAMAGED,    /* the record or a chunk failed a check */
+	TIER2_TIMEOUT,    /* a round trip ran out of time */
+	TIER2_NODE_ERROR, /* a node refused, is backing off, or answered an error */
+	TIER2_INVALID,    /* the caller's arguments */
+	TIER2_NOMEM,
+};
+
+/* "ok", "missing", "damaged", "timeout", "node-error", "invalid", "nomem". */
+const char *tier2_status_name(enum tier2_status st);
+
+/* Counters that the calls add to (the caller zeroes them once). */
+struct tier2_stats {
+	uint64_t bytes_out;      /* value bytes written: chunks, records, node fields */
+	uint64_t bytes_in;       /* value bytes read: chunks, records, node fields */
+	uint64_t puts;           /* entries written whole */
+	uint64_t put_failures;   /* puts that failed */
+	uint64_t old_chunks_del; /* chunks of a replaced generation deleted */
+	uint64_t lookups;        /* tier2_longest calls */
+	uint64_t lookup_hits;    /* of those, a prefix found */
+	uint64_t stale;          /* index fields whose record was gone or did not match */
+	uint64_t gets;           /* tier2_get calls */
+	uint64_t hits;           /* of those, an entry returned */
+	uint64_t miss_missing;   /* gets that missed: a key gone */
+	uint64_t miss_damaged;   /* a check failed */
+	uint64_t miss_timeout;   /* a round trip timed out */
+	uint64_t miss_node;      /* a node failed otherwise */
+};
+
+/* ---- the entry record (tier2_record.c) ---- */
+
+struct tier2_layer {
+	uint64_t size;
+	uint64_t xxh3; /* checksum_blob(bytes, size, layer index) */
+};
+
+struct tier2_record {
+	uint64_t generation;
+	uint8_t fingerprint[32];
+	uint32_t salt_len;
+	const uint8_t *salt;
+	uint32_t n_tokens;
+	const uint32_t *tokens;
+	uint32_t n_layers;
+	const struct tier2_layer *layers;
+	uint32_t chunk_size;
+	uint32_t n_chunks;
+	const uint64_t *chunk_xxh3;
+	void *mem; /* tier2_record_decode's one allocation; NULL otherwise */
+};
+
+/* Bytes of the encoding of a record of these counts. */
+size_t tier2_record_size(uint32_t salt_len, uint32_t n_tokens, uint32_t n_layers,
+                         uint32_t n_chunks);
+
+/* The number of chunks of total bytes cut every chunk_size (>= 1). */
+uint64_t tier2_chunk_count(uint64_t total, uint32_t chunk_size);
+
+/* Encodes rec (its counts within the limits above, n_chunks consistent with
+ * its sizes) into a malloc'd buffer: 0 with *out and *len set, or -1 with a
+ * message in err (a limit exceeded, no memory). */
+int tier2_record_encode(const struct tier2_record *rec, uint8_t **out, size_t *len, char *err,
+                        size_t errsz);
+
+/* Decodes len bytes, trusting none of them: magic, version, flags, every
+ * count against its limit and against the bytes left (64-bit arithmetic,
+ * before any allocation), sizes >= 1 and their sum, n_chunks against the sizes
+ * and chunk_size, the final checksum, and no trailing bytes. 0 with *out set
+ * (its arrays in out->mem: free with tier2_record_free), or -1 with a message
+ * naming the field, the offset and the numbers (*out then holds nothing). */
+int tier2_record_decode(const void *buf, size_t len, struct tier2_record *out, char *err,
+                        size_t errsz);
+
+void tier2_record_free(struct tier2_record *rec);
+
+/* ---- key names (tier2_keys.c) ---- */
+
+/* Whether ns is a valid namespace; -1 with a message when not. */
+int tier2_ns_check(const char *ns, char *err, size_t errsz);
+
+#define TIER2_NAME_MAX (3 + TIER2_NS_MAX + 3 + 64 + 1 + 16 + 1 + 10 + 1)
+
+/* Each writes the key's name and a NUL to out (TIER2_NAME_MAX bytes) and
+ * returns its length; ns must have passed tier2_ns_check. */
+size_t tier2_name_record(char *out, const char *ns, const uint8_t key[TIER2_KEY_LEN]);
+size_t tier2_name_chunk(char *out, const char *ns, const uint8_t key[TIER2_KEY_LEN], uint64_t gen,
+                        uint32_t i);
+size_t tier2_name_node(char *out, const char *ns, const uint8_t node[16]);
+
+/* The tail hash of a node field: XXH3-64 of tokens [from, to). */
+uint64_t tier2_tail_hash(const uint32_t *tokens, uint32_t from, uint32_t to);
+
+/* ---- put, longest, get (tier2_put.c, tier2_lookup.c, tier2_get.c) ---- */
+
+struct tier2_blob {
+	const void *data;
+	size_t size;
+};
+
+struct tier2_put_options {
+	uint32_t ttl_s;         /* 0: no expiry; else EX ttl_s on every key written */
+	uint32_t chunk_size;    /* 0: TIER2_CHUNK_MAX */
+	uint32_t max_in_flight; /* chunks written per pipeline; 0: 16 */
+};
+
+/* Writes the entry of model fingerprint, salt and tokens [0, n_tokens) with
+ * one blob per layer, in the order above. stats may be NULL. Returns TIER2_OK,
+ * or TIER2_INVALID (a bad namespace, no tokens or blobs, an empty blob, a
+ * limit exceeded), TIER2_TIMEOUT, TIER2_NODE_ERROR or TIER2_NOMEM with a
+ * message in err naming the key and the reason. */
+enum tier2_status tier2_put(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32],
+                            const void *salt, size_t salt_len, const uint32_t *tokens,
+                            uint32_t n_tokens, const struct tier2_blob *blobs, uint32_t n_blobs,
+                            const struct tier2_put_options *opt, struct tier2_stats *stats,
+                            char *err, size_t errsz);
+
+/* The longest stored entry whose tokens are tokens [0, P) with 1 <= P <= n
+ * (pass the prompt cut at the caller's limit). TIER2_OK with *prefix_len P and
+ * key set, or *prefix_len 0 when there is none. When nothing was found and a
+ * round trip failed, TIER2_TIMEOUT or TIER2_NODE_ERROR (the answer may have
+ * been longer); TIER2_INVALID, TIER2_NOMEM. */
+enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
+                                const uint8_t fingerprint[32], const void *salt, size_t salt_len,
+                                const uint32_t *tokens, uint32_t n, uint8_t key[TIER2_KEY_LEN],
+                                uint32_t *prefix_len, struct tier2_stats *stats, char *err,
+                                size_t errsz);
+
+struct tier2_entry_blob {
+	uint8_t *data; /* malloc'd */
+	size_t size;
+	uint64_t xxh3;
+};
+
+struct tier2_entry {
+	uint8_t fingerprint[32];
+	uint32_t salt_len;
+	uint8_t *salt; /* malloc'd (NULL when salt_len is 0) */
+	uint32_t prefix_len;
+	uint32_t *tokens; /* malloc'd, prefix_len tokens */
+	uint32_t n_blobs;
+	struct tier2_entry_blob *blobs; /* malloc'd */
+};
+
+/* Reads the entry of key: its record, then every chunk (pipelined, 16 at a
+ * time), each chunk's length and sum and each layer's checksum checked.
+ * TIER2_OK with *entry filled (free with tier2_entry_free), or a miss:
+ * TIER2_MISSING, TIER2_DAMAGED, TIER2_TIMEOUT or TIER2_NODE_ERROR, counted in
+ * stats by cause, with a message in err; *entry is then empty. Never returns
+ * a byte that failed a check. */
+enum tier2_status tier2_get(struct cluster_router *r, const char *ns,
+                            const uint8_t key[TIER2_KEY_LEN], struct tier2_entry *entry,
+                            struct tier2_stats *stats, char *err, size_t errsz);
+
+void tier2_entry_free(struct tier2_entry *entry);
+
+#endif

@@ -1,0 +1,58 @@
+/* tier2_io: what tier2's put, lookup and get share (tier2.c): messages, a
+ * pipeline whose failures are classed, and checks of replies. Internal to
+ * src/tier2. */
+#ifndef K3_TIER2_IO_H
+#define K3_TIER2_IO_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "tier2/tier2.h"
+
+/* Little-endian integers in records and index fields. */
+static inline void tier2_put_le32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline void tier2_put_le64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint32_t tier2_get_le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t tier2_get_le64(const unsigned char *p)
+{
+	return (uint64_t)tier2_get_le32(p) | (uint64_t)tier2_get_le32(p + 4) << 32;
+}
+
+/* Writes a message to err (err may be NULL). */
+void tier2_io_err(char *err, size_t errsz, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+/* Runs n commands as one cluster_pipeline. TIER2_OK when every command got a
+ * reply (error replies are the caller's to check); else TIER2_TIMEOUT when a
+ * round trip ran out of time, TIER2_NODE_ERROR otherwise, with "what: " and
+ * the router's message in err. The replies that came are left in cmds. */
+enum tier2_status tier2_io_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size_t n,
+                                    const char *what, char *err, size_t errsz);
+
+/* Frees every reply of cmds[0..n) and sets them NULL. */
+void tier2_io_free_replies(struct cluster_cmd *cmds, size_t n);
+
+/* TIER2_OK when rep is the status "OK"; else TIER2_NODE_ERROR with a message
+ * naming the command, the key and the reply. */
+enum tier2_status tier2_io_want_ok(const redisReply *rep, const char *cmd, const char *key,
+                                   char *err, size_t errsz);
+
+/* The same for an integer reply. */
+enum tier2_status tier2_io_want_int(const redisReply *rep, const char *cmd, const char *key,
+                                    char *err, size_t errsz);
+
+#endif

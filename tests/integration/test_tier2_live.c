@@ -1,0 +1,430 @@
+/* tier2: put, longest prefix and get against a real 3-master Redis Cluster
+ * started here (clusterutil.h), with blobs of the twin model: shared
+ * prefixes found exactly (a prompt that diverges mid-block, one of none),
+ * exact bytes back, a 30 MB entry's chunks on every node, a chunk
+ * overwritten (damaged) or deleted (missing), a re-publish, other salts and
+ * namespaces blind to the entry, expiries. Without redis-server and
+ * redis-cli on PATH: skipped (exit 77). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "clusterutil.h"
+#include "model.h"
+#include "prefix.h"
+#include "storeutil.h"
+#include "tier2/tier2.h"
+
+static struct clusterutil cl;
+static struct k3cache_model *twin;
+static uint8_t fp[32];
+
+#define CONV_LEN 4000u
+static uint32_t conv[CONV_LEN]; /* one conversation's tokens */
+
+static struct cluster_router *router(void)
+{
+	char seeds[128], err[256] = "";
+	snprintf(seeds, sizeof(seeds), "redis://127.0.0.1:%d", cl.port[0]);
+	struct cluster_options o = {.command_timeout_ms = 5000};
+	struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
+	if (!r)
+		fail_msg("router: %s", err);
+	return r;
+}
+
+/* The twin's blobs at prefix p, as tier2 blobs (s owns the bytes). */
+static struct tier2_blob *blobs_of(struct storeutil_snap *s, uint32_t p, uint32_t seed)
+{
+	*s = storeutil_snap(twin, p, seed);
+	struct tier2_blob *b = calloc(s->n, sizeof(*b));
+	for (uint32_t i = 0; i < s->n; i++)
+		b[i] = (struct tier2_blob){s->blobs[i].data, s->blobs[i].size};
+	return b;
+}
+
+static void put(struct cluster_router *r, const char *ns, const char *salt, const uint32_t *tok,
+                uint32_t p, uint32_t seed, const struct tier2_put_options *o,
+                struct tier2_stats *stats)
+{
+	struct storeutil_snap s;
+	struct tier2_blob *b = blobs_of(&s, p, seed);
+	char err[512] = "";
+	enum tier2_status st = tier2_put(r, ns, fp, salt, strlen(salt), tok, p, b, s.n, o, stats,
+	                                 err, sizeof(err));
+	if (st != TIER2_OK)
+		fail_msg("put %u tokens: %s: %s", p, tier2_status_name(st), err);
+	free(b);
+	storeutil_snap_free(&s);
+}
+
+static uint32_t longest(struct cluster_router *r, const char *ns, const char *salt,
+                        const uint32_t *tok, uint32_t n, uint8_t key[32], struct tier2_stats *st)
+{
+	char err[512] = "";
+	uint32_t p = UINT32_MAX;
+	enum tier2_status rc =
+	        tier2_longest(r, ns, fp, salt, strlen(salt), tok, n, key, &p, st, err, sizeof(err));
+	if (rc != TIER2_OK)
+		fail_msg("longest of %u tokens: %s: %s", n, tier2_status_name(rc), err);
+	return p;
+}
+
+/* get must return exactly the twin's blobs at p with seed. */
+static void get_exact(struct cluster_router *r, const char *ns, const uint8_t key[32],
+                      const uint32_t *tok, uint32_t p, uint32_t seed, struct tier2_stats *stats)
+{
+	struct tier2_entry e;
+	char err[512] = "";
+	enum tier2_status st = tier2_get(r, ns, key, &e, stats, err, sizeof(err));
+	if (st != TIER2_OK)
+		fail_msg("get of %u tokens: %s: %s", p, tier2_status_name(st), err);
+	struct storeutil_snap s = storeutil_snap(twin, p, seed);
+	assert_int_equal(e.prefix_len, p);
+	assert_memory_equal(e.tokens, tok, (size_t)p * 4u);
+	assert_memory_equal(e.fingerprint, fp, 32);
+	assert_int_equal(e.n_blobs, s.n);
+	for (uint32_t i = 0; i < s.n; i++) {
+		assert_int_equal(e.blobs[i].size, s.blobs[i].size);
+		assert_memory_equal(e.blobs[i].data, s.blobs[i].data, s.blobs[i].size);
+		assert_int_equal(e.blobs[i].xxh3, s.blobs[i].xxh3);
+	}
+	storeutil_snap_free(&s);
+	tier2_entry_free(&e);
+}
+
+static enum tier2_status get_status(struct cluster_router *r, const char *ns, const uint8_t key[32],
+                                    struct tier2_stats *stats, char *err, size_t errsz)
+{
+	struct tier2_entry e;
+	enum tier2_status st = tier2_get(r, ns, key, &e, stats, err, errsz);
+	if (st == TIER2_OK)
+		tier2_entry_free(&e);
+	else
+		assert_null(e.blobs);
+	return st;
+}
+
+/* A command on the cluster through the router: its reply (the caller frees). */
+static redisReply *cmd(struct cluster_router *r, int argc, const char **argv)
+{
+	size_t lens[8];
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	redisReply *rep = NULL;
+	if (cluster_command_argv(r, argv[1], lens[1], argc, argv, lens, &rep) != 0)
+		fail_msg("%s %s: %s", argv[0], argv[1], cluster_error(r));
+	return rep;
+}
+
+/* The record of key, decoded. */
+static void record_of(struct cluster_router *r, const char *ns, const uint8_t key[32],
+                      struct tier2_record *rec)
+{
+	char name[TIER2_NAME_MAX], err[320] = "";
+	tier2_name_record(name, ns, key);
+	const char *argv[] = {"GET", name};
+	redisReply *rep = cmd(r, 2, argv);
+	assert_int_equal(rep->type, REDIS_REPLY_STRING);
+	if (tier2_record_decode(rep->str, rep->len, rec, err, sizeof(err)) != 0)
+		fail_msg("record: %s", err);
+	freeReplyObject(rep);
+}
+
+static void test_shared_prefixes(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	struct tier2_stats st = {0};
+	put(r, "live", "salt-a", conv, 40, 40, NULL, &st);
+	put(r, "live", "salt-a", conv, 100, 100, NULL, &st);
+	put(r, "live", "salt-a", conv, 250, 250, NULL, &st);
+	assert_int_equal(st.puts, 3);
+	assert_true(st.bytes_out > (uint64_t)3 * 6 * 45000);
+	const struct {
+		uint32_t n, want;
+	} cases[] = {{0, 0},     {1, 0},     {10, 0},    {16, 0},    {39, 0},    {40, 40},
+	             {41, 40},   {47, 40},   {48, 40},   {99, 40},   {100, 100}, {101, 100},
+	             {249, 100}, {250, 250}, {251, 250}, {4000, 250}};
+	uint8_t key[32], k40[32], k100[32], k250[32];
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint32_t p = longest(r, "live", "salt-a", conv, cases[i].n, key, &st);
+		if (p != cases[i].want)
+			fail_msg("prompt of %u tokens: longest %u, want %u", cases[i].n, p,
+			         cases[i].want);
+	}
+	assert_int_equal(longest(r, "live", "salt-a", conv, 40, k40, &st), 40);
+	assert_int_equal(longest(r, "live", "salt-a", conv, 100, k100, &st), 100);
+	assert_int_equal(longest(r, "live", "salt-a", conv, 250, k250, &st), 250);
+	uint8_t want[32];
+	assert_int_equal(prefix_key(fp, "salt-a", 6, conv, 250, want), 0);
+	assert_memory_equal(k250, want, 32);
+	/* prompts that diverge from the conversation mid-block */
+	uint32_t *alt = malloc(sizeof(conv));
+	const struct {
+		uint32_t at, want;
+	} div[] = {{105, 100}, {100, 100}, {99, 40}, {45, 40},
+	           {40, 40},   {20, 0},    {0, 0},   {249, 100}};
+	for (size_t i = 0; i < sizeof(div) / sizeof(div[0]); i++) {
+		memcpy(alt, conv, sizeof(conv));
+		alt[div[i].at] ^= 0x5a5a5a;
+		uint32_t p = longest(r, "live", "salt-a", alt, 300, key, &st);
+		if (p != div[i].want)
+			fail_msg("diverging at %u: longest %u, want %u", div[i].at, p, div[i].want);
+	}
+	free(alt);
+	/* exact bytes back */
+	get_exact(r, "live", k40, conv, 40, 40, &st);
+	get_exact(r, "live", k100, conv, 100, 100, &st);
+	get_exact(r, "live", k250, conv, 250, 250, &st);
+	assert_int_equal(st.hits, 3);
+	/* another salt, another namespace: blind to the entries */
+	assert_int_equal(longest(r, "live", "salt-b", conv, 300, key, &st), 0);
+	assert_int_equal(longest(r, "live", "", conv, 300, key, &st), 0);
+	assert_int_equal(longest(r, "other", "salt-a", conv, 300, key, &st), 0);
+	char err[512] = "";
+	assert_int_equal(get_status(r, "other", k250, &st, err, sizeof(err)), TIER2_MISSING);
+	assert_non_null(strstr(err, "k3:other:e:"));
+	assert_int_equal(st.miss_missing, 1);
+	/* the namespace is checked */
+	assert_int_equal(get_status(r, "a{b}", k250, &st, err, sizeof(err)), TIER2_INVALID);
+	/* an entry shorter than a block, and one on a block boundary */
+	put(r, "live", "salt-a", conv, 7, 7, NULL, &st);
+	put(r, "live", "salt-a", conv, 32, 32, NULL, &st);
+	assert_int_equal(longest(r, "live", "salt-a", conv, 6, key, &st), 0);
+	assert_int_equal(longest(r, "live", "salt-a", conv, 7, key, &st), 7);
+	assert_int_equal(longest(r, "live", "salt-a", conv, 31, key, &st), 7);
+	assert_int_equal(longest(r, "live", "salt-a", conv, 32, key, &st), 32);
+	assert_int_equal(longest(r, "live", "salt-a", conv, 39, key, &st), 32);
+	get_exact(r, "live", key, conv, 32, 32, &st);
+	cluster_router_free(r);
+}
+
+static void test_big_entry_spreads(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	struct tier2_stats st = {0};
+	/* 3000 tokens of the twin: 2 MLA layers of 5120 bytes a token, 30 chunks */
+	put(r, "big", "s", conv, 3000, 3, NULL, &st);
+	uint8_t key[32];
+	assert_int_equal(longest(r, "big", "s", conv, 3500, key, &st), 3000);
+	struct tier2_record rec;
+	record_of(r, "big", key, &rec);
+	assert_int_equal(rec.chunk_size, TIER2_CHUNK_MAX);
+	assert_true(rec.n_chunks >= 29);
+	int on[CLUSTERUTIL_MAX] = {0};
+	for (uint32_t i = 0; i < rec.n_chunks; i++) {
+		char name[TIER2_NAME_MAX];
+		size_t n = tier2_name_chunk(name, "big", key, rec.generation, i);
+		struct cluster_addr a;
+		assert_int_equal(cluster_slot_node(r, cluster_key_slot(name, n), &a), 0);
+		int node = clusterutil_index(&cl, a.port);
+		assert_true(node >= 0);
+		on[node]++;
+	}
+	for (int i = 0; i < cl.n; i++)
+		if (!on[i])
+			fail_msg("no chunk of %u on node %d", rec.n_chunks, cl.port[i]);
+	uint64_t in = st.bytes_in;
+	get_exact(r, "big", key, conv, 3000, 3, &st);
+	assert_true(st.bytes_in - in > (uint64_t)(rec.n_chunks - 1) << 20);
+	tier2_record_free(&rec);
+	cluster_router_free(r);
+}
+
+static void test_damage_and_eviction(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	struct tier2_stats st = {0};
+	put(r, "dmg", "s", conv, 400, 9, NULL, &st); /* ~4 MB: 4 chunks */
+	uint8_t key[32];
+	assert_int_equal(longest(r, "dmg", "s", conv, 400, key, &st), 400);
+	struct tier2_record rec;
+	record_of(r, "dmg", key, &rec);
+	assert_true(rec.n_chunks >= 3);
+	char name[TIER2_NAME_MAX], err[512] = "";
+	/* a chunk overwritten in place: same length, wrong sum */
+	tier2_name_chunk(name, "dmg", key, rec.generation, 1);
+	const char *setrange[] = {"SETRANGE", name, "1000", "XXXX"};
+	freeReplyObject(cmd(r, 4, setrange));
+	assert_int_equal(get_status(r, "dmg", key, &st, err, sizeof(err)), TIER2_DAMAGED);
+	assert_non_null(strstr(err, name));
+	assert_non_null(strstr(err, "XXH3"));
+	assert_int_equal(st.miss_damaged, 1);
+	/* made longer */
+	const char *append[] = {"APPEND", name, "!"};
+	freeReplyObject(cmd(r, 3, append));
+	assert_int_equal(get_status(r, "dmg", key, &st, err, sizeof(err)), TIER2_DAMAGED);
+	assert_non_null(strstr(err, "bytes, the record says"));
+	/* a re-publish: a new generation, the old chunks deleted */
+	put(r, "dmg", "s", conv, 400, 9, NULL, &st);
+	assert_int_equal(st.old_chunks_del, rec.n_chunks);
+	const char *exists[] = {"EXISTS", name};
+	redisReply *rep = cmd(r, 2, exists);
+	assert_int_equal(rep->integer, 0);
+	freeReplyObject(rep);
+	get_exact(r, "dmg", key, conv, 400, 9, &st);
+	tier2_record_free(&rec);
+	record_of(r, "dmg", key, &rec);
+	/* the last chunk cut short */
+	tier2_name_chunk(name, "dmg", key, rec.generation, rec.n_chunks - 1);
+	const char *getv[] = {"GET", name};
+	rep = cmd(r, 2, getv);
+	assert_int_equal(rep->type, REDIS_REPLY_STRING);
+	const char *set[] = {"SET", name, rep->str};
+	size_t set_len[] = {3, strlen(name), rep->len - 1};
+	redisReply *ok = NULL;
+	assert_int_equal(cluster_command_argv(r, name, strlen(name), 3, set, set_len, &ok), 0);
+	assert_int_equal(ok->type, REDIS_REPLY_STATUS);
+	freeReplyObject(ok);
+	freeReplyObject(rep);
+	assert_int_equal(get_status(r, "dmg", key, &st, err, sizeof(err)), TIER2_DAMAGED);
+	/* a chunk deleted (an eviction) */
+	put(r, "dmg", "s", conv, 400, 9, NULL, &st);
+	tier2_record_free(&rec);
+	record_of(r, "dmg", key, &rec);
+	tier2_name_chunk(name, "dmg", key, rec.generation, 0);
+	const char *del[] = {"DEL", name};
+	freeReplyObject(cmd(r, 2, del));
+	assert_int_equal(get_status(r, "dmg", key, &st, err, sizeof(err)), TIER2_MISSING);
+	assert_non_null(strstr(err, "not in the cluster"));
+	assert_int_equal(st.miss_missing, 1);
+	/* the record damaged: a miss; the lookup skips it */
+	put(r, "dmg", "s", conv, 400, 9, NULL, &st);
+	tier2_name_record(name, "dmg", key);
+	const char *rdmg[] = {"SETRANGE", name, "60", "\x7f"};
+	freeReplyObject(cmd(r, 4, rdmg));
+	assert_int_equal(get_status(r, "dmg", key, &st, err, sizeof(err)), TIER2_DAMAGED);
+	assert_non_null(strstr(err, "tier2 record"));
+	uint64_t stale = st.stale;
+	assert_int_equal(longest(r, "dmg", "s", conv, 400, key, &st), 0);
+	assert_int_equal(st.stale, stale + 1);
+	/* the record gone: lookups miss, gets miss */
+	freeReplyObject(cmd(r, 2, (const char *[]){"DEL", name}));
+	assert_int_equal(longest(r, "dmg", "s", conv, 400, key, &st), 0);
+	assert_int_equal(prefix_key(fp, "s", 1, conv, 400, key), 0);
+	assert_int_equal(get_status(r, "dmg", key, &st, err, sizeof(err)), TIER2_MISSING);
+	assert_int_equal(st.miss_damaged, 4);
+	assert_int_equal(st.miss_missing, 2);
+	tier2_record_free(&rec);
+	cluster_router_free(r);
+}
+
+static long long ttl_of(struct cluster_router *r, const char *name)
+{
+	const char *argv[] = {"TTL", name};
+	redisReply *rep = cmd(r, 2, argv);
+	assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+	long long t = rep->integer;
+	freeReplyObject(rep);
+	return t;
+}
+
+static void test_expiry_and_small_chunks(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	struct tier2_stats st = {0};
+	/* chunks of 1000 bytes (spanning layers), 3 in flight, an expiry */
+	struct tier2_put_options o = {.ttl_s = 600, .chunk_size = 1000, .max_in_flight = 3};
+	put(r, "ttl", "s", conv, 50, 5, &o, &st);
+	uint8_t key[32];
+	assert_int_equal(longest(r, "ttl", "s", conv, 60, key, &st), 50);
+	get_exact(r, "ttl", key, conv, 50, 5, &st);
+	struct tier2_record rec;
+	record_of(r, "ttl", key, &rec);
+	assert_int_equal(rec.chunk_size, 1000);
+	char name[TIER2_NAME_MAX];
+	tier2_name_record(name, "ttl", key);
+	assert_true(ttl_of(r, name) > 500);
+	tier2_name_chunk(name, "ttl", key, rec.generation, rec.n_chunks - 1);
+	assert_true(ttl_of(r, name) > 500);
+	uint8_t h[4][16];
+	prefix_block_hashes(fp, "s", 1, conv, 50, h);
+	for (int d = 1; d <= 3; d++) {
+		tier2_name_node(name, "ttl", h[d]);
+		assert_true(ttl_of(r, name) > 500);
+	}
+	tier2_record_free(&rec);
+	/* without an expiry: none */
+	put(r, "ttl", "s", conv, 20, 5, NULL, &st);
+	assert_int_equal(longest(r, "ttl", "s", conv, 20, key, &st), 20);
+	tier2_name_record(name, "ttl", key);
+	assert_int_equal(ttl_of(r, name), -1);
+	cluster_router_free(r);
+}
+
+static void test_cluster_unreachable(void **state)
+{
+	(void)state;
+	int port = clusterutil_pick_port(&cl);
+	char seeds[64], err[512] = "";
+	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", port);
+	struct cluster_options o = {.connect_timeout_ms = 200, .command_timeout_ms = 200};
+	struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
+	assert_non_null(r);
+	struct tier2_stats st = {0};
+	uint8_t key[32] = {0};
+	uint32_t p = 1;
+	enum tier2_status rc = tier2_longest(r, "live", fp, "salt-a", 6, conv, 300, key, &p, &st,
+	                                     err, sizeof(err));
+	assert_int_equal(rc, TIER2_NODE_ERROR);
+	assert_int_equal(p, 0);
+	assert_non_null(strstr(err, "tier2: probing the prefix index"));
+	assert_int_equal(get_status(r, "live", key, &st, err, sizeof(err)), TIER2_NODE_ERROR);
+	assert_int_equal(st.miss_node, 1);
+	struct storeutil_snap s;
+	struct tier2_blob *b = blobs_of(&s, 20, 1);
+	assert_int_equal(
+	        tier2_put(r, "live", fp, "s", 1, conv, 20, b, s.n, NULL, &st, err, sizeof(err)),
+	        TIER2_NODE_ERROR);
+	assert_int_equal(st.put_failures, 1);
+	free(b);
+	storeutil_snap_free(&s);
+	cluster_router_free(r);
+}
+
+/* The twin model, a conversation, and three masters. */
+static int setup(void **state)
+{
+	(void)state;
+	char err[MODEL_ERROR_MAX] = "";
+	twin = model_load_file(K3_SHARED_DIR "/models/kimi-k3-0.40b-twin.json", err);
+	if (!twin || model_fingerprint(twin, fp) != 0) {
+		fprintf(stderr, "test_tier2_live: the twin model: %s\n", err);
+		return -1;
+	}
+	for (uint32_t i = 0; i < CONV_LEN; i++)
+		conv[i] = (i * 2654435761u) % 163840u;
+	return clusterutil_start(&cl, 3);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	clusterutil_stop(&cl);
+	model_free(twin);
+	return 0;
+}
+
+int main(void)
+{
+	if (!clusterutil_on_path("redis-server") || !clusterutil_on_path("redis-cli")) {
+		printf("test_tier2_live: skipped: no redis-server or redis-cli on PATH "
+		       "(scripts/install-deps installs redis-server)\n");
+		return 77;
+	}
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_shared_prefixes),
+	        cmocka_unit_test(test_big_entry_spreads),
+	        cmocka_unit_test(test_damage_and_eviction),
+	        cmocka_unit_test(test_expiry_and_small_chunks),
+	        cmocka_unit_test(test_cluster_unreachable),
+	};
+	return cmocka_run_group_tests_name("tier 2 on a real cluster", tests, setup, teardown);
+}

@@ -1,0 +1,378 @@
+/* tier2: the entry record's encoding and its refusals (truncated, trailing,
+ * oversized counts, overflowing sizes, corrupted bytes), key names and the
+ * namespace's syntax, without a server (tests/integration/test_tier2_live.c
+ * has the cluster). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <xxhash.h>
+
+#include "tier2/tier2.h"
+
+/* A record of 3 layers (sizes 5000, 1, 3000) in chunks of 4096 bytes. */
+struct sample {
+	uint32_t tokens[40];
+	struct tier2_layer layers[3];
+	uint64_t chunks[2];
+	struct tier2_record rec;
+};
+
+static void sample(struct sample *s)
+{
+	memset(s, 0, sizeof(*s));
+	for (uint32_t i = 0; i < 40; i++)
+		s->tokens[i] = 1000u + i * 7u;
+	s->layers[0] = (struct tier2_layer){5000, 0x1111};
+	s->layers[1] = (struct tier2_layer){1, 0x2222};
+	s->layers[2] = (struct tier2_layer){3000, 0x3333};
+	s->chunks[0] = 0xaaaa;
+	s->chunks[1] = 0xbbbb;
+	s->rec = (struct tier2_record){.generation = 0x0123456789abcdefull,
+	                               .salt_len = 5,
+	                               .salt = (const uint8_t *)"tenant",
+	                               .n_tokens = 40,
+	                               .tokens = s->tokens,
+	                               .n_layers = 3,
+	                               .layers = s->layers,
+	                               .chunk_size = 4096,
+	                               .n_chunks = 2,
+	                               .chunk_xxh3 = s->chunks};
+	for (int i = 0; i < 32; i++)
+		s->rec.fingerprint[i] = (uint8_t)(0xc0 + i);
+}
+
+static uint8_t *encoded(const struct tier2_record *rec, size_t *len)
+{
+	uint8_t *b = NULL;
+	char err[256] = "";
+	if (tier2_record_encode(rec, &b, len, err, sizeof(err)) != 0)
+		fail_msg("encode: %s", err);
+	return b;
+}
+
+/* Offsets in the sample's encoding. */
+#define OFF_SALT_LEN 48u
+#define OFF_NTOK     (OFF_SALT_LEN + 4u + 5u)
+#define OFF_NLAY     (OFF_NTOK + 4u + 40u * 4u)
+#define OFF_LAYERS   (OFF_NLAY + 4u)
+#define OFF_CS       (OFF_LAYERS + 3u * 16u)
+#define OFF_NCHUNK   (OFF_CS + 4u)
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Rewrites the final sum, so that a refusal is for what the test changed. */
+static void resum(uint8_t *b, size_t len)
+{
+	put64(b + len - 8, XXH3_64bits(b, len - 8));
+}
+
+/* Decoding must fail with a message containing want. */
+static void refused(const uint8_t *b, size_t len, const char *want)
+{
+	struct tier2_record out;
+	char err[320] = "";
+	if (tier2_record_decode(b, len, &out, err, sizeof(err)) == 0) {
+		tier2_record_free(&out);
+		fail_msg("decoded %zu bytes, want a refusal (%s)", len, want);
+	}
+	assert_null(out.mem);
+	if (want && !strstr(err, want))
+		fail_msg("message \"%s\" does not say \"%s\"", err, want);
+}
+
+static void test_round_trip(void **state)
+{
+	(void)state;
+	struct sample s;
+	sample(&s);
+	size_t len = 0;
+	uint8_t *b = encoded(&s.rec, &len);
+	assert_int_equal(len, tier2_record_size(5, 40, 3, 2));
+	assert_memory_equal(b, "K3T2\1\0\0\0", 8);
+	struct tier2_record out;
+	char err[320] = "";
+	assert_int_equal(tier2_record_decode(b, len, &out, err, sizeof(err)), 0);
+	assert_int_equal(out.generation, s.rec.generation);
+	assert_memory_equal(out.fingerprint, s.rec.fingerprint, 32);
+	assert_int_equal(out.salt_len, 5);
+	assert_memory_equal(out.salt, "tenan", 5);
+	assert_int_equal(out.n_tokens, 40);
+	assert_memory_equal(out.tokens, s.tokens, sizeof(s.tokens));
+	assert_int_equal(out.n_layers, 3);
+	assert_memory_equal(out.layers, s.layers, sizeof(s.layers));
+	assert_int_equal(out.chunk_size, 4096);
+	assert_int_equal(out.n_chunks, 2);
+	assert_memory_equal(out.chunk_xxh3, s.chunks, sizeof(s.chunks));
+	/* encode(decode(b)) == b */
+	size_t len2 = 0;
+	uint8_t *b2 = encoded(&out, &len2);
+	assert_int_equal(len2, len);
+	assert_memory_equal(b2, b, len);
+	free(b2);
+	tier2_record_free(&out);
+	assert_null(out.mem);
+	/* no salt */
+	s.rec.salt_len = 0;
+	s.rec.salt = NULL;
+	free(b);
+	b = encoded(&s.rec, &len);
+	assert_int_equal(tier2_record_decode(b, len, &out, err, sizeof(err)), 0);
+	assert_int_equal(out.salt_len, 0);
+	assert_null(out.salt);
+	tier2_record_free(&out);
+	free(b);
+}
+
+static void test_truncated_and_trailing(void **state)
+{
+	(void)state;
+	struct sample s;
+	sample(&s);
+	size_t len = 0;
+	uint8_t *b = encoded(&s.rec, &len);
+	for (size_t cut = 0; cut < len; cut++)
+		refused(b, cut, NULL);
+	refused(b, 10, "truncated");
+	refused(b, OFF_NTOK + 2, "truncated: the token count");
+	refused(b, OFF_NTOK + 20, "truncated: the tokens");
+	uint8_t *longer = malloc(len + 1);
+	memcpy(longer, b, len);
+	longer[len] = 0;
+	refused(longer, len + 1, "record sum"); /* the sum is read where it was */
+	resum(longer, len + 1);
+	refused(longer, len + 1, "trailing");
+	free(longer);
+	free(b);
+}
+
+static void test_counts_refused(void **state)
+{
+	(void)state;
+	struct sample s;
+	sample(&s);
+	size_t len = 0;
+	uint8_t *b = encoded(&s.rec, &len);
+	uint8_t *c = malloc(len);
+	const struct {
+		size_t off;
+		uint32_t v;
+		const char *want;
+	} cases[] = {
+	        {OFF_SALT_LEN, TIER2_MAX_SALT + 1, "salt_len"},
+	        {OFF_SALT_LEN, UINT32_MAX, "salt_len"},
+	        {OFF_NTOK, 0, "the token count 0"},
+	        {OFF_NTOK, TIER2_MAX_TOKENS + 1, "the token count"},
+	        {OFF_NTOK, 41, "truncated"}, /* within the limit, past the bytes */
+	        {OFF_NLAY, 0, "the layer count 0"},
+	        {OFF_NLAY, TIER2_MAX_LAYERS + 1, "the layer count"},
+	        {OFF_NLAY, 4, NULL}, /* the rest read shifted */
+	        {OFF_CS, 0, "chunk_size 0"},
+	        {OFF_CS, TIER2_CHUNK_MAX + 1, "chunk_size"},
+	        {OFF_NCHUNK, 0, "the chunk count 0"},
+	        {OFF_NCHUNK, TIER2_MAX_CHUNKS + 1, "the chunk count"},
+	        {OFF_NCHUNK, 3, "truncated"},
+	        {OFF_NCHUNK, 1, "trailing"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memcpy(c, b, len);
+		put32(c + cases[i].off, cases[i].v);
+		resum(c, len);
+		refused(c, len, cases[i].want);
+	}
+	/* the chunk count must be the sizes' */
+	memcpy(c, b, len);
+	put32(c + OFF_CS, 8192); /* 8001 bytes in chunks of 8192: 1, not 2 */
+	resum(c, len);
+	refused(c, len, "2 chunks, but 8001 bytes cut every 8192 make 1");
+	/* an empty layer */
+	memcpy(c, b, len);
+	put64(c + OFF_LAYERS + 16, 0);
+	resum(c, len);
+	refused(c, len, "layer 1 of 3 has size 0");
+	/* sizes whose sum overflows 64 bits, and sums past the entry limit */
+	memcpy(c, b, len);
+	put64(c + OFF_LAYERS, UINT64_MAX - 10);
+	put64(c + OFF_LAYERS + 32, 100);
+	resum(c, len);
+	refused(c, len, "layer 0 of 3");
+	memcpy(c, b, len);
+	put64(c + OFF_LAYERS, TIER2_MAX_ENTRY_BYTES - 1000);
+	put64(c + OFF_LAYERS + 32, 0x8000000000000000ull);
+	resum(c, len);
+	refused(c, len, "layer 2 of 3");
+	/* a version, flags or magic this reader does not know */
+	memcpy(c, b, len);
+	c[4] = 2;
+	resum(c, len);
+	refused(c, len, "version 2");
+	memcpy(c, b, len);
+	c[6] = 1;
+	resum(c, len);
+	refused(c, len, "flags");
+	memcpy(c, b, len);
+	c[0] = 'X';
+	resum(c, len);
+	refused(c, len, "magic");
+	free(c);
+	free(b);
+}
+
+static void test_corrupted(void **state)
+{
+	(void)state;
+	struct sample s;
+	sample(&s);
+	size_t len = 0;
+	uint8_t *b = encoded(&s.rec, &len);
+	/* any bit flipped anywhere: refused (by a check or by the sum) */
+	for (size_t i = 0; i < len; i++) {
+		for (int bit = 0; bit < 8; bit += 3) {
+			b[i] ^= (uint8_t)(1u << bit);
+			refused(b, len, NULL);
+			b[i] ^= (uint8_t)(1u << bit);
+		}
+	}
+	b[OFF_NTOK + 8] ^= 1; /* a token */
+	refused(b, len, "record sum");
+	free(b);
+}
+
+static void test_encode_refusals(void **state)
+{
+	(void)state;
+	struct sample s;
+	sample(&s);
+	uint8_t *b = NULL;
+	size_t len = 1;
+	char err[256] = "";
+	s.rec.n_chunks = 3;
+	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
+	assert_null(b);
+	assert_int_equal(len, 0);
+	assert_non_null(strstr(err, "3 chunks for 8001 bytes"));
+	sample(&s);
+	s.layers[1].size = 0;
+	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "layer 1 is empty"));
+	sample(&s);
+	s.rec.chunk_size = TIER2_CHUNK_MAX + 1;
+	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
+	sample(&s);
+	s.rec.n_tokens = 0;
+	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
+	assert_int_equal(tier2_chunk_count(0, 7), 0);
+	assert_int_equal(tier2_chunk_count(7, 7), 1);
+	assert_int_equal(tier2_chunk_count(8, 7), 2);
+	assert_int_equal(tier2_chunk_count(669ull << 20, TIER2_CHUNK_MAX), 669);
+}
+
+static void test_names(void **state)
+{
+	(void)state;
+	uint8_t key[32], node[16];
+	for (int i = 0; i < 32; i++)
+		key[i] = (uint8_t)((i % 16) * 17);
+	for (int i = 0; i < 16; i++)
+		node[i] = (uint8_t)(0xf0 + i);
+	char name[TIER2_NAME_MAX];
+	size_t n = tier2_name_record(name, "fleet-a", key);
+	assert_string_equal(name, "k3:fleet-a:e:"
+	                          "00112233445566778899aabbccddeeff"
+	                          "00112233445566778899aabbccddeeff");
+	assert_int_equal(n, strlen(name));
+	n = tier2_name_chunk(name, "fleet-a", key, 0x00000000deadbeefull, 668);
+	assert_string_equal(name, "k3:fleet-a:c:"
+	                          "00112233445566778899aabbccddeeff"
+	                          "00112233445566778899aabbccddeeff:00000000deadbeef:668");
+	assert_int_equal(n, strlen(name));
+	n = tier2_name_node(name, "fleet-a", node);
+	assert_string_equal(name, "k3:fleet-a:n:f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff");
+	assert_int_equal(n, strlen(name));
+	/* the longest name fits */
+	char ns[TIER2_NS_MAX + 1];
+	memset(ns, 'n', TIER2_NS_MAX);
+	ns[TIER2_NS_MAX] = '\0';
+	char err[256] = "";
+	assert_int_equal(tier2_ns_check(ns, err, sizeof(err)), 0);
+	n = tier2_name_chunk(name, ns, key, UINT64_MAX, UINT32_MAX);
+	assert_int_equal(n, TIER2_NAME_MAX - 1);
+	assert_int_equal(strlen(name), n);
+	/* the chunks of one entry spread over slots: no hash tag */
+	unsigned slots[64];
+	int distinct = 0;
+	for (uint32_t i = 0; i < 64; i++) {
+		n = tier2_name_chunk(name, "fleet-a", key, 1, i);
+		assert_null(strchr(name, '{'));
+		slots[i] = cluster_key_slot(name, n);
+		int seen = 0;
+		for (uint32_t j = 0; j < i; j++)
+			seen |= slots[j] == slots[i];
+		distinct += !seen;
+	}
+	assert_true(distinct > 56);
+}
+
+static void test_namespaces(void **state)
+{
+	(void)state;
+	char err[256] = "";
+	assert_int_equal(tier2_ns_check("a", err, sizeof(err)), 0);
+	assert_int_equal(tier2_ns_check("Uid-1000_x.y", err, sizeof(err)), 0);
+	const char *bad[] = {"", "a:b", "{tag}", "a}", "sp ace", "nl\n", "\xc3\xa9"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(tier2_ns_check(bad[i], err, sizeof(err)), -1);
+		assert_non_null(strstr(err, "namespace"));
+	}
+	assert_int_equal(tier2_ns_check(NULL, err, sizeof(err)), -1);
+	char ns[TIER2_NS_MAX + 2];
+	memset(ns, 'n', TIER2_NS_MAX + 1);
+	ns[TIER2_NS_MAX + 1] = '\0';
+	assert_int_equal(tier2_ns_check(ns, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "65 bytes"));
+}
+
+static void test_tail_hash(void **state)
+{
+	(void)state;
+	uint32_t t[40];
+	for (uint32_t i = 0; i < 40; i++)
+		t[i] = i * 3u;
+	assert_int_equal(tier2_tail_hash(t, 32, 40), XXH3_64bits(t + 32, 32));
+	assert_int_equal(tier2_tail_hash(t, 32, 32), XXH3_64bits(NULL, 0));
+	assert_int_not_equal(tier2_tail_hash(t, 32, 39), tier2_tail_hash(t, 32, 40));
+	assert_string_equal(tier2_status_name(TIER2_DAMAGED), "damaged");
+	assert_string_equal(tier2_status_name(TIER2_MISSING), "missing");
+	assert_string_equal(tier2_status_name(TIER2_TIMEOUT), "timeout");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_round_trip),
+	        cmocka_unit_test(test_truncated_and_trailing),
+	        cmocka_unit_test(test_counts_refused),
+	        cmocka_unit_test(test_corrupted),
+	        cmocka_unit_test(test_encode_refusals),
+	        cmocka_unit_test(test_names),
+	        cmocka_unit_test(test_namespaces),
+	        cmocka_unit_test(test_tail_hash),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
