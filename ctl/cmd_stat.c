@@ -30,14 +30,6 @@ static int fetch(struct ctl_backend *b, frame_response **resp)
 	return ctl_call_ok(b, &req, resp, "stat");
 }
 
-static uint64_t counter(const frame_response *r, const char *name)
-{
-	for (size_t i = 0; i < r->n_counters; i++)
-		if (!strcmp(r->counters[i]->name, name))
-			return r->counters[i]->value;
-	return 0;
-}
-
 static void print_all(const frame_response *resp, int json)
 {
 	if (json) {
@@ -59,7 +51,7 @@ static void print_all(const frame_response *resp, int json)
 			ctl_size(c->value, human, sizeof(human));
 		printf("%-24s %16" PRIu64 "  %s\n", c->name, c->value, human);
 	}
-	uint64_t hits = counter(resp, "hits"), misses = counter(resp, "misses");
+	uint64_t hits = ctl_counter(resp, "hits"), misses = ctl_counter(resp, "misses");
 	if (hits + misses)
 		printf("%-24s %15.1f%%\n", "hit_ratio",
 		       100.0 * (double)hits / (double)(hits + misses));
@@ -94,18 +86,18 @@ static int repeat(struct ctl_backend *b, double interval, long count, int json)
 		if (rc)
 			return rc;
 		double t = now();
-		double span = line ? t - t_last : (double)counter(r, "uptime_seconds");
+		double span = line ? t - t_last : (double)ctl_counter(r, "uptime_seconds");
 		if (span <= 0)
 			span = 1;
 		double rate[N_RATES];
 		for (int i = 0; i < N_RATES; i++) {
-			uint64_t v = counter(r, rates[i]);
+			uint64_t v = ctl_counter(r, rates[i]);
 			rate[i] = (double)(v - (line ? last[i] : 0)) / span;
 			last[i] = v;
 		}
 		t_last = t;
 		char stored[32], in[32], out[32];
-		ctl_size(counter(r, "bytes"), stored, sizeof(stored));
+		ctl_size(ctl_counter(r, "bytes"), stored, sizeof(stored));
 		ctl_size((uint64_t)rate[4], in, sizeof(in));
 		ctl_size((uint64_t)rate[5], out, sizeof(out));
 		if (json) {
@@ -115,17 +107,18 @@ static int repeat(struct ctl_backend *b, double interval, long count, int json)
 			       "\"publishes_per_s\": "
 			       "%.1f, \"restores_per_s\": %.1f, \"bytes_in_per_s\": %.0f, "
 			       "\"bytes_out_per_s\": %.0f}\n",
-			       counter(r, "entries"), counter(r, "bytes"),
-			       counter(r, "connections_open"), rate[0], rate[1], rate[2], rate[3],
-			       rate[4], rate[5]);
+			       ctl_counter(r, "entries"), ctl_counter(r, "bytes"),
+			       ctl_counter(r, "connections_open"), rate[0], rate[1], rate[2],
+			       rate[3], rate[4], rate[5]);
 		} else {
 			if (line % 20 == 0)
 				printf("%8s %10s %5s %9s %9s %9s %9s %10s %10s\n", "entries",
 				       "stored", "conns", "hits/s", "misses/s", "publish/s",
 				       "restore/s", "in/s", "out/s");
 			printf("%8" PRIu64 " %10s %5" PRIu64 " %9.1f %9.1f %9.1f %9.1f %10s %10s\n",
-			       counter(r, "entries"), stored, counter(r, "connections_open"),
-			       rate[0], rate[1], rate[2], rate[3], in, out);
+			       ctl_counter(r, "entries"), stored,
+			       ctl_counter(r, "connections_open"), rate[0], rate[1], rate[2],
+			       rate[3], in, out);
 		}
 		fflush(stdout);
 		ctl_response_free(b, r);

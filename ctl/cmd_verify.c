@@ -28,14 +28,6 @@ struct watch {
 	atomic_int stop;
 };
 
-static uint64_t counter(const frame_response *r, const char *name)
-{
-	for (size_t i = 0; i < r->n_counters; i++)
-		if (!strcmp(r->counters[i]->name, name))
-			return r->counters[i]->value;
-	return 0;
-}
-
 /* Draws the daemon's verify progress until told to stop. A daemon that does
  * not count it (or a failed Stat) leaves the note on the screen. */
 static void *watch_daemon(void *arg)
@@ -56,8 +48,8 @@ static void *watch_daemon(void *arg)
 		frame_response *r = NULL;
 		if (k3cache_call(c, &req, &r, &e) != 0)
 			break;
-		uint64_t total = counter(r, "verify_total_bytes");
-		uint64_t done = counter(r, "verify_done_bytes");
+		uint64_t total = ctl_counter(r, "verify_total_bytes");
+		uint64_t done = ctl_counter(r, "verify_done_bytes");
 		k3cache_response_free(r);
 		if (total && !begun) {
 			ctl_progress_end(w->prog); /* the note */

@@ -123,6 +123,8 @@ struct json_t;
 /* Prints a JSON document (indented, in insertion order) and a newline to
  * out, then frees it. */
 void ctl_print_json(FILE *out, struct json_t *doc);
+/* The value of a Stat answer's counter; 0 when it has none by that name. */
+uint64_t ctl_counter(const frame_response *r, const char *name);
 
 /* The hex of up to 64 bytes as a JSON string. */
 struct json_t *ctl_hex_json(const uint8_t *bytes, size_t len);

@@ -115,6 +115,14 @@ int ctl_parse_tokens(const char *list, uint32_t **out, uint32_t *n, char *err, s
 	return 0;
 }
 
+uint64_t ctl_counter(const frame_response *r, const char *name)
+{
+	for (size_t i = 0; i < r->n_counters; i++)
+		if (!strcmp(r->counters[i]->name, name))
+			return r->counters[i]->value;
+	return 0;
+}
+
 void ctl_print_json(FILE *out, json_t *doc)
 {
 	char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

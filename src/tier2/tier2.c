@@ -2,6 +2,7 @@
  * (tier2_io.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tier2/tier2_io.h"
 
@@ -49,6 +50,15 @@ enum tier2_status tier2_io_pipeline(struct cluster_router *r, struct cluster_cmd
 	tier2_io_err(err, errsz, "tier2: %s: %zu of %zu commands got no reply: %s", what, failed, n,
 	             cluster_error(r));
 	return timed_out ? TIER2_TIMEOUT : TIER2_NODE_ERROR;
+}
+
+void tier2_io_cmd2(struct cluster_cmd *cmd, struct tier2_cmd2 *c, const char *verb, size_t name_len)
+{
+	c->argv[0] = verb;
+	c->len[0] = strlen(verb);
+	c->argv[1] = c->name;
+	c->len[1] = name_len;
+	*cmd = (struct cluster_cmd){c->name, name_len, 2, c->argv, c->len, NULL};
 }
 
 void tier2_io_free_replies(struct cluster_cmd *cmds, size_t n)

@@ -9,21 +9,6 @@
 
 #define CHUNKS_PER_TRIP 16u
 
-struct cmdbuf {
-	char name[TIER2_NAME_MAX];
-	const char *argv[2];
-	size_t len[2];
-};
-
-static void cmd_of(struct cluster_cmd *cmd, struct cmdbuf *c, size_t name_len)
-{
-	c->argv[0] = "GET";
-	c->len[0] = 3;
-	c->argv[1] = c->name;
-	c->len[1] = name_len;
-	*cmd = (struct cluster_cmd){c->name, name_len, 2, c->argv, c->len, NULL};
-}
-
 /* The class of a reply that is not the string wanted. */
 static enum tier2_status bad_reply(const redisReply *rep, const char *name, const char *what,
                                    char *err, size_t errsz)
@@ -47,9 +32,9 @@ static enum tier2_status get_record(struct cluster_router *r, const char *ns, co
                                     struct tier2_record *rec, struct tier2_stats *stats, char *err,
                                     size_t errsz)
 {
-	struct cmdbuf c;
+	struct tier2_cmd2 c;
 	struct cluster_cmd cmd;
-	cmd_of(&cmd, &c, tier2_name_record(c.name, ns, key));
+	tier2_io_cmd2(&cmd, &c, "GET", tier2_name_record(c.name, ns, key));
 	enum tier2_status st = tier2_io_pipeline(r, &cmd, 1, "reading a record", err, errsz);
 	if (st != TIER2_OK)
 		return st;
@@ -91,7 +76,7 @@ static enum tier2_status get_chunks(struct cluster_router *r, const char *ns, co
                                     uint64_t total, struct tier2_stats *stats, char *err,
                                     size_t errsz)
 {
-	struct cmdbuf cb[CHUNKS_PER_TRIP];
+	struct tier2_cmd2 cb[CHUNKS_PER_TRIP];
 	struct cluster_cmd cmds[CHUNKS_PER_TRIP];
 	uint32_t layer = 0;
 	size_t off = 0;
@@ -101,8 +86,9 @@ static enum tier2_status get_chunks(struct cluster_router *r, const char *ns, co
 		uint32_t k = rec->n_chunks - first < CHUNKS_PER_TRIP ? rec->n_chunks - first
 		                                                     : CHUNKS_PER_TRIP;
 		for (uint32_t j = 0; j < k; j++)
-			cmd_of(&cmds[j], &cb[j],
-			       tier2_name_chunk(cb[j].name, ns, key, rec->generation, first + j));
+			tier2_io_cmd2(
+			        &cmds[j], &cb[j], "GET",
+			        tier2_name_chunk(cb[j].name, ns, key, rec->generation, first + j));
 		st = tier2_io_pipeline(r, cmds, k, "reading chunks", err, errsz);
 		for (uint32_t j = 0; j < k && st == TIER2_OK; j++) {
 			const redisReply *rep = cmds[j].reply;

@@ -43,6 +43,16 @@ void tier2_io_err(char *err, size_t errsz, const char *fmt, ...)
 enum tier2_status tier2_io_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size_t n,
                                     const char *what, char *err, size_t errsz);
 
+/* A command of two words, VERB NAME, with room for the name: fill c->name,
+ * then tier2_io_cmd2() points cmd at it for cluster_pipeline. */
+struct tier2_cmd2 {
+	char name[TIER2_NAME_MAX];
+	const char *argv[2];
+	size_t len[2];
+};
+void tier2_io_cmd2(struct cluster_cmd *cmd, struct tier2_cmd2 *c, const char *verb,
+                   size_t name_len);
+
 /* Frees every reply of cmds[0..n) and sets them NULL. */
 void tier2_io_free_replies(struct cluster_cmd *cmds, size_t n);
 

@@ -9,12 +9,6 @@
 #define NODES_PER_TRIP   8u /* HGETALLs per round trip */
 #define RECORDS_PER_TRIP 8u /* candidate records per round trip */
 
-struct cmdbuf {
-	char name[TIER2_NAME_MAX];
-	const char *argv[2];
-	size_t len[2];
-};
-
 struct cand {
 	uint32_t p;
 	uint8_t key[TIER2_KEY_LEN];
@@ -34,15 +28,6 @@ struct look {
 	char *err;
 	size_t errsz;
 };
-
-static void cmd_of(struct cluster_cmd *cmd, struct cmdbuf *c, const char *verb, size_t name_len)
-{
-	c->argv[0] = verb;
-	c->len[0] = strlen(verb);
-	c->argv[1] = c->name;
-	c->len[1] = name_len;
-	*cmd = (struct cluster_cmd){c->name, name_len, 2, c->argv, c->len, NULL};
-}
 
 /* A pipeline whose failure is remembered (the first one's message kept) and
  * otherwise ignored: a command without a reply reads as absent. */
@@ -71,7 +56,7 @@ static void note_error_reply(struct look *l, const redisReply *rep, const char *
  * the answer is a depth whose node exists (or 0), which only shortens. */
 static uint32_t deepest(struct look *l, uint32_t kn)
 {
-	struct cmdbuf cb[TIER2_PROBES];
+	struct tier2_cmd2 cb[TIER2_PROBES];
 	struct cluster_cmd cmds[TIER2_PROBES];
 	uint32_t q[TIER2_PROBES];
 	uint32_t lo = 0, hi = kn;
@@ -79,8 +64,8 @@ static uint32_t deepest(struct look *l, uint32_t kn)
 		uint32_t span = hi - lo, k = span < TIER2_PROBES ? span : TIER2_PROBES;
 		for (uint32_t j = 0; j < k; j++) {
 			q[j] = lo + (uint32_t)((uint64_t)span * (j + 1) / k);
-			cmd_of(&cmds[j], &cb[j], "EXISTS",
-			       tier2_name_node(cb[j].name, l->ns, l->h[q[j]]));
+			tier2_io_cmd2(&cmds[j], &cb[j], "EXISTS",
+			              tier2_name_node(cb[j].name, l->ns, l->h[q[j]]));
 		}
 		run(l, cmds, k, "probing the prefix index");
 		uint32_t new_lo = lo, new_hi = hi;
@@ -162,13 +147,13 @@ static int record_matches(const struct look *l, const redisReply *rep, const str
  * index, or -1. */
 static long check_cands(struct look *l, const struct cand *c, size_t n)
 {
-	struct cmdbuf cb[RECORDS_PER_TRIP];
+	struct tier2_cmd2 cb[RECORDS_PER_TRIP];
 	struct cluster_cmd cmds[RECORDS_PER_TRIP];
 	for (size_t first = 0; first < n; first += RECORDS_PER_TRIP) {
 		size_t k = n - first < RECORDS_PER_TRIP ? n - first : RECORDS_PER_TRIP;
 		for (size_t j = 0; j < k; j++)
-			cmd_of(&cmds[j], &cb[j], "GET",
-			       tier2_name_record(cb[j].name, l->ns, c[first + j].key));
+			tier2_io_cmd2(&cmds[j], &cb[j], "GET",
+			              tier2_name_record(cb[j].name, l->ns, c[first + j].key));
 		run(l, cmds, k, "reading candidate records");
 		long found = -1;
 		for (size_t j = 0; j < k && found < 0; j++) {
@@ -227,13 +212,13 @@ enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
 	}
 	prefix_block_hashes(fingerprint, salt, salt_len, tokens, n, l.h);
 	uint32_t top = deepest(&l, kn);
-	struct cmdbuf cb[NODES_PER_TRIP];
+	struct tier2_cmd2 cb[NODES_PER_TRIP];
 	struct cluster_cmd cmds[NODES_PER_TRIP];
 	for (uint32_t d = top + 1; d > 0 && !*prefix_len;) {
 		uint32_t k = d < NODES_PER_TRIP ? d : NODES_PER_TRIP;
 		for (uint32_t j = 0; j < k; j++)
-			cmd_of(&cmds[j], &cb[j], "HGETALL",
-			       tier2_name_node(cb[j].name, ns, l.h[d - 1 - j]));
+			tier2_io_cmd2(&cmds[j], &cb[j], "HGETALL",
+			              tier2_name_node(cb[j].name, ns, l.h[d - 1 - j]));
 		run(&l, cmds, k, "reading prefix-index nodes");
 		size_t nc = 0;
 		for (uint32_t j = 0; j < k; j++) {
