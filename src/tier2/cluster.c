@@ -31,7 +31,9 @@ struct cluster_router {
 	size_t n_seeds; /* nodes[0..n_seeds) */
 	struct node *nodes;
 	size_t n_nodes;
-	uint16_t slot[CLUSTER_SLOTS]; /* index into nodes, or CLUSTER_NO_NODE */
+	uint16_t slot[CLUSTER_SLOTS];       /* index into nodes, or CLUSTER_NO_NODE */
+	uint16_t master[CLUSTER_MAX_NODES]; /* the map's masters, by address */
+	size_t n_masters;
 	int have_map, map_stale;
 	uint64_t refreshed_at;
 	size_t refresh_next; /* the node a refresh asks first */
@@ -324,6 +326,12 @@ void cluster_router_free(struct cluster_router *r)
 	free(r);
 }
 
+static int addr_cmp(const struct cluster_addr *a, const struct cluster_addr *b)
+{
+	int c = strcmp(a->host, b->host);
+	return c ? c : (a->port > b->port) - (a->port < b->port);
+}
+
 /* Installs r->scratch (parsed from node `from`) as the map. */
 static int install_map(struct cluster_router *r)
 {
@@ -337,6 +345,17 @@ static int install_map(struct cluster_router *r)
 	}
 	for (size_t s = 0; s < CLUSTER_SLOTS; s++)
 		r->slot[s] = m->slot[s] == CLUSTER_NO_NODE ? CLUSTER_NO_NODE : idx[m->slot[s]];
+	/* the masters by address (an insertion sort: at most CLUSTER_MAX_NODES) */
+	r->n_masters = 0;
+	for (size_t k = 0; k < m->n_nodes; k++) {
+		size_t j = r->n_masters++;
+		while (j > 0 &&
+		       addr_cmp(&r->nodes[r->master[j - 1]].addr, &r->nodes[idx[k]].addr) > 0) {
+			r->master[j] = r->master[j - 1];
+			j--;
+		}
+		r->master[j] = idx[k];
+	}
 	r->have_map = 1;
 	r->map_stale = 0;
 	r->stats.map_refreshes++;
@@ -668,5 +687,40 @@ int cluster_slot_node(const struct cluster_router *r, unsigned slot, struct clus
 	if (slot >= CLUSTER_SLOTS || r->slot[slot] == CLUSTER_NO_NODE)
 		return -1;
 	*out = r->nodes[r->slot[slot]].addr;
+	return 0;
+}
+
+size_t cluster_n_masters(struct cluster_router *r)
+{
+	if (maybe_refresh(r) != 0)
+		return 0;
+	return r->n_masters;
+}
+
+int cluster_command_node(struct cluster_router *r, size_t master, int argc, const char **argv,
+                         const size_t *argvlen, redisReply **reply)
+{
+	char name[40];
+	*reply = NULL;
+	if (argc < 1 || !argv || !argvlen) {
+		seterr(r, "cluster: a command with no arguments");
+		return -1;
+	}
+	cmd_name(argv[0], argvlen[0], name, sizeof(name));
+	if (maybe_refresh(r) != 0)
+		return -1;
+	if (master >= r->n_masters) {
+		seterr(r, "cluster: %s: no master %zu (the map has %zu)", name, master,
+		       r->n_masters);
+		return -1;
+	}
+	int t = r->master[master];
+	if (!node_ready(r, t))
+		return -1;
+	redisReply *rep = roundtrip(r, &r->nodes[t], name, argc, argv, argvlen);
+	if (!rep)
+		return -1;
+	node_ok(&r->nodes[t]);
+	*reply = rep;
 	return 0;
 }

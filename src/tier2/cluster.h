@@ -118,6 +118,19 @@ struct cluster_redirect {
 int cluster_redirect_parse(const char *str, size_t len, const char *asked_host,
                            struct cluster_redirect *out, char *err, size_t errsz);
 
+/* ---- SCAN replies ---- */
+
+#define CLUSTER_CURSOR_MAX 20 /* decimal digits of a SCAN cursor (a u64) */
+
+/* Checks a SCAN reply: an array of exactly two elements, the cursor (a string
+ * of 1..CLUSTER_CURSOR_MAX decimal digits, at most 2^64 - 1) and the keys (an
+ * array whose every element is a string). Returns 0 with the cursor copied to
+ * cursor (NUL-terminated; "0": the scan is over) and *keys the key array (in
+ * reply), or -1 with a message in err. The keys' lengths are the caller's to
+ * bound (a name it wants has a known length). */
+int cluster_scan_parse(const redisReply *reply, char cursor[CLUSTER_CURSOR_MAX + 1],
+                       const redisReply **keys, char *err, size_t errsz);
+
 /* ---- bounded readers ---- */
 
 /* A hiredis reader (redisReaderCreate) that refuses arrays of more than
@@ -199,5 +212,22 @@ struct cluster_stats cluster_stats(const struct cluster_router *r);
 /* The master the router's map gives for slot: 0 with *out set, or -1 when it
  * has none. */
 int cluster_slot_node(const struct cluster_router *r, unsigned slot, struct cluster_addr *out);
+
+/* The number of masters in the current map (read first when the router has
+ * none, or refreshed when it is stale, as before a command), numbered
+ * 0..n-1 in the order of their addresses (host, then port), so that the
+ * numbers stay put while the map does. 0 when no map can be read
+ * (cluster_error() says why). */
+size_t cluster_n_masters(struct cluster_router *r);
+
+/* Sends one command (argc >= 1 arguments) to master number `master` of the
+ * current map (cluster_n_masters), for commands about a node rather than a
+ * key (SCAN, DBSIZE, INFO). The node's connection, deadline and backoff are
+ * the same as for cluster_command_argv; a redirection is not followed (it is
+ * returned as the error reply it is). Returns 0 with *reply set (possibly an
+ * error reply), or -1 with *reply NULL and cluster_error() set: no map, no
+ * such master, the node failing or backing off, a timeout. */
+int cluster_command_node(struct cluster_router *r, size_t master, int argc, const char **argv,
+                         const size_t *argvlen, redisReply **reply);
 
 #endif

@@ -436,6 +436,54 @@ int cluster_map_parse(const redisReply *reply, const char *asked_host, struct cl
 	return 0;
 }
 
+int cluster_scan_parse(const redisReply *reply, char cursor[CLUSTER_CURSOR_MAX + 1],
+                       const redisReply **keys, char *err, size_t errsz)
+{
+	char sh[80];
+	cursor[0] = '\0';
+	*keys = NULL;
+	if (!is_array(reply, 2) || reply->elements != 2) {
+		seterr(err, errsz, "SCAN: the reply is %s, want an array of 2",
+		       reply && reply->type == REDIS_REPLY_ARRAY ? "an array of another length"
+		                                                 : shape(reply, 2, sh, sizeof(sh)));
+		return -1;
+	}
+	const redisReply *c = reply->element[0], *k = reply->element[1];
+	if (!is_string(c) || c->len == 0 || c->len > CLUSTER_CURSOR_MAX) {
+		seterr(err, errsz, "SCAN: the cursor is %s%s, want 1..%d decimal digits",
+		       c ? type_name(c->type) : "missing", is_string(c) ? " of another length" : "",
+		       CLUSTER_CURSOR_MAX);
+		return -1;
+	}
+	uint64_t v = 0;
+	for (size_t i = 0; i < c->len; i++) {
+		unsigned d = (unsigned char)c->str[i] - (unsigned)'0';
+		if (d > 9 || v > (UINT64_MAX - d) / 10) {
+			char shown_c[2 * CLUSTER_CURSOR_MAX + 1];
+			seterr(err, errsz, "SCAN: the cursor \"%s\" is not a decimal u64",
+			       shown(shown_c, sizeof(shown_c), c->str, c->len));
+			return -1;
+		}
+		v = v * 10 + d;
+	}
+	if (!k || k->type != REDIS_REPLY_ARRAY || (k->elements && !k->element)) {
+		seterr(err, errsz, "SCAN: the keys are %s, want an array",
+		       k ? type_name(k->type) : "missing");
+		return -1;
+	}
+	for (size_t i = 0; i < k->elements; i++) {
+		if (!is_string(k->element[i])) {
+			seterr(err, errsz, "SCAN: key %zu is %s, want a string", i,
+			       k->element[i] ? type_name(k->element[i]->type) : "missing");
+			return -1;
+		}
+	}
+	memcpy(cursor, c->str, c->len);
+	cursor[c->len] = '\0';
+	*keys = k;
+	return 0;
+}
+
 int cluster_redirect_parse(const char *str, size_t len, const char *asked_host,
                            struct cluster_redirect *out, char *err, size_t errsz)
 {

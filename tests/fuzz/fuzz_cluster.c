@@ -1,9 +1,10 @@
 /* fuzz_cluster: what the tier-2 router reads from the network and from its
  * operator (src/tier2/cluster_parse.c), on arbitrary bytes: RESP through a
- * bounded hiredis reader, every reply through the CLUSTER SLOTS parser and
- * every error reply through the MOVED/ASK parser; the bytes themselves as a
- * redirection, a seed list and a key. What the parsers accept must hold
- * their promises (slots in range, ports 1..65535, hosts of checked bytes). */
+ * bounded hiredis reader, every reply through the CLUSTER SLOTS and SCAN
+ * parsers and every error reply through the MOVED/ASK parser; the bytes
+ * themselves as a redirection, a seed list and a key. What the parsers accept
+ * must hold their promises (slots in range, ports 1..65535, hosts of checked
+ * bytes, a cursor of digits, keys that are strings). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,18 @@ static void check_reply(const redisReply *rep)
 	}
 	if (rep->type == REDIS_REPLY_ERROR)
 		check_redirect(rep->str, rep->len);
+	char cursor[CLUSTER_CURSOR_MAX + 1];
+	const redisReply *keys = NULL;
+	if (cluster_scan_parse(rep, cursor, &keys, err, sizeof(err)) == 0) {
+		size_t n = strlen(cursor);
+		if (n == 0 || n > CLUSTER_CURSOR_MAX || !keys || keys->type != REDIS_REPLY_ARRAY)
+			abort();
+		for (size_t i = 0; i < keys->elements; i++)
+			if (keys->element[i]->type != REDIS_REPLY_STRING)
+				abort();
+	} else if (strlen(err) == 0 || keys) {
+		abort();
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -147,6 +147,33 @@ static void test_set_get_spread(void **state)
 	assert_int_equal(rep->type, REDIS_REPLY_ERROR);
 	assert_non_null(strstr(rep->str, "WRONGTYPE"));
 	freeReplyObject(rep);
+	/* the masters by number, in the order of their addresses (here their
+	 * ports): each is the node that says so, and their keys are all 210 */
+	assert_int_equal(cluster_n_masters(r), (size_t)cl.n);
+	const char *dbs[] = {"DBSIZE"}, *myid[] = {"CLUSTER", "MYID"};
+	const size_t dbs_len[] = {6}, myid_len[] = {7, 4};
+	long long sum = 0;
+	int last_port = 0;
+	for (size_t m = 0; m < cluster_n_masters(r); m++) {
+		assert_int_equal(cluster_command_node(r, m, 1, dbs, dbs_len, &rep), 0);
+		assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+		sum += rep->integer;
+		freeReplyObject(rep);
+		assert_int_equal(cluster_command_node(r, m, 2, myid, myid_len, &rep), 0);
+		assert_int_equal(rep->type, REDIS_REPLY_STRING);
+		int node = -1;
+		for (int i = 0; i < cl.n; i++)
+			if (strcmp(rep->str, cl.id[i]) == 0)
+				node = i;
+		freeReplyObject(rep);
+		assert_true(node >= 0);
+		assert_true(cl.port[node] > last_port);
+		last_port = cl.port[node];
+	}
+	assert_int_equal(sum, 210);
+	assert_int_equal(cluster_command_node(r, (size_t)cl.n, 1, dbs, dbs_len, &rep), -1);
+	assert_null(rep);
+	assert_non_null(strstr(cluster_error(r), "no master 3 (the map has 3)"));
 	struct cluster_stats st = cluster_stats(r);
 	assert_int_equal(st.map_refreshes, 1);
 	assert_int_equal(st.moved + st.asks, 0);

@@ -497,6 +497,64 @@ static void test_bounded_reader(void **state)
 	redisReaderFree(rd);
 }
 
+/* A SCAN reply from bytes must be refused with a message containing want. */
+static void scan_refused(const char *bytes, size_t len, const char *want)
+{
+	redisReply *rep = resp(bytes, len);
+	assert_non_null(rep);
+	char cursor[CLUSTER_CURSOR_MAX + 1] = "x", err[256] = "";
+	const redisReply *keys = (const redisReply *)1;
+	if (cluster_scan_parse(rep, cursor, &keys, err, sizeof(err)) == 0)
+		fail_msg("SCAN reply %.*s accepted, want a refusal (%s)", (int)len, bytes, want);
+	assert_null(keys);
+	assert_string_equal(cursor, "");
+	if (!strstr(err, want))
+		fail_msg("message \"%s\" does not say \"%s\"", err, want);
+	freeReplyObject(rep);
+}
+#define SCAN_REFUSED(lit, want) scan_refused(lit, sizeof(lit) - 1, want)
+
+static void test_scan_reply(void **state)
+{
+	(void)state;
+	char cursor[CLUSTER_CURSOR_MAX + 1], err[256] = "";
+	const redisReply *keys = NULL;
+	/* as a Redis 7 node answers SCAN 0 MATCH k3:t:e:* COUNT 512 */
+	redisReply *rep = RESP("*2\r\n$4\r\n1792\r\n*2\r\n$5\r\nk3:a1\r\n$0\r\n\r\n");
+	assert_int_equal(cluster_scan_parse(rep, cursor, &keys, err, sizeof(err)), 0);
+	assert_string_equal(cursor, "1792");
+	assert_int_equal(keys->elements, 2);
+	assert_int_equal(keys->element[0]->len, 5);
+	assert_int_equal(keys->element[1]->len, 0);
+	freeReplyObject(rep);
+	/* the last page: cursor 0, no keys; the largest cursor */
+	rep = RESP("*2\r\n$1\r\n0\r\n*0\r\n");
+	assert_int_equal(cluster_scan_parse(rep, cursor, &keys, err, sizeof(err)), 0);
+	assert_string_equal(cursor, "0");
+	assert_int_equal(keys->elements, 0);
+	freeReplyObject(rep);
+	rep = RESP("*2\r\n$20\r\n18446744073709551615\r\n*0\r\n");
+	assert_int_equal(cluster_scan_parse(rep, cursor, &keys, err, sizeof(err)), 0);
+	assert_string_equal(cursor, "18446744073709551615");
+	freeReplyObject(rep);
+	/* shapes refused */
+	SCAN_REFUSED("-ERR unknown command\r\n", "an error");
+	SCAN_REFUSED(":5\r\n", "an integer");
+	SCAN_REFUSED("*1\r\n$1\r\n0\r\n", "want an array of 2");
+	SCAN_REFUSED("*3\r\n$1\r\n0\r\n*0\r\n*0\r\n", "another length");
+	SCAN_REFUSED("*2\r\n:0\r\n*0\r\n", "the cursor is an integer");
+	SCAN_REFUSED("*2\r\n$0\r\n\r\n*0\r\n", "the cursor is a string of another length");
+	SCAN_REFUSED("*2\r\n$21\r\n100000000000000000000\r\n*0\r\n", "another length");
+	SCAN_REFUSED("*2\r\n$20\r\n18446744073709551616\r\n*0\r\n", "not a decimal u64");
+	SCAN_REFUSED("*2\r\n$2\r\n-1\r\n*0\r\n", "not a decimal u64");
+	SCAN_REFUSED("*2\r\n$2\r\n1 \r\n*0\r\n", "not a decimal u64");
+	SCAN_REFUSED("*2\r\n$1\r\n0\r\n$3\r\nabc\r\n", "the keys are a string");
+	SCAN_REFUSED("*2\r\n$1\r\n0\r\n*-1\r\n", "the keys are nil");
+	SCAN_REFUSED("*2\r\n$1\r\n0\r\n*2\r\n$1\r\na\r\n:7\r\n", "key 1 is an integer");
+	SCAN_REFUSED("*2\r\n$1\r\n0\r\n*1\r\n*0\r\n", "key 0 is an array");
+	SCAN_REFUSED("*2\r\n$1\r\n0\r\n*1\r\n$-1\r\n", "key 0 is nil");
+}
+
 static void test_router_refusals(void **state)
 {
 	(void)state;
@@ -542,6 +600,14 @@ static void test_router_refusals(void **state)
 	assert_int_equal(cluster_pipeline(r, cmds, 2), 2);
 	assert_null(cmds[0].reply);
 	assert_int_equal(cluster_pipeline(r, cmds, 0), 0);
+	/* no map: no masters, and no command for one */
+	assert_int_equal(cluster_n_masters(r), 0);
+	const char *scan[] = {"SCAN", "0"};
+	const size_t scan_lens[] = {4, 1};
+	rep = (redisReply *)1;
+	assert_int_equal(cluster_command_node(r, 0, 2, scan, scan_lens, &rep), -1);
+	assert_null(rep);
+	assert_non_null(strstr(cluster_error(r), "no node gave a slot map"));
 	cluster_router_free(r);
 	cluster_router_free(NULL);
 }
@@ -553,6 +619,7 @@ int main(void)
 	        cmocka_unit_test(test_map_refusals),   cmocka_unit_test(test_map_masters_bound),
 	        cmocka_unit_test(test_redirect),       cmocka_unit_test(test_seeds),
 	        cmocka_unit_test(test_bounded_reader), cmocka_unit_test(test_router_refusals),
+	        cmocka_unit_test(test_scan_reply),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
