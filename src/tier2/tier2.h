@@ -1,5 +1,6 @@
 /* tier2: the data layout of tier 2 in a Redis Cluster, and the blocking
- * put / longest-prefix / get over the router (cluster.h). Issue 17, item 3.
+ * put / longest-prefix / get / delete over the router (cluster.h). Issue 17,
+ * item 3.
  *
  * Layout (contract). NS is the caller's namespace, 1..TIER2_NS_MAX bytes of
  * [A-Za-z0-9._-] (no ':' and no '{' or '}', so no key has a hash tag and the
@@ -45,8 +46,15 @@
  * record, then the index nodes. A reader that finds a node or a record finds
  * the chunks, or a missing one (a miss). A re-publish deletes the chunks of
  * the generation it replaced, after its own record is in place; a reader
- * still on the old one then misses. A put that fails part-way leaves orphan
- * chunks that only an expiry or Redis's eviction removes.
+ * still on the old one then misses. A put that fails part-way deletes what
+ * it wrote (best effort: a node that failed keeps its part until an expiry
+ * or an eviction): its chunks, and when its record was in place, that record
+ * (if still its own), its index field and the replaced generation's chunks.
+ *
+ * Delete of a generation: its chunks, its field in node h_D, then its record
+ * (the handle: a delete that failed part-way can be run again); the "+"
+ * fields of its path stay, shared with other entries. A record of another
+ * generation is another put's and is left alone.
  *
  * Lookup of a prompt of n tokens: its block hashes h_1..h_{n/16}; the deepest
  * node present is found by a search that probes TIER2_PROBES depths per
@@ -106,20 +114,22 @@ const char *tier2_status_name(enum tier2_status st);
 
 /* Counters that the calls add to (the caller zeroes them once). */
 struct tier2_stats {
-	uint64_t bytes_out;      /* value bytes written: chunks, records, node fields */
-	uint64_t bytes_in;       /* value bytes read: chunks, records, node fields */
-	uint64_t puts;           /* entries written whole */
-	uint64_t put_failures;   /* puts that failed */
-	uint64_t old_chunks_del; /* chunks of a replaced generation deleted */
-	uint64_t lookups;        /* tier2_longest calls */
-	uint64_t lookup_hits;    /* of those, a prefix found */
-	uint64_t stale;          /* index fields whose record was gone or did not match */
-	uint64_t gets;           /* tier2_get calls */
-	uint64_t hits;           /* of those, an entry returned */
-	uint64_t miss_missing;   /* gets that missed: a key gone */
-	uint64_t miss_damaged;   /* a check failed */
-	uint64_t miss_timeout;   /* a round trip timed out */
-	uint64_t miss_node;      /* a node failed otherwise */
+	uint64_t bytes_out;         /* value bytes written: chunks, records, node fields */
+	uint64_t bytes_in;          /* value bytes read: chunks, records, node fields */
+	uint64_t puts;              /* entries written whole */
+	uint64_t put_failures;      /* puts that failed */
+	uint64_t old_chunks_del;    /* chunks of a replaced generation deleted */
+	uint64_t put_existing;      /* keep_existing puts that found the entry there */
+	uint64_t undone_chunks_del; /* chunks of a failed put deleted */
+	uint64_t lookups;           /* tier2_longest calls */
+	uint64_t lookup_hits;       /* of those, a prefix found */
+	uint64_t stale;             /* index fields whose record was gone or did not match */
+	uint64_t gets;              /* tier2_get calls */
+	uint64_t hits;              /* of those, an entry returned */
+	uint64_t miss_missing;      /* gets that missed: a key gone */
+	uint64_t miss_damaged;      /* a check failed */
+	uint64_t miss_timeout;      /* a round trip timed out */
+	uint64_t miss_node;         /* a node failed otherwise */
 };
 
 /* ---- the entry record (tier2_record.c) ---- */
@@ -196,18 +206,73 @@ struct tier2_put_options {
 	uint32_t ttl_s;         /* 0: no expiry; else EX ttl_s on every key written */
 	uint32_t chunk_size;    /* 0: TIER2_CHUNK_MAX */
 	uint32_t max_in_flight; /* chunks written per pipeline; 0: 16 */
+	int keep_existing;      /* when the key has a record that decodes and is
+	                         * the same entry's (model, salt, tokens): write
+	                         * nothing (its chunks are not checked) */
 };
 
-/* Writes the entry of model fingerprint, salt and tokens [0, n_tokens) with
- * one blob per layer, in the order above. stats may be NULL. Returns TIER2_OK,
- * or TIER2_INVALID (a bad namespace, no tokens or blobs, an empty blob, a
- * limit exceeded), TIER2_TIMEOUT, TIER2_NODE_ERROR or TIER2_NOMEM with a
- * message in err naming the key and the reason. */
+/* The entry's bytes in order (the layer blobs end to end), pulled by the put. */
+struct tier2_source {
+	/* Copies the next len bytes to dst: 0, or -1 with a message in err (the
+	 * put then fails with TIER2_DAMAGED: the source's bytes failed a check). */
+	int (*read)(void *ctx, void *dst, size_t len, char *err, size_t errsz);
+	void *ctx;
+};
+
+struct tier2_put_result {
+	uint64_t generation; /* the record's generation written (or found, when existed) */
+	uint32_t n_chunks;
+	uint64_t bytes; /* the sum of the layer sizes */
+	int existed;    /* keep_existing: a valid record was already there; nothing written */
+};
+
+/* Writes the entry of model fingerprint, salt and tokens [0, n_tokens) whose
+ * layers have the sizes and checksums (checksum_blob) in layers, reading its
+ * bytes from src chunk by chunk (into max_in_flight buffers of chunk_size
+ * bytes, each read one call of at most chunk_size bytes) in the order above.
+ * Each layer's bytes are checked against its checksum as they pass; the
+ * record is written only when all of them match. With keep_existing, a
+ * record already there of the same entry is kept: res->existed, nothing
+ * read from src. res and stats may be NULL.
+ *
+ * Returns TIER2_OK (res filled), or TIER2_INVALID (a bad namespace, no tokens
+ * or layers, an empty layer, a limit exceeded), TIER2_DAMAGED (src failed,
+ * or a layer's bytes do not match its checksum), TIER2_TIMEOUT,
+ * TIER2_NODE_ERROR or TIER2_NOMEM with a message in err naming the key and
+ * the reason. A put that fails after writing leaves nothing of its
+ * generation (best effort): its chunks written so far are deleted, and when
+ * its record was written, the record (if still its own), its index field and
+ * the chunks of the generation it replaced. */
+enum tier2_status tier2_put_from(struct cluster_router *r, const char *ns,
+                                 const uint8_t fingerprint[32], const void *salt, size_t salt_len,
+                                 const uint32_t *tokens, uint32_t n_tokens,
+                                 const struct tier2_layer *layers, uint32_t n_layers,
+                                 const struct tier2_source *src,
+                                 const struct tier2_put_options *opt, struct tier2_put_result *res,
+                                 struct tier2_stats *stats, char *err, size_t errsz);
+
+/* tier2_put_from with one contiguous blob per layer, whose checksums it
+ * computes (TIER2_INVALID also for an empty blob). */
 enum tier2_status tier2_put(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32],
                             const void *salt, size_t salt_len, const uint32_t *tokens,
                             uint32_t n_tokens, const struct tier2_blob *blobs, uint32_t n_blobs,
                             const struct tier2_put_options *opt, struct tier2_stats *stats,
                             char *err, size_t errsz);
+
+/* Deletes the entry of key when its record decodes, is bound to key and has
+ * this generation: its chunks, its field in its index node h_D (the "+"
+ * fields of its path stay: other entries share them), then its record, last,
+ * so that a delete that fails part-way can be done again. TIER2_OK with
+ * *bytes_freed (may be NULL) the bytes of the record and chunks that DEL
+ * removed (chunks already evicted add nothing); TIER2_MISSING when the record
+ * is not there or has another generation (another put replaced it: nothing
+ * deleted); TIER2_DAMAGED when it does not decode or is another entry's
+ * (nothing deleted); TIER2_INVALID, TIER2_TIMEOUT, TIER2_NODE_ERROR,
+ * TIER2_NOMEM. A put of the same key between the read and the DELs can lose
+ * its record or field (a miss later, never a wrong entry). */
+enum tier2_status tier2_delete(struct cluster_router *r, const char *ns,
+                               const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
+                               uint64_t *bytes_freed, char *err, size_t errsz);
 
 /* The longest stored entry whose tokens are tokens [0, P) with 1 <= P <= n
  * (pass the prompt cut at the caller's limit). TIER2_OK with *prefix_len P and

@@ -389,6 +389,278 @@ static void test_cluster_unreachable(void **state)
 	cluster_router_free(r);
 }
 
+/* Keys matching pattern on every master (SCAN through the router). */
+static size_t count_keys(struct cluster_router *r, const char *pattern)
+{
+	size_t total = 0, masters = cluster_n_masters(r);
+	assert_int_equal(masters, (size_t)cl.n);
+	for (size_t m = 0; m < masters; m++) {
+		char cursor[CLUSTER_CURSOR_MAX + 1] = "0", err[256] = "";
+		do {
+			const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+			size_t lens[6] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
+			redisReply *rep = NULL;
+			if (cluster_command_node(r, m, 6, argv, lens, &rep) != 0)
+				fail_msg("SCAN on master %zu: %s", m, cluster_error(r));
+			const redisReply *keys = NULL;
+			char next[CLUSTER_CURSOR_MAX + 1];
+			if (cluster_scan_parse(rep, next, &keys, err, sizeof(err)) != 0)
+				fail_msg("SCAN on master %zu: %s", m, err);
+			total += keys->elements;
+			memcpy(cursor, next, sizeof(next));
+			freeReplyObject(rep);
+		} while (strcmp(cursor, "0") != 0);
+	}
+	return total;
+}
+
+/* A source over a snapshot's blobs that copies in odd-sized pieces and can
+ * fail at a byte. */
+struct odd_src {
+	const struct storeutil_snap *s;
+	uint32_t layer;
+	size_t off;
+	uint64_t pos, fail_at; /* fail_at 0: never */
+	unsigned reads;
+};
+
+static int odd_read(void *ctx, void *dst, size_t len, char *err, size_t errsz)
+{
+	static const size_t steps[] = {7, 13, 1, 1001, 64, 333, 4096};
+	struct odd_src *o = ctx;
+	unsigned char *d = dst;
+	o->reads++;
+	if (o->fail_at && o->pos + len > o->fail_at) {
+		snprintf(err, errsz, "the store says no at byte %llu",
+		         (unsigned long long)o->fail_at);
+		return -1;
+	}
+	for (size_t k = 0; len > 0; k++) {
+		if (o->layer == o->s->n) {
+			snprintf(err, errsz, "past the end");
+			return -1;
+		}
+		size_t take = steps[k % (sizeof(steps) / sizeof(steps[0]))];
+		size_t left = o->s->blobs[o->layer].size - o->off;
+		take = take < left ? take : left;
+		take = take < len ? take : len;
+		memcpy(d, o->s->bufs[o->layer] + o->off, take);
+		d += take;
+		len -= take;
+		o->off += take;
+		o->pos += take;
+		if (o->off == o->s->blobs[o->layer].size) {
+			o->layer++;
+			o->off = 0;
+		}
+	}
+	return 0;
+}
+
+/* put_from of the twin's blobs at p with seed through an odd source. */
+static enum tier2_status put_from(struct cluster_router *r, const char *ns, const uint32_t *tok,
+                                  uint32_t p, uint32_t seed, uint64_t fail_at, uint32_t bad_layer,
+                                  const struct tier2_put_options *o, struct tier2_put_result *res,
+                                  struct tier2_stats *stats, unsigned *reads, char *err,
+                                  size_t errsz)
+{
+	struct storeutil_snap s = storeutil_snap(twin, p, seed);
+	struct tier2_layer *layers = calloc(s.n, sizeof(*layers));
+	for (uint32_t i = 0; i < s.n; i++)
+		layers[i] = (struct tier2_layer){s.blobs[i].size, s.blobs[i].xxh3};
+	if (bad_layer < s.n)
+		layers[bad_layer].xxh3 ^= 1;
+	struct odd_src os = {.s = &s, .fail_at = fail_at};
+	struct tier2_source src = {odd_read, &os};
+	enum tier2_status st = tier2_put_from(r, ns, fp, "s", 1, tok, p, layers, s.n, &src, o, res,
+	                                      stats, err, errsz);
+	if (reads)
+		*reads = os.reads;
+	free(layers);
+	storeutil_snap_free(&s);
+	return st;
+}
+
+static void test_put_from_source(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	struct tier2_stats st = {0};
+	struct tier2_put_result res;
+	char err[512] = "";
+	unsigned reads = 0;
+	/* chunks of an odd size, so they straddle layers, 3 in flight */
+	struct tier2_put_options o = {.chunk_size = 4099, .max_in_flight = 3};
+	enum tier2_status rc = put_from(r, "src", conv, 60, 6, 0, UINT32_MAX, &o, &res, &st, &reads,
+	                                err, sizeof(err));
+	if (rc != TIER2_OK)
+		fail_msg("put_from: %s: %s", tier2_status_name(rc), err);
+	uint8_t key[32];
+	assert_int_equal(longest(r, "src", "s", conv, 100, key, &st), 60);
+	get_exact(r, "src", key, conv, 60, 6, &st);
+	struct tier2_record rec;
+	record_of(r, "src", key, &rec);
+	assert_int_equal(res.existed, 0);
+	assert_int_equal(res.generation, rec.generation);
+	assert_int_equal(res.n_chunks, rec.n_chunks);
+	assert_int_equal(rec.chunk_size, 4099);
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < rec.n_layers; i++)
+		total += rec.layers[i].size;
+	assert_int_equal(res.bytes, total);
+	assert_int_equal(reads, rec.n_chunks); /* one read a chunk */
+	assert_int_equal(st.puts, 1);
+
+	/* keep_existing: the same entry is there: nothing read, nothing written */
+	o.keep_existing = 1;
+	rc = put_from(r, "src", conv, 60, 6, 0, UINT32_MAX, &o, &res, &st, &reads, err,
+	              sizeof(err));
+	assert_int_equal(rc, TIER2_OK);
+	assert_int_equal(res.existed, 1);
+	assert_int_equal(res.generation, rec.generation);
+	assert_int_equal(res.n_chunks, rec.n_chunks);
+	assert_int_equal(res.bytes, total);
+	assert_int_equal(reads, 0);
+	assert_int_equal(st.put_existing, 1);
+	assert_int_equal(st.puts, 1);
+	struct tier2_record again;
+	record_of(r, "src", key, &again);
+	assert_int_equal(again.generation, rec.generation);
+	tier2_record_free(&again);
+	/* without it, a re-publish: a new generation */
+	o.keep_existing = 0;
+	assert_int_equal(put_from(r, "src", conv, 60, 6, 0, UINT32_MAX, &o, &res, &st, NULL, err,
+	                          sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(res.existed, 0);
+	assert_true(res.generation != rec.generation);
+	assert_int_equal(st.old_chunks_del, rec.n_chunks);
+	get_exact(r, "src", key, conv, 60, 6, &st);
+	uint64_t live_gen = res.generation;
+	tier2_record_free(&rec);
+
+	/* a source that fails midway: nothing of the new generation is left,
+	 * and the entry already there is untouched */
+	size_t before = count_keys(r, "k3:src:*");
+	uint64_t undone = st.undone_chunks_del, failures = st.put_failures;
+	rc = put_from(r, "src", conv, 60, 7, total / 2, UINT32_MAX, &o, &res, &st, NULL, err,
+	              sizeof(err));
+	assert_int_equal(rc, TIER2_DAMAGED);
+	assert_non_null(strstr(err, "the source failed at byte"));
+	assert_non_null(strstr(err, "the store says no"));
+	assert_int_equal(res.generation, 0);
+	assert_true(st.undone_chunks_del - undone >= 3); /* at least a window was written */
+	assert_int_equal(st.put_failures, failures + 1);
+	assert_int_equal(count_keys(r, "k3:src:*"), before);
+	record_of(r, "src", key, &rec);
+	assert_int_equal(rec.generation, live_gen);
+	tier2_record_free(&rec);
+	get_exact(r, "src", key, conv, 60, 6, &st);
+	/* a new entry whose source fails: no chunk, no record */
+	uint8_t key70[32];
+	assert_int_equal(prefix_key(fp, "s", 1, conv, 70, key70), 0);
+	before = count_keys(r, "k3:src:c:*");
+	rc = put_from(r, "src", conv, 70, 7, total / 2, UINT32_MAX, &o, &res, &st, NULL, err,
+	              sizeof(err));
+	assert_int_equal(rc, TIER2_DAMAGED);
+	assert_int_equal(count_keys(r, "k3:src:c:*"), before);
+	char name[TIER2_NAME_MAX];
+	tier2_name_record(name, "src", key70);
+	redisReply *rep = cmd(r, 2, (const char *[]){"EXISTS", name});
+	assert_int_equal(rep->integer, 0);
+	freeReplyObject(rep);
+	/* bytes that do not match their layer's checksum: refused before the
+	 * record, nothing left */
+	rc = put_from(r, "src", conv, 70, 7, 0, 1, &o, &res, &st, NULL, err, sizeof(err));
+	assert_int_equal(rc, TIER2_DAMAGED);
+	assert_non_null(strstr(err, "layer 1's bytes have checksum"));
+	assert_int_equal(count_keys(r, "k3:src:c:*"), before);
+	assert_int_equal(longest(r, "src", "s", conv, 100, key, &st), 60);
+	/* no source */
+	struct tier2_layer one = {10, 0};
+	assert_int_equal(tier2_put_from(r, "src", fp, "s", 1, conv, 5, &one, 1, NULL, NULL, NULL,
+	                                &st, err, sizeof(err)),
+	                 TIER2_INVALID);
+	cluster_router_free(r);
+}
+
+static void test_delete(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	struct tier2_stats st = {0};
+	put(r, "del", "s", conv, 40, 40, NULL, &st);
+	put(r, "del", "s", conv, 100, 100, NULL, &st);
+	uint8_t key[32], k40[32];
+	assert_int_equal(longest(r, "del", "s", conv, 100, key, &st), 100);
+	assert_int_equal(longest(r, "del", "s", conv, 40, k40, &st), 40);
+	struct tier2_record rec;
+	record_of(r, "del", key, &rec);
+	char name[TIER2_NAME_MAX], err[512] = "", pattern[TIER2_NAME_MAX + 2];
+	size_t rec_len = tier2_record_size(rec.salt_len, rec.n_tokens, rec.n_layers, rec.n_chunks);
+	uint64_t total = 0, freed = 1;
+	for (uint32_t i = 0; i < rec.n_layers; i++)
+		total += rec.layers[i].size;
+	/* another generation: refused, nothing deleted */
+	assert_int_equal(tier2_delete(r, "del", key, rec.generation + 1, &freed, err, sizeof(err)),
+	                 TIER2_MISSING);
+	assert_non_null(strstr(err, "it was put again"));
+	assert_int_equal(freed, 0);
+	assert_int_equal(longest(r, "del", "s", conv, 100, key, &st), 100);
+	/* this generation: chunks, the node's field, the record */
+	tier2_name_chunk(name, "del", key, rec.generation, 0);
+	snprintf(pattern, sizeof(pattern), "%.*s*", (int)(strlen(name) - 1), name);
+	assert_int_equal(count_keys(r, pattern), rec.n_chunks);
+	assert_int_equal(tier2_delete(r, "del", key, rec.generation, &freed, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(freed, rec_len + total);
+	assert_int_equal(count_keys(r, pattern), 0);
+	tier2_name_record(name, "del", key);
+	redisReply *rep = cmd(r, 2, (const char *[]){"EXISTS", name});
+	assert_int_equal(rep->integer, 0);
+	freeReplyObject(rep);
+	uint8_t h[7][16];
+	prefix_block_hashes(fp, "s", 1, conv, 100, h);
+	tier2_name_node(name, "del", h[6]);
+	const char *hexists[] = {"HEXISTS", name, (const char *)key};
+	size_t hl[] = {7, strlen(name), 32};
+	assert_int_equal(cluster_command_argv(r, name, strlen(name), 3, hexists, hl, &rep), 0);
+	assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+	assert_int_equal(rep->integer, 0);
+	freeReplyObject(rep);
+	/* the lookup now finds the shorter entry on the same path; get misses */
+	uint8_t found[32];
+	assert_int_equal(longest(r, "del", "s", conv, 100, found, &st), 40);
+	assert_memory_equal(found, k40, 32);
+	assert_int_equal(get_status(r, "del", key, &st, err, sizeof(err)), TIER2_MISSING);
+	/* gone: missing; the other entry still whole */
+	assert_int_equal(tier2_delete(r, "del", key, rec.generation, &freed, err, sizeof(err)),
+	                 TIER2_MISSING);
+	assert_non_null(strstr(err, "not in the cluster"));
+	get_exact(r, "del", k40, conv, 40, 40, &st);
+	/* the last entry: no lookup finds anything */
+	struct tier2_record r40;
+	record_of(r, "del", k40, &r40);
+	assert_int_equal(tier2_delete(r, "del", k40, r40.generation, NULL, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(longest(r, "del", "s", conv, 100, found, &st), 0);
+	assert_int_equal(count_keys(r, "k3:del:c:*"), 0);
+	assert_int_equal(count_keys(r, "k3:del:e:*"), 0);
+	/* a damaged record is not deleted */
+	put(r, "del", "s", conv, 40, 40, NULL, &st);
+	tier2_record_free(&r40);
+	record_of(r, "del", k40, &r40);
+	tier2_name_record(name, "del", k40);
+	freeReplyObject(cmd(r, 4, (const char *[]){"SETRANGE", name, "60", "\x7f"}));
+	assert_int_equal(tier2_delete(r, "del", k40, r40.generation, NULL, err, sizeof(err)),
+	                 TIER2_DAMAGED);
+	assert_true(count_keys(r, "k3:del:c:*") > 0);
+	assert_int_equal(tier2_delete(r, "a:b", k40, 1, NULL, err, sizeof(err)), TIER2_INVALID);
+	tier2_record_free(&r40);
+	tier2_record_free(&rec);
+	cluster_router_free(r);
+}
+
 /* The twin model, a conversation, and three masters. */
 static int setup(void **state)
 {
@@ -424,6 +696,8 @@ int main(void)
 	        cmocka_unit_test(test_big_entry_spreads),
 	        cmocka_unit_test(test_damage_and_eviction),
 	        cmocka_unit_test(test_expiry_and_small_chunks),
+	        cmocka_unit_test(test_put_from_source),
+	        cmocka_unit_test(test_delete),
 	        cmocka_unit_test(test_cluster_unreachable),
 	};
 	return cmocka_run_group_tests_name("tier 2 on a real cluster", tests, setup, teardown);

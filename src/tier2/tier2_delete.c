@@ -1,0 +1,194 @@
+/* tier2_delete: removes one generation of an entry from the cluster: its
+ * chunks, its index field, then its record (tier2.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "prefix.h"
+#include "tier2/tier2_io.h"
+
+#define DELS_PER_TRIP 1024u
+
+/* One command of up to 3 arguments: VERB NAME [FIELD]. */
+struct cmd3 {
+	char name[TIER2_NAME_MAX];
+	const char *argv[3];
+	size_t len[3];
+};
+
+static void cmd3(struct cluster_cmd *cmd, struct cmd3 *c, const char *verb, size_t name_len,
+                 const void *field, size_t field_len)
+{
+	c->argv[0] = verb;
+	c->len[0] = strlen(verb);
+	c->argv[1] = c->name;
+	c->len[1] = name_len;
+	c->argv[2] = field;
+	c->len[2] = field_len;
+	*cmd = (struct cluster_cmd){c->name, name_len, field ? 3 : 2, c->argv, c->len, NULL};
+}
+
+/* Runs n commands whose replies must be integers; adds to *ones those that
+ * are 1 (deleted). */
+static enum tier2_status run_ints(struct cluster_router *r, struct cluster_cmd *cmds, size_t n,
+                                  const char *what, uint64_t *ones, uint8_t *which, char *err,
+                                  size_t errsz)
+{
+	enum tier2_status st = tier2_io_pipeline(r, cmds, n, what, err, errsz);
+	for (size_t i = 0; i < n && st == TIER2_OK; i++) {
+		st = tier2_io_want_int(cmds[i].reply, cmds[i].argv[0], cmds[i].key, err, errsz);
+		int one = st == TIER2_OK && cmds[i].reply->integer == 1;
+		*ones += (uint64_t)one;
+		if (which)
+			which[i] = (uint8_t)one;
+	}
+	tier2_io_free_replies(cmds, n);
+	return st;
+}
+
+/* Reads the record of key: TIER2_OK with rec decoded and bound to key and
+ * *len its bytes, or why not. */
+static enum tier2_status read_record(struct cluster_router *r, const char *ns, const uint8_t *key,
+                                     struct tier2_record *rec, size_t *len, char *err, size_t errsz)
+{
+	struct tier2_cmd2 c;
+	struct cluster_cmd cmd;
+	tier2_io_cmd2(&cmd, &c, "GET", tier2_name_record(c.name, ns, key));
+	enum tier2_status st =
+	        tier2_io_pipeline(r, &cmd, 1, "delete: reading the record", err, errsz);
+	if (st != TIER2_OK)
+		return st;
+	const redisReply *rep = cmd.reply;
+	char msg[320];
+	uint8_t want[TIER2_KEY_LEN];
+	if (rep->type == REDIS_REPLY_NIL) {
+		tier2_io_err(err, errsz, "tier2: delete %s: not in the cluster", c.name);
+		st = TIER2_MISSING;
+	} else if (rep->type == REDIS_REPLY_ERROR) {
+		tier2_io_err(err, errsz, "tier2: delete %s: %.*s", c.name,
+		             (int)(rep->len > 200 ? 200 : rep->len), rep->str);
+		st = TIER2_NODE_ERROR;
+	} else if (rep->type != REDIS_REPLY_STRING) {
+		tier2_io_err(err, errsz, "tier2: delete %s: the record is a reply of type %d",
+		             c.name, rep->type);
+		st = TIER2_DAMAGED;
+	} else if (tier2_record_decode(rep->str, rep->len, rec, msg, sizeof(msg)) != 0) {
+		tier2_io_err(err, errsz, "tier2: delete %s: %s", c.name, msg);
+		st = TIER2_DAMAGED;
+	} else if (prefix_key(rec->fingerprint, rec->salt, rec->salt_len, rec->tokens,
+	                      rec->n_tokens, want) != 0) {
+		tier2_record_free(rec);
+		tier2_io_err(err, errsz, "tier2: delete: no memory for a digest");
+		st = TIER2_NOMEM;
+	} else if (memcmp(want, key, TIER2_KEY_LEN) != 0) {
+		tier2_record_free(rec);
+		tier2_io_err(err, errsz,
+		             "tier2: delete %s: the record's model, salt and tokens are another "
+		             "entry's",
+		             c.name);
+		st = TIER2_DAMAGED;
+	} else {
+		*len = rep->len;
+	}
+	tier2_io_free_replies(&cmd, 1);
+	return st;
+}
+
+/* DEL every chunk of rec; the bytes of those deleted to *freed. */
+static enum tier2_status del_chunks(struct cluster_router *r, const char *ns, const uint8_t *key,
+                                    const struct tier2_record *rec, uint64_t total, uint64_t *freed,
+                                    char *err, size_t errsz)
+{
+	struct cmd3 *cb = calloc(DELS_PER_TRIP, sizeof(*cb));
+	struct cluster_cmd *cmds = calloc(DELS_PER_TRIP, sizeof(*cmds));
+	uint8_t *one = calloc(DELS_PER_TRIP, 1);
+	enum tier2_status st = TIER2_OK;
+	if (!cb || !cmds || !one) {
+		tier2_io_err(err, errsz, "tier2: delete: out of memory");
+		st = TIER2_NOMEM;
+	}
+	for (uint32_t first = 0; first < rec->n_chunks && st == TIER2_OK; first += DELS_PER_TRIP) {
+		uint32_t n = rec->n_chunks - first < DELS_PER_TRIP ? rec->n_chunks - first
+		                                                   : DELS_PER_TRIP;
+		for (uint32_t j = 0; j < n; j++)
+			cmd3(&cmds[j], &cb[j], "DEL",
+			     tier2_name_chunk(cb[j].name, ns, key, rec->generation, first + j),
+			     NULL, 0);
+		uint64_t ignored = 0;
+		st = run_ints(r, cmds, n, "deleting chunks", &ignored, one, err, errsz);
+		for (uint32_t j = 0; j < n && st == TIER2_OK; j++) {
+			uint64_t at = (uint64_t)(first + j) * rec->chunk_size;
+			if (one[j])
+				*freed +=
+				        total - at < rec->chunk_size ? total - at : rec->chunk_size;
+		}
+	}
+	free(one);
+	free(cmds);
+	free(cb);
+	return st;
+}
+
+/* HDEL the entry's field from its node h_D. */
+static enum tier2_status del_field(struct cluster_router *r, const char *ns, const uint8_t *key,
+                                   const struct tier2_record *rec, char *err, size_t errsz)
+{
+	uint32_t depth = rec->n_tokens / PREFIX_BLOCK;
+	uint8_t(*h)[PREFIX_NODE_LEN] = malloc((size_t)(depth + 1) * PREFIX_NODE_LEN);
+	if (!h) {
+		tier2_io_err(err, errsz, "tier2: delete: out of memory");
+		return TIER2_NOMEM;
+	}
+	prefix_block_hashes(rec->fingerprint, rec->salt, rec->salt_len, rec->tokens, rec->n_tokens,
+	                    h);
+	struct cmd3 c;
+	struct cluster_cmd cmd;
+	cmd3(&cmd, &c, "HDEL", tier2_name_node(c.name, ns, h[depth]), key, TIER2_KEY_LEN);
+	free(h);
+	uint64_t ignored = 0;
+	return run_ints(r, &cmd, 1, "deleting the index field", &ignored, NULL, err, errsz);
+}
+
+enum tier2_status tier2_delete(struct cluster_router *r, const char *ns,
+                               const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
+                               uint64_t *bytes_freed, char *err, size_t errsz)
+{
+	uint64_t freed = 0;
+	if (bytes_freed)
+		*bytes_freed = 0;
+	if (tier2_ns_check(ns, err, errsz) != 0)
+		return TIER2_INVALID;
+	struct tier2_record rec;
+	size_t rec_len = 0;
+	enum tier2_status st = read_record(r, ns, key, &rec, &rec_len, err, errsz);
+	if (st != TIER2_OK)
+		return st;
+	char name[TIER2_NAME_MAX];
+	tier2_name_record(name, ns, key);
+	if (rec.generation != generation) {
+		tier2_io_err(err, errsz,
+		             "tier2: delete %s: the record has generation %016llx, not %016llx "
+		             "(it was put again)",
+		             name, (unsigned long long)rec.generation,
+		             (unsigned long long)generation);
+		tier2_record_free(&rec);
+		return TIER2_MISSING;
+	}
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < rec.n_layers; i++)
+		total += rec.layers[i].size; /* bounded by the decoder */
+	st = del_chunks(r, ns, key, &rec, total, &freed, err, errsz);
+	if (st == TIER2_OK)
+		st = del_field(r, ns, key, &rec, err, errsz);
+	tier2_record_free(&rec);
+	if (st == TIER2_OK) {
+		struct cmd3 c;
+		struct cluster_cmd cmd;
+		uint64_t gone = 0;
+		cmd3(&cmd, &c, "DEL", tier2_name_record(c.name, ns, key), NULL, 0);
+		st = run_ints(r, &cmd, 1, "deleting the record", &gone, NULL, err, errsz);
+		freed += gone ? rec_len : 0;
+	}
+	if (bytes_freed)
+		*bytes_freed = freed;
+	return st;
+}
