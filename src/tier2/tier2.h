@@ -1,6 +1,6 @@
 /* tier2: the data layout of tier 2 in a Redis Cluster, and the blocking
- * put / longest-prefix / get / delete over the router (cluster.h). Issue 17,
- * item 3.
+ * put / longest-prefix / get / delete / list over the router (cluster.h), with
+ * a daemon's ledger for its byte budget. Issue 17, item 3.
  *
  * Layout (contract). NS is the caller's namespace, 1..TIER2_NS_MAX bytes of
  * [A-Za-z0-9._-] (no ':' and no '{' or '}', so no key has a hash tag and the
@@ -17,6 +17,8 @@
  *   k3:NS:n:NODE           a prefix-index node (hash, below); NODE is a node
  *                          hash h_d of prefix.h (model, salt and the first d
  *                          blocks of 16 tokens) in 32 hex digits
+ *   k3:NS:o:OWNER          a daemon's ledger (sorted set, below); OWNER has
+ *                          the syntax of NS
  *
  * Entry record, little-endian, exactly this long:
  *   "K3T2" | u16 version = 1 | u16 flags = 0 | u64 generation
@@ -56,6 +58,12 @@
  * fields of its path stay, shared with other entries. A record of another
  * generation is another put's and is left alone.
  *
+ * Ledger k3:NS:o:OWNER, for a daemon's byte budget in the cluster: members
+ * are the 32 raw bytes of an entry key | u64 generation | u64 bytes (LE, 48
+ * bytes), scored by the caller's clock (oldest lowest). The daemon adds what
+ * it put and removes what it deleted; it survives the daemon's restart. It
+ * is one key, so one master holds it.
+ *
  * Lookup of a prompt of n tokens: its block hashes h_1..h_{n/16}; the deepest
  * node present is found by a search that probes TIER2_PROBES depths per
  * round trip (pipelined EXISTS): ceil(log_17(n/16 + 1)) round trips, 4 for
@@ -71,11 +79,14 @@
  * short, long or fails its sum, or whose layer fails its checksum, is a miss
  * by cause, and no byte of it is returned.
  *
+ * Listing: SCAN MATCH k3:NS:e:* on every master, each key's name parsed
+ * back (only names of the form above), each record read and checked.
+ *
  * Not here: MLA row blocks shared across entries (each entry's chunks hold
  * its whole blobs), the model-spec checks of a blob (the daemon validates what
- * it fetches as every publish), the background queue, a byte budget per
- * daemon, listing, and threads (a router, hence every call here, is used by
- * one thread at a time). */
+ * it fetches as every publish), the background queue, the budget's policy
+ * (the daemon's: the ledger is its memory), and threads (a router, hence
+ * every call here, is used by one thread at a time). */
 #ifndef K3_TIER2_H
 #define K3_TIER2_H
 
@@ -191,6 +202,19 @@ size_t tier2_name_record(char *out, const char *ns, const uint8_t key[TIER2_KEY_
 size_t tier2_name_chunk(char *out, const char *ns, const uint8_t key[TIER2_KEY_LEN], uint64_t gen,
                         uint32_t i);
 size_t tier2_name_node(char *out, const char *ns, const uint8_t node[16]);
+
+/* Whether owner is a valid ledger owner (the syntax of a namespace); -1 with a
+ * message when not. */
+int tier2_owner_check(const char *owner, char *err, size_t errsz);
+
+/* The ledger's name, k3:NS:o:OWNER (owner checked). */
+size_t tier2_name_ledger(char *out, const char *ns, const char *owner);
+
+/* Whether name (len bytes, untrusted: a SCAN's) is the record name of an
+ * entry of ns, "k3:NS:e:" and 64 lower-case hex digits: 0 with its key in
+ * key, or -1. */
+int tier2_parse_record_name(const char *name, size_t len, const char *ns,
+                            uint8_t key[TIER2_KEY_LEN]);
 
 /* The tail hash of a node field: XXH3-64 of tokens [from, to). */
 uint64_t tier2_tail_hash(const uint32_t *tokens, uint32_t from, uint32_t to);
@@ -312,5 +336,76 @@ enum tier2_status tier2_get(struct cluster_router *r, const char *ns,
                             struct tier2_stats *stats, char *err, size_t errsz);
 
 void tier2_entry_free(struct tier2_entry *entry);
+
+/* ---- listing (tier2_list.c) ---- */
+
+struct tier2_listed {
+	uint8_t key[TIER2_KEY_LEN];
+	uint8_t fingerprint[32];
+	uint32_t prefix_len;
+	uint32_t n_layers;
+	uint64_t bytes; /* sum of layer sizes */
+	uint64_t generation;
+	uint32_t salt_len;
+	const uint8_t *salt; /* valid during the callback */
+};
+
+#define TIER2_SCAN_COUNT 512u /* SCAN's COUNT */
+
+/* Every entry record under ns (SCAN MATCH k3:NS:e:* COUNT 512 on every master
+ * of cluster_n_masters, each to its end; the records read pipelined), of model
+ * fingerprint (NULL: all), each passed to fn (non-zero stops). Keys that are
+ * not record names of ns are passed over; records that are gone are skipped;
+ * records that do not decode, are not bound to their key or are not strings
+ * are skipped and counted in stats->stale (stats may be NULL). At most limit
+ * entries (0: no limit). As SCAN, an entry may be passed twice, and one put
+ * or moved during the listing may be missed. TIER2_OK (also when fn or limit
+ * stopped it), or TIER2_INVALID, TIER2_TIMEOUT, TIER2_NODE_ERROR (also a
+ * SCAN reply of another shape) or TIER2_NOMEM with a message in err (what was
+ * listed before it stays listed). */
+enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uint8_t *fingerprint,
+                             uint32_t limit, int (*fn)(const struct tier2_listed *e, void *ctx),
+                             void *ctx, struct tier2_stats *stats, char *err, size_t errsz);
+
+/* ---- a daemon's ledger (tier2_ledger.c) ---- */
+
+struct tier2_owned {
+	uint8_t key[TIER2_KEY_LEN];
+	uint64_t generation;
+	uint64_t bytes;
+	double score;
+};
+
+#define TIER2_LEDGER_MEMBER_LEN 48u        /* key | u64 generation | u64 bytes */
+#define TIER2_LEDGER_PAGE       4096u      /* members per ZRANGE */
+#define TIER2_LEDGER_MAX        (1u << 22) /* members loaded at most */
+
+/* ZADD k3:NS:o:OWNER o->score MEMBER (the member's score updated when it is
+ * there). TIER2_OK, or TIER2_INVALID (ns, owner, a NaN score), TIER2_TIMEOUT,
+ * TIER2_NODE_ERROR, with a message in err. */
+enum tier2_status tier2_ledger_add(struct cluster_router *r, const char *ns, const char *owner,
+                                   const struct tier2_owned *o, char *err, size_t errsz);
+
+/* ZREM of o's member (its score is not used): TIER2_OK when it was there,
+ * TIER2_MISSING when not, or a failure as tier2_ledger_add. */
+enum tier2_status tier2_ledger_remove(struct cluster_router *r, const char *ns, const char *owner,
+                                      const struct tier2_owned *o, char *err, size_t errsz);
+
+/* Every member, oldest (lowest score) first, into a malloc'd array (*out, *n;
+ * *out NULL when there are none), read by ZRANGE WITHSCORES in pages of
+ * TIER2_LEDGER_PAGE; members of a wrong length are skipped. At most
+ * TIER2_LEDGER_MAX members are read: *n == TIER2_LEDGER_MAX may mean more.
+ * TIER2_OK, or a failure as tier2_ledger_add (also a reply of another shape:
+ * TIER2_NODE_ERROR) or TIER2_NOMEM, *out then NULL and *n 0. */
+enum tier2_status tier2_ledger_load(struct cluster_router *r, const char *ns, const char *owner,
+                                    struct tier2_owned **out, size_t *n, char *err, size_t errsz);
+
+/* Parses one page of ZRANGE ... WITHSCORES (RESP2: member, score, ...; no
+ * more than cap pairs): 0 with the members of the right length in out[0..
+ * *n_out) and the pairs the reply had in *n_pairs, or -1 with a message
+ * (not an array, an odd count, more than cap pairs, a member that is not a
+ * string, a score that is not a number). */
+int tier2_ledger_parse(const redisReply *rep, struct tier2_owned *out, size_t cap, size_t *n_out,
+                       size_t *n_pairs, char *err, size_t errsz);
 
 #endif

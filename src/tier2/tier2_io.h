@@ -43,6 +43,11 @@ void tier2_io_err(char *err, size_t errsz, const char *fmt, ...)
 enum tier2_status tier2_io_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size_t n,
                                     const char *what, char *err, size_t errsz);
 
+/* cluster_command_node, its failure classed as tier2_io_pipeline's. */
+enum tier2_status tier2_io_node(struct cluster_router *r, size_t master, int argc,
+                                const char **argv, const size_t *argvlen, redisReply **reply,
+                                const char *what, char *err, size_t errsz);
+
 /* A command of two words, VERB NAME, with room for the name: fill c->name,
  * then tier2_io_cmd2() points cmd at it for cluster_pipeline. */
 struct tier2_cmd2 {

@@ -2,7 +2,10 @@
  * Any input must be refused or decoded without a fault or a leak, and what
  * decodes must encode back to the same bytes. Each input is tried as it is
  * and with its last 8 bytes replaced by the right record sum, so that the
- * checks after the sum (sizes, chunk count) are reached too. */
+ * checks after the sum (sizes, chunk count) are reached too. The other
+ * untrusted bytes tier 2 reads are tried on the same input: as a key name
+ * from a SCAN (a record name parsed back must be the name it makes), and as
+ * RESP replies through a bounded reader into the ledger's page parser. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +13,40 @@
 #include <xxhash.h>
 
 #include "tier2/tier2.h"
+
+static void name(const uint8_t *data, size_t size)
+{
+	uint8_t key[TIER2_KEY_LEN];
+	if (tier2_parse_record_name((const char *)data, size, "fz", key) != 0)
+		return;
+	char again[TIER2_NAME_MAX];
+	if (tier2_name_record(again, "fz", key) != size || memcmp(again, data, size) != 0)
+		abort(); /* only the names tier2 makes are accepted */
+}
+
+static void ledger(const uint8_t *data, size_t size)
+{
+	static struct tier2_owned page[TIER2_LEDGER_PAGE];
+	redisReader *rd = cluster_reader_new();
+	if (!rd)
+		abort();
+	if (redisReaderFeed(rd, (const char *)data, size) == REDIS_OK) {
+		for (int i = 0; i < 16; i++) {
+			void *rep = NULL;
+			if (redisReaderGetReply(rd, &rep) != REDIS_OK || !rep)
+				break;
+			size_t n = 0, pairs = 0;
+			char err[200] = "";
+			int rc = tier2_ledger_parse(rep, page, TIER2_LEDGER_PAGE, &n, &pairs, err,
+			                            sizeof(err));
+			if ((rc == 0 && (n > pairs || pairs > TIER2_LEDGER_PAGE)) ||
+			    (rc != 0 && (n != 0 || err[0] == '\0')))
+				abort();
+			freeReplyObject(rep);
+		}
+	}
+	redisReaderFree(rd);
+}
 
 static void one(const uint8_t *data, size_t size)
 {
@@ -29,6 +66,8 @@ static void one(const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	one(data, size);
+	name(data, size);
+	ledger(data, size);
 	if (size < 8)
 		return 0;
 	uint8_t *copy = malloc(size);

@@ -661,6 +661,219 @@ static void test_delete(void **state)
 	cluster_router_free(r);
 }
 
+struct seen {
+	size_t n;
+	struct tier2_listed e[16];
+	uint8_t salt[16][8];
+	size_t stop_after; /* 0: never */
+};
+
+static int on_listed(const struct tier2_listed *e, void *ctx)
+{
+	struct seen *s = ctx;
+	if (s->n < 16) {
+		s->e[s->n] = *e;
+		memcpy(s->salt[s->n], e->salt, e->salt_len < 8 ? e->salt_len : 8);
+	}
+	s->n++;
+	return s->stop_after && s->n >= s->stop_after;
+}
+
+static const struct tier2_listed *listed(const struct seen *s, const uint8_t key[32])
+{
+	const struct tier2_listed *hit = NULL;
+	for (size_t i = 0; i < s->n && i < 16; i++) {
+		if (memcmp(s->e[i].key, key, 32) == 0) {
+			if (hit)
+				fail_msg("an entry listed twice");
+			hit = &s->e[i];
+		}
+	}
+	return hit;
+}
+
+static void test_list(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	struct tier2_stats st = {0};
+	const uint32_t ps[] = {30, 64, 200};
+	uint8_t keys[3][32];
+	for (int i = 0; i < 3; i++) {
+		put(r, "lst", "s", conv, ps[i], ps[i], NULL, &st);
+		assert_int_equal(longest(r, "lst", "s", conv, ps[i], keys[i], &st), ps[i]);
+	}
+	/* another model in the namespace, the same model in another one */
+	uint8_t saved[32];
+	memcpy(saved, fp, 32);
+	fp[0] ^= 0xff;
+	put(r, "lst", "s", conv, 50, 50, NULL, &st);
+	uint8_t other[32];
+	assert_int_equal(longest(r, "lst", "s", conv, 50, other, &st), 50);
+	memcpy(fp, saved, 32);
+	put(r, "lst2", "s", conv, 50, 50, NULL, &st);
+	/* keys that look like records and are not */
+	freeReplyObject(cmd(r, 3, (const char *[]){"SET", "k3:lst:e:nothex", "x"}));
+	char junk[TIER2_NAME_MAX];
+	uint8_t jk[32];
+	memset(jk, 0xab, sizeof(jk));
+	tier2_name_record(junk, "lst", jk);
+	freeReplyObject(cmd(r, 3, (const char *[]){"SET", junk, "not a record"}));
+	tier2_name_record(junk, "lst", (const uint8_t *)"0123456789abcdef0123456789abcdef");
+	freeReplyObject(cmd(r, 4, (const char *[]){"HSET", junk, "f", "v"}));
+
+	struct seen s = {0};
+	char err[512] = "";
+	uint64_t stale = st.stale;
+	enum tier2_status rc = tier2_list(r, "lst", fp, 0, on_listed, &s, &st, err, sizeof(err));
+	if (rc != TIER2_OK)
+		fail_msg("list: %s: %s", tier2_status_name(rc), err);
+	assert_int_equal(s.n, 3);
+	assert_int_equal(st.stale, stale + 2); /* the string and the hash */
+	for (int i = 0; i < 3; i++) {
+		const struct tier2_listed *e = listed(&s, keys[i]);
+		if (!e) {
+			fail_msg("the entry of %u tokens is not listed", ps[i]);
+			return;
+		}
+		struct tier2_record rec;
+		record_of(r, "lst", keys[i], &rec);
+		assert_int_equal(e->prefix_len, ps[i]);
+		assert_int_equal(e->generation, rec.generation);
+		assert_int_equal(e->n_layers, rec.n_layers);
+		uint64_t total = 0;
+		for (uint32_t j = 0; j < rec.n_layers; j++)
+			total += rec.layers[j].size;
+		assert_int_equal(e->bytes, total);
+		assert_memory_equal(e->fingerprint, fp, 32);
+		assert_int_equal(e->salt_len, 1);
+		assert_memory_equal(s.salt[e - s.e], "s", 1);
+		tier2_record_free(&rec);
+	}
+	assert_null(listed(&s, other));
+	/* every model: the other one too */
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(tier2_list(r, "lst", NULL, 0, on_listed, &s, NULL, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(s.n, 4);
+	assert_non_null(listed(&s, other));
+	/* a limit; a function that stops */
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(tier2_list(r, "lst", NULL, 2, on_listed, &s, NULL, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(s.n, 2);
+	memset(&s, 0, sizeof(s));
+	s.stop_after = 1;
+	assert_int_equal(tier2_list(r, "lst", fp, 0, on_listed, &s, NULL, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(s.n, 1);
+	/* the other namespace holds its one entry; an empty one none */
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(tier2_list(r, "lst2", fp, 0, on_listed, &s, NULL, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(s.n, 1);
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(tier2_list(r, "none", NULL, 0, on_listed, &s, NULL, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(s.n, 0);
+	assert_int_equal(tier2_list(r, "a{b}", NULL, 0, on_listed, &s, NULL, err, sizeof(err)),
+	                 TIER2_INVALID);
+	cluster_router_free(r);
+}
+
+static void test_ledger(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	char err[512] = "";
+	struct tier2_owned o[3];
+	const double scores[3] = {1700000003000.0, 1700000001000.0, 1700000002000.5};
+	for (int i = 0; i < 3; i++) {
+		memset(o[i].key, 0x10 * (i + 1), 32);
+		o[i].generation = 0x0102030405060708ull * (uint64_t)(i + 1);
+		o[i].bytes = 1000000u * (uint64_t)(i + 1);
+		o[i].score = scores[i];
+		enum tier2_status rc =
+		        tier2_ledger_add(r, "led", "host-a.1", &o[i], err, sizeof(err));
+		if (rc != TIER2_OK)
+			fail_msg("ledger add: %s: %s", tier2_status_name(rc), err);
+	}
+	/* another owner's, and a member of another length: not loaded */
+	assert_int_equal(tier2_ledger_add(r, "led", "host-b", &o[0], err, sizeof(err)), TIER2_OK);
+	char name[TIER2_NAME_MAX];
+	tier2_name_ledger(name, "led", "host-a.1");
+	assert_string_equal(name, "k3:led:o:host-a.1");
+	freeReplyObject(cmd(r, 4, (const char *[]){"ZADD", name, "5", "short"}));
+	struct tier2_owned *got = NULL;
+	size_t n = 0;
+	assert_int_equal(tier2_ledger_load(r, "led", "host-a.1", &got, &n, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(n, 3);
+	const int order[3] = {1, 2, 0}; /* oldest first */
+	for (int i = 0; i < 3; i++) {
+		const struct tier2_owned *w = &o[order[i]];
+		assert_memory_equal(got[i].key, w->key, 32);
+		assert_int_equal(got[i].generation, w->generation);
+		assert_int_equal(got[i].bytes, w->bytes);
+		assert_true(got[i].score == w->score);
+	}
+	free(got);
+	/* one removed; again: missing */
+	assert_int_equal(tier2_ledger_remove(r, "led", "host-a.1", &o[2], err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(tier2_ledger_remove(r, "led", "host-a.1", &o[2], err, sizeof(err)),
+	                 TIER2_MISSING);
+	assert_int_equal(tier2_ledger_load(r, "led", "host-a.1", &got, &n, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(n, 2);
+	assert_int_equal(got[0].generation, o[1].generation);
+	assert_int_equal(got[1].generation, o[0].generation);
+	free(got);
+	/* none: an empty array */
+	got = (struct tier2_owned *)1;
+	assert_int_equal(tier2_ledger_load(r, "led", "nobody", &got, &n, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_null(got);
+	assert_int_equal(n, 0);
+	/* not a sorted set: a node error, said */
+	freeReplyObject(cmd(r, 3, (const char *[]){"SET", "k3:led:o:str", "x"}));
+	assert_int_equal(tier2_ledger_load(r, "led", "str", &got, &n, err, sizeof(err)),
+	                 TIER2_NODE_ERROR);
+	assert_non_null(strstr(err, "WRONGTYPE"));
+	/* the owner is checked */
+	assert_int_equal(tier2_ledger_add(r, "led", "a:b", &o[0], err, sizeof(err)), TIER2_INVALID);
+	assert_non_null(strstr(err, "owner"));
+	assert_int_equal(tier2_ledger_add(r, "led", "", &o[0], err, sizeof(err)), TIER2_INVALID);
+	cluster_router_free(r);
+}
+
+static void test_ledger_pages(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	char err[512] = "";
+	/* more than a page: 4096 + 905 members */
+	const uint32_t total = TIER2_LEDGER_PAGE + 905;
+	for (uint32_t i = 0; i < total; i++) {
+		struct tier2_owned o = {
+		        .generation = i, .bytes = (uint64_t)i * 3u, .score = (double)i};
+		memcpy(o.key, &i, sizeof(i));
+		assert_int_equal(tier2_ledger_add(r, "led", "pages", &o, err, sizeof(err)),
+		                 TIER2_OK);
+	}
+	struct tier2_owned *got = NULL;
+	size_t n = 0;
+	assert_int_equal(tier2_ledger_load(r, "led", "pages", &got, &n, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(n, total);
+	for (uint32_t i = 0; i < total; i++)
+		if (got[i].generation != i || got[i].bytes != (uint64_t)i * 3u)
+			fail_msg("member %u: generation %llu", i,
+			         (unsigned long long)got[i].generation);
+	free(got);
+	cluster_router_free(r);
+}
+
 /* The twin model, a conversation, and three masters. */
 static int setup(void **state)
 {
@@ -698,6 +911,9 @@ int main(void)
 	        cmocka_unit_test(test_expiry_and_small_chunks),
 	        cmocka_unit_test(test_put_from_source),
 	        cmocka_unit_test(test_delete),
+	        cmocka_unit_test(test_list),
+	        cmocka_unit_test(test_ledger),
+	        cmocka_unit_test(test_ledger_pages),
 	        cmocka_unit_test(test_cluster_unreachable),
 	};
 	return cmocka_run_group_tests_name("tier 2 on a real cluster", tests, setup, teardown);

@@ -362,6 +362,159 @@ static void test_tail_hash(void **state)
 	assert_string_equal(tier2_status_name(TIER2_TIMEOUT), "timeout");
 }
 
+static void test_record_names_and_owners(void **state)
+{
+	(void)state;
+	uint8_t key[32], back[32];
+	for (int i = 0; i < 32; i++)
+		key[i] = (uint8_t)(i * 37 + 5);
+	char name[TIER2_NAME_MAX];
+	size_t n = tier2_name_record(name, "fleet-a", key);
+	assert_int_equal(tier2_parse_record_name(name, n, "fleet-a", back), 0);
+	assert_memory_equal(back, key, 32);
+	/* another namespace, a prefix of it, other kinds of key, lengths */
+	assert_int_equal(tier2_parse_record_name(name, n, "fleet", back), -1);
+	assert_int_equal(tier2_parse_record_name(name, n, "fleet-ab", back), -1);
+	assert_int_equal(tier2_parse_record_name(name, n - 1, "fleet-a", back), -1);
+	char longer[TIER2_NAME_MAX + 1];
+	memcpy(longer, name, n);
+	longer[n] = '0';
+	assert_int_equal(tier2_parse_record_name(longer, n + 1, "fleet-a", back), -1);
+	char other[TIER2_NAME_MAX];
+	memcpy(other, name, n + 1);
+	other[11] = 'c';
+	assert_int_equal(tier2_parse_record_name(other, n, "fleet-a", back), -1);
+	/* upper case or a stray byte in the hex: not a name tier2 makes */
+	const size_t at[] = {13, 40, n - 1};
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		const char subst[] = {'A', 'F', 'g', ':', '\0', '*'};
+		for (size_t j = 0; j < sizeof(subst); j++) {
+			memcpy(other, name, n + 1);
+			if (other[at[i]] == subst[j])
+				continue;
+			other[at[i]] = subst[j];
+			assert_int_equal(tier2_parse_record_name(other, n, "fleet-a", back), -1);
+		}
+	}
+	assert_int_equal(tier2_parse_record_name("", 0, "fleet-a", back), -1);
+	/* owners: the syntax of a namespace; the ledger's name */
+	char err[256] = "";
+	assert_int_equal(tier2_owner_check("host-7.dc_1", err, sizeof(err)), 0);
+	const char *bad[] = {"", "a:b", "{x}", "sp ace", NULL};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(tier2_owner_check(bad[i], err, sizeof(err)), -1);
+		assert_non_null(strstr(err, "owner"));
+	}
+	n = tier2_name_ledger(name, "fleet-a", "host-7");
+	assert_string_equal(name, "k3:fleet-a:o:host-7");
+	assert_int_equal(n, strlen(name));
+	char ns[TIER2_NS_MAX + 1];
+	memset(ns, 'n', TIER2_NS_MAX);
+	ns[TIER2_NS_MAX] = '\0';
+	n = tier2_name_ledger(name, ns, ns);
+	assert_int_equal(n, 3 + 2 * TIER2_NS_MAX + 3);
+	assert_int_equal(strlen(name), n);
+}
+
+/* One reply from RESP bytes (a bounded reader). */
+static redisReply *resp(const char *bytes, size_t len)
+{
+	redisReader *rd = cluster_reader_new();
+	assert_non_null(rd);
+	assert_int_equal(redisReaderFeed(rd, bytes, len), REDIS_OK);
+	void *rep = NULL;
+	if (redisReaderGetReply(rd, &rep) != REDIS_OK)
+		rep = NULL;
+	redisReaderFree(rd);
+	assert_non_null(rep);
+	return rep;
+}
+
+/* A ZRANGE WITHSCORES reply: a member of 48 bytes (key of k, generation g,
+ * bytes b) and its score, then extra as it is. */
+static size_t zrange(char *out, uint8_t k, uint64_t g, uint64_t b, const char *score,
+                     const char *extra)
+{
+	uint8_t m[48];
+	memset(m, k, 32);
+	put64(m + 32, g);
+	put64(m + 40, b);
+	size_t n = (size_t)sprintf(out, "$48\r\n");
+	memcpy(out + n, m, 48);
+	n += 48;
+	n += (size_t)sprintf(out + n, "\r\n$%zu\r\n%s\r\n%s", strlen(score), score, extra);
+	return n;
+}
+
+static void test_ledger_page(void **state)
+{
+	(void)state;
+	struct tier2_owned o[4];
+	size_t n = 9, pairs = 9;
+	char err[256] = "", buf[512];
+	/* two of ours, one member of another length (skipped) */
+	size_t len = (size_t)sprintf(buf, "*6\r\n");
+	len += zrange(buf + len, 0x11, 7, 1000, "1700000000000", "");
+	len += (size_t)sprintf(buf + len, "$5\r\nshort\r\n$1\r\n2\r\n");
+	len += zrange(buf + len, 0x22, UINT64_MAX, 1, "1.7000000000005e+12", "");
+	redisReply *rep = resp(buf, len);
+	assert_int_equal(tier2_ledger_parse(rep, o, 4, &n, &pairs, err, sizeof(err)), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(pairs, 3);
+	assert_int_equal(o[0].key[31], 0x11);
+	assert_int_equal(o[0].generation, 7);
+	assert_int_equal(o[0].bytes, 1000);
+	assert_true(o[0].score == 1700000000000.0);
+	assert_int_equal(o[1].key[0], 0x22);
+	assert_int_equal(o[1].generation, UINT64_MAX);
+	assert_true(o[1].score == 1700000000000.5);
+	/* more pairs than the page may hold */
+	assert_int_equal(tier2_ledger_parse(rep, o, 2, &n, &pairs, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "at most 2"));
+	freeReplyObject(rep);
+	/* empty */
+	rep = resp("*0\r\n", 4);
+	assert_int_equal(tier2_ledger_parse(rep, o, 4, &n, &pairs, err, sizeof(err)), 0);
+	assert_int_equal(n + pairs, 0);
+	freeReplyObject(rep);
+	/* refusals */
+	const struct {
+		const char *resp, *want;
+	} bad[] = {
+	        {"-WRONGTYPE Operation\r\n", "not an array"},
+	        {":3\r\n", "not an array"},
+	        {"*1\r\n$1\r\na\r\n", "want pairs"},
+	        {"*2\r\n:1\r\n$1\r\n2\r\n", "pair 0"},
+	        {"*2\r\n$1\r\na\r\n:2\r\n", "pair 0"},
+	        {"*2\r\n$1\r\na\r\n$0\r\n\r\n", "pair 0"},
+	        {"*2\r\n$1\r\na\r\n$3\r\nnan\r\n", "pair 0"},
+	        {"*2\r\n$1\r\na\r\n$2\r\n1x\r\n", "pair 0"},
+	        {"*2\r\n$1\r\na\r\n$-1\r\n", "pair 0"},
+	        {"*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n*0\r\n", "pair 1"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		rep = resp(bad[i].resp, strlen(bad[i].resp));
+		err[0] = '\0';
+		n = pairs = 9;
+		if (tier2_ledger_parse(rep, o, 4, &n, &pairs, err, sizeof(err)) != -1)
+			fail_msg("reply %zu accepted", i);
+		if (!strstr(err, bad[i].want))
+			fail_msg("reply %zu: \"%s\" does not say \"%s\"", i, err, bad[i].want);
+		assert_int_equal(n, 0);
+		freeReplyObject(rep);
+	}
+	assert_int_equal(tier2_ledger_parse(NULL, o, 4, &n, &pairs, err, sizeof(err)), -1);
+	/* a score too long to be one */
+	len = (size_t)sprintf(buf, "*2\r\n$1\r\na\r\n$70\r\n");
+	memset(buf + len, '1', 70);
+	len += 70;
+	len += (size_t)sprintf(buf + len, "\r\n");
+	rep = resp(buf, len);
+	assert_int_equal(tier2_ledger_parse(rep, o, 4, &n, &pairs, err, sizeof(err)), -1);
+	freeReplyObject(rep);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -373,6 +526,8 @@ int main(void)
 	        cmocka_unit_test(test_names),
 	        cmocka_unit_test(test_namespaces),
 	        cmocka_unit_test(test_tail_hash),
+	        cmocka_unit_test(test_record_names_and_owners),
+	        cmocka_unit_test(test_ledger_page),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
