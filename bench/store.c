@@ -296,7 +296,7 @@ static void bench_lookup(const char *dir)
 
 	const int Q = quick ? 200 : 1000;
 	double *lat = malloc(sizeof(double) * (size_t)Q);
-	struct store_lookup_req req = {m->fingerprint, "", 0, prompt, n_prompt, 0};
+	struct store_lookup_req req = {m->fingerprint, "", 0, prompt, n_prompt, 0, 0};
 	struct store_lookup_res res;
 	uint32_t hitp = 0;
 	for (int q = 0; q < Q; q++) {

@@ -245,7 +245,7 @@ int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_
 		memcpy(full, d->ns, d->ns_len);
 	if (salt_len)
 		memcpy(full + d->ns_len, salt, salt_len);
-	struct store_lookup_req req = {fp, full, d->ns_len + salt_len, tokens, n_tokens, limit};
+	struct store_lookup_req req = {fp, full, d->ns_len + salt_len, tokens, n_tokens, limit, 0};
 	struct store_lookup_res res;
 	struct status st;
 	if (store_lookup(d->s, &req, &res, &st) != STATUS_OK)

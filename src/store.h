@@ -313,6 +313,7 @@ struct store_lookup_req {
 	const uint32_t *tokens;
 	uint32_t n_tokens;
 	uint32_t limit; /* largest usable P; 0: N-1 (one token left to feed) */
+	int quiet;      /* neither counted nor a use: store_lookup_count() may follow */
 };
 
 struct store_lookup_res {
@@ -327,6 +328,9 @@ struct store_lookup_res {
  * by one. A miss is OK with prefix_len 0. A hit counts as a use. */
 enum status_code store_lookup(struct store *s, const struct store_lookup_req *req,
                               struct store_lookup_res *res, struct status *st);
+/* Counts a quiet lookup's result as store_lookup() would have (a hit or a
+ * miss; a hit is a use). */
+void store_lookup_count(struct store *s, const struct store_lookup_res *res);
 
 struct store_layer {
 	uint32_t index;

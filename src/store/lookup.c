@@ -25,14 +25,22 @@ enum status_code store_lookup(struct store *s, const struct store_lookup_req *re
 	res->prefix_len = store_index_find(s, txn, req, h, res);
 	mdb_txn_abort(txn);
 	free(h);
+	if (!res->prefix_len) {
+		memset(res->key, 0, sizeof(res->key));
+		res->bytes = 0;
+	}
+	if (!req->quiet)
+		store_lookup_count(s, res);
+	return STATUS_OK;
+}
+
+void store_lookup_count(struct store *s, const struct store_lookup_res *res)
+{
 	if (res->prefix_len) {
 		atomic_fetch_add(&s->hits, 1);
 		atomic_fetch_add(&s->hit_tokens, res->prefix_len);
 		store_touch(s, res->key, 1);
 	} else {
 		atomic_fetch_add(&s->misses, 1);
-		memset(res->key, 0, sizeof(res->key));
-		res->bytes = 0;
 	}
-	return STATUS_OK;
 }

@@ -159,7 +159,7 @@ static inline uint32_t storeutil_lookup(struct store *st, const struct k3cache_m
                                         const char *salt, const uint32_t *tokens, uint32_t n,
                                         uint32_t limit, struct store_lookup_res *res)
 {
-	struct store_lookup_req req = {m->fingerprint, salt, strlen(salt), tokens, n, limit};
+	struct store_lookup_req req = {m->fingerprint, salt, strlen(salt), tokens, n, limit, 0};
 	struct store_lookup_res local = {0};
 	struct store_lookup_res *r = res ? res : &local;
 	if (store_lookup(st, &req, r, NULL) != STATUS_OK)

@@ -252,7 +252,7 @@ static void test_staged_publish_restores_identical(void **state)
 	/* it is found by lookup like any entry, and a second publish stores nothing */
 	uint32_t prompt[21];
 	seq(prompt, 21, 5);
-	struct store_lookup_req lq = {big->fingerprint, "", 0, prompt, 21, 0};
+	struct store_lookup_req lq = {big->fingerprint, "", 0, prompt, 21, 0, 0};
 	struct store_lookup_res lr;
 	assert_int_equal(store_lookup(f->st, &lq, &lr, &st), STATUS_OK);
 	assert_int_equal(lr.prefix_len, 20);
