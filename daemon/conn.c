@@ -220,6 +220,7 @@ static int mid_frame(const struct k3d_conn *c)
 		return c->hgot > 0;
 	case K3D_BUSY:
 	case K3D_SENDING:
+	case K3D_TIER2:
 	case K3D_CLOSING: /* none of its input is awaited; close_cut() counted a cut frame */
 	case K3D_DEAD:
 		return 0;
@@ -245,6 +246,7 @@ void k3d_conn_close(struct k3d_conn *c)
 	k3d_log(K3D_LOG_DEBUG, "conn %llu: closed", (unsigned long long)c->id);
 	event_del(c->rev);
 	event_del(c->wev);
+	k3d_t2_forget(c);             /* a lookup waiting for the second tier */
 	if (c->ingest)                /* the writer has our streamed publish */
 		k3d_ingest_cancel(c); /* it removes what it wrote, then hands it back */
 	if (c->jobs_out) {
@@ -276,6 +278,12 @@ void k3d_conn_request_done(struct k3d_conn *c)
 		return;
 	k3d_conn_reset(c);
 	k3d_conn_resume_waiting(c->srv);
+	process(c);
+}
+
+void k3d_conn_answered(struct k3d_conn *c)
+{
+	k3d_conn_reset(c);
 	process(c);
 }
 
@@ -703,6 +711,7 @@ static void process(struct k3d_conn *c)
 			break;
 		case K3D_BUSY:    /* the writer answers it */
 		case K3D_SENDING: /* an answer would land among the restore's chunks */
+		case K3D_TIER2:   /* its lookup is answered when the second tier has */
 			set_reading(c, 0);
 			return;
 		case K3D_YIELD: /* read again when its pause ends */

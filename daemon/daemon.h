@@ -16,6 +16,7 @@
 #include "pool.h"
 #include "status.h"
 #include "store.h"
+#include "t2.h"
 #include "tenancy.h"
 #include "window.h"
 
@@ -61,6 +62,7 @@ struct k3d_config {
 	int insecure_tcp;
 	const char *share_uids[16]; /* each a --share-uids list */
 	int n_share_uids;
+	struct k3d_t2_config t2; /* the second tier (t2.h) */
 };
 
 /* Latency histogram bucket bounds, seconds. */
@@ -74,6 +76,7 @@ struct k3d_hist {
 
 struct k3d_conn;
 struct k3d_writer;
+struct t2_item;
 
 struct k3d_server {
 	struct k3d_config cfg;
@@ -81,7 +84,8 @@ struct k3d_server {
 	struct event_base *base;
 	struct store *store;
 	struct k3d_writer *writer;
-	double started; /* k3d_now() at start: stat's uptime_seconds */
+	struct k3d_t2 *t2; /* the second tier; NULL without --tier2 */
+	double started;    /* k3d_now() at start: stat's uptime_seconds */
 	struct evconnlistener *unix_listener, *tcp_listener;
 	struct evhttp *http;
 	char listen_bound[64], metrics_bound[80]; /* what getsockname says */
@@ -148,6 +152,7 @@ struct k3d_server {
 	X(DISCARD)      /* skipping the payload of a refused request */                            \
 	X(BUSY)         /* a request is with the writer thread */                                  \
 	X(SENDING)      /* a restore's chunks are still to queue: no request is read */            \
+	X(TIER2)        /* a lookup waits for the second tier's answer (t2.c) */                   \
 	X(CLOSING)      /* reads no more; closes once the replies queued are out */                \
 	X(DEAD)         /* closed, while the writer holds a job of ours: freed when it is back */
 
@@ -191,6 +196,7 @@ struct k3d_conn {
 	struct k3d_job *ingest;     /* a publish written while its payload arrives */
 	struct k3d_window *win;     /* its receive window (the job's; window.h) */
 	struct k3d_stream *sending; /* a restore whose chunks are still to queue */
+	struct k3d_t2_wait *t2;     /* its lookup waits for the second tier (t2.c) */
 	uint64_t send_chunk;        /* its next chunk */
 	uint64_t send_id;           /* its request's id */
 	uint64_t send_from;         /* where its answer starts, counted as written */
@@ -255,6 +261,9 @@ void k3d_conn_errorf(struct k3d_conn *c, enum status_code code, const char *fmt,
         __attribute__((format(printf, 3, 4)));
 /* Queues an error response for request id (0 when unknown). */
 void k3d_conn_error(struct k3d_conn *c, uint64_t id, const struct status *st);
+/* c's request was answered after a wait off the writer (a lookup that
+ * waited for the second tier): it reads its next request. */
+void k3d_conn_answered(struct k3d_conn *c);
 /* Called by the writer completion path when a queued request finished. */
 void k3d_conn_request_done(struct k3d_conn *c);
 /* The writer handed back a streamed publish the loop had given up on
@@ -273,6 +282,9 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv);
 /* restore.c: the ops that send a snapshot, on the loop thread. */
 void k3d_op_lookup(struct k3d_conn *c);
 void k3d_op_restore(struct k3d_conn *c);
+/* A lookup that waited for the second tier (state TIER2): looked up again
+ * in the local store, answered, and the connection reads on. */
+void k3d_lookup_resume(struct k3d_conn *c);
 /* Queues the restore's next chunks (c->sending) until a few MiB wait to be
  * sent, each checked just before: called as the socket drains. */
 void k3d_restore_feed(struct k3d_conn *c);
@@ -293,6 +305,7 @@ enum k3d_chore {
 	K3D_CHORE_VERIFY,     /* check the chunks of a restore being streamed */
 	K3D_CHORE_QUARANTINE, /* quarantine a damaged entry a restore found */
 	K3D_CHORE_CHECK,      /* check an entry a direct reader reported damaged */
+	K3D_CHORE_T2_STORE,   /* store an entry fetched from the second tier */
 };
 
 /* A restore being streamed: the snapshot lives until the last byte is sent
@@ -310,6 +323,7 @@ struct k3d_job {
 	struct k3d_stream *stream;  /* K3D_CHORE_VERIFY */
 	uint8_t key[STORE_KEY_LEN]; /* K3D_CHORE_QUARANTINE */
 	struct k3d_conn *conn;
+	struct t2_item *t2; /* K3D_CHORE_T2_STORE: the fetched entry (t2_priv.h) */
 	frame_request *req;
 	unsigned char *payload;
 	uint64_t plen;

@@ -84,6 +84,23 @@ static void op_inspect(struct k3d_conn *c, frame_response *r)
 		(void)service_dispatch(c->srv->store, c->req, r);
 }
 
+/* List: the store's entries, or with tier2 the cluster's (t2.h), which c
+ * waits for. */
+static void answer(struct k3d_conn *c, void (*fill)(struct k3d_conn *, frame_response *));
+static void op_list(struct k3d_conn *c)
+{
+	if (!c->req->list->tier2) {
+		answer(c, NULL);
+		return;
+	}
+	if (!c->srv->t2) {
+		k3d_conn_errorf(c, STATUS_UNSUPPORTED,
+		                "this daemon has no second tier (start it with --tier2)");
+		return;
+	}
+	k3d_t2_list(c);
+}
+
 static void op_stat(struct k3d_conn *c, frame_response *r)
 {
 	k3d_fill_counters(c->srv, r);
@@ -140,6 +157,7 @@ static const struct loop_op loop_ops[OPS_N] = {
         [OPS_HELLO] = {.handle = op_hello},         [OPS_LOOKUP] = {.handle = k3d_op_lookup},
         [OPS_RESTORE] = {.handle = k3d_op_restore}, [OPS_REPORT] = {.handle = op_report},
         [OPS_INSPECT] = {.fill = op_inspect},       [OPS_STAT] = {.fill = op_stat},
+        [OPS_LIST] = {.handle = op_list},
 };
 
 void k3d_handle(struct k3d_conn *c)
@@ -154,6 +172,8 @@ void k3d_handle(struct k3d_conn *c)
 		k3d_conn_errorf(c, STATUS_BUSY, "the daemon is shutting down");
 	} else if (l->handle) {
 		l->handle(c);
+		if (c->state == K3D_TIER2)
+			return; /* a lookup answered when the second tier has (t2.h) */
 	} else {
 		answer(c, l->fill);
 	}

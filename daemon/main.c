@@ -10,6 +10,7 @@
 
 #include "daemon.h"
 #include "paths.h"
+#include "tier2/tier2.h"
 #include "units.h"
 
 static void usage(FILE *f, const char *db, const char *sock)
@@ -70,6 +71,26 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        crash the daemon)\n"
 	        "  --metrics HOST:PORT   serve Prometheus text at http://HOST:PORT/metrics\n"
 	        "                        (HOST and PORT as for --listen)\n"
+	        "  --tier2 redis://HOST:PORT[,HOST:PORT...]\n"
+	        "                        a second tier on a Redis Cluster (seed nodes): each\n"
+	        "                        publish is copied there in the background, and a\n"
+	        "                        lookup fetches a longer prefix from there\n"
+	        "  --tier2-user NAME     the cluster's ACL user (default: AUTH with the\n"
+	        "                        password alone)\n"
+	        "  --tier2-password-file FILE  the cluster's password, alone on the file's\n"
+	        "                        first line (never on the command line)\n"
+	        "  --tier2-max-bytes SIZE  what this daemon may occupy in the cluster; its\n"
+	        "                        oldest entries there go first (default --max-bytes)\n"
+	        "  --tier2-mode MODE     write-back (default: copy publishes, fetch on\n"
+	        "                        lookups) or read-only (fetch only)\n"
+	        "  --tier2-namespace NS  key prefix in the cluster, [A-Za-z0-9._-], so that\n"
+	        "                        fleets can share one (default k3cache)\n"
+	        "  --tier2-owner NAME    this daemon's name for its budget's ledger in the\n"
+	        "                        cluster (default: host name and store path hash)\n"
+	        "  --tier2-timeout MS    deadline of each cluster round trip (default 500)\n"
+	        "  --tier2-wait MS       how long a lookup waits for the cluster's answer\n"
+	        "                        before answering from the local store (default 20);\n"
+	        "                        once a longer entry is found it waits for its fetch\n"
 	        "  --log-level LEVEL     error, warn, info (default) or debug (also each\n"
 	        "                        connection's changes of state)\n"
 	        "  --help                this text\n"
@@ -171,7 +192,9 @@ int main(int argc, char **argv)
 	        .sync_interval = 1,
 	        .durability = STORE_SAFE,
 	        .log_level = K3D_LOG_INFO,
+	        .t2 = {.ns = K3D_T2_NS_DEFAULT, .timeout_ms = 500, .wait_ms = 20},
 	};
+	const char *t2_flag = NULL; /* a --tier2-* flag given, for the check below */
 	enum {
 		O_DB = 1,
 		O_SOCK,
@@ -195,6 +218,15 @@ int main(int argc, char **argv)
 		O_SHARE,
 		O_TOKENS,
 		O_INSECURE,
+		O_T2,
+		O_T2_USER,
+		O_T2_PASS,
+		O_T2_MAXB,
+		O_T2_MODE,
+		O_T2_NS,
+		O_T2_OWNER,
+		O_T2_TIMEOUT,
+		O_T2_WAIT,
 		O_HELP,
 		O_VERSION
 	};
@@ -221,6 +253,15 @@ int main(int argc, char **argv)
 	        {"share-uids", required_argument, NULL, O_SHARE},
 	        {"token-file", required_argument, NULL, O_TOKENS},
 	        {"insecure-tcp", no_argument, NULL, O_INSECURE},
+	        {"tier2", required_argument, NULL, O_T2},
+	        {"tier2-user", required_argument, NULL, O_T2_USER},
+	        {"tier2-password-file", required_argument, NULL, O_T2_PASS},
+	        {"tier2-max-bytes", required_argument, NULL, O_T2_MAXB},
+	        {"tier2-mode", required_argument, NULL, O_T2_MODE},
+	        {"tier2-namespace", required_argument, NULL, O_T2_NS},
+	        {"tier2-owner", required_argument, NULL, O_T2_OWNER},
+	        {"tier2-timeout", required_argument, NULL, O_T2_TIMEOUT},
+	        {"tier2-wait", required_argument, NULL, O_T2_WAIT},
 	        {"help", no_argument, NULL, O_HELP},
 	        {"version", no_argument, NULL, O_VERSION},
 	        {NULL, 0, NULL, 0},
@@ -341,6 +382,57 @@ int main(int argc, char **argv)
 			else
 				return bad("--log-level", optarg, "error, warn, info or debug");
 			break;
+		case O_T2: {
+			struct cluster_seeds seeds;
+			char err[256];
+			if (cluster_seeds_parse(optarg, &seeds, err, sizeof(err)) != 0) {
+				fprintf(stderr, "k3cached: --tier2 %s: %s\n", optarg, err);
+				return 2;
+			}
+			cfg.t2.seeds = optarg;
+			break;
+		}
+		case O_T2_USER:
+			cfg.t2.user = optarg;
+			t2_flag = "--tier2-user";
+			break;
+		case O_T2_PASS:
+			cfg.t2.password_file = optarg;
+			t2_flag = "--tier2-password-file";
+			break;
+		case O_T2_MAXB:
+			if (units_parse_size(optarg, &cfg.t2.max_bytes) || cfg.t2.max_bytes == 0)
+				return bad("--tier2-max-bytes", optarg, "a size such as 64GiB");
+			t2_flag = "--tier2-max-bytes";
+			break;
+		case O_T2_MODE:
+			if (!strcmp(optarg, "write-back"))
+				cfg.t2.mode = K3D_T2_WRITE_BACK;
+			else if (!strcmp(optarg, "read-only"))
+				cfg.t2.mode = K3D_T2_READ_ONLY;
+			else
+				return bad("--tier2-mode", optarg, "write-back or read-only");
+			t2_flag = "--tier2-mode";
+			break;
+		case O_T2_NS:
+		case O_T2_OWNER: {
+			char err[256];
+			const char *flag = c == O_T2_NS ? "--tier2-namespace" : "--tier2-owner";
+			if (tier2_ns_check(optarg, err, sizeof(err)) != 0)
+				return bad(flag, optarg, "1 to 64 characters of A-Z a-z 0-9 . _ -");
+			*(c == O_T2_NS ? &cfg.t2.ns : &cfg.t2.owner) = optarg;
+			t2_flag = flag;
+			break;
+		}
+		case O_T2_TIMEOUT:
+		case O_T2_WAIT: {
+			const char *flag = c == O_T2_TIMEOUT ? "--tier2-timeout" : "--tier2-wait";
+			if (units_parse_uint(optarg, 1, 60000, &v))
+				return bad(flag, optarg, "milliseconds from 1 to 60000");
+			*(c == O_T2_TIMEOUT ? &cfg.t2.timeout_ms : &cfg.t2.wait_ms) = (uint32_t)v;
+			t2_flag = flag;
+			break;
+		}
 		case O_HELP:
 		case 'h':
 			usage(stdout, cfg.db, cfg.socket);
@@ -358,6 +450,16 @@ int main(int argc, char **argv)
 		        "k3cached: unexpected argument \"%s\" (it takes flags only); run 'k3cached "
 		        "--help' for them\n",
 		        argv[optind]);
+		return 2;
+	}
+	if (t2_flag && !cfg.t2.seeds) {
+		fprintf(stderr,
+		        "k3cached: %s needs --tier2 redis://HOST:PORT (the cluster's seed nodes)\n",
+		        t2_flag);
+		return 2;
+	}
+	if (cfg.t2.user && !cfg.t2.password_file) {
+		fprintf(stderr, "k3cached: --tier2-user needs --tier2-password-file\n");
 		return 2;
 	}
 	if (cfg.listen.text && !cfg.token_file && !(cfg.insecure_tcp && is_loopback(&cfg.listen))) {

@@ -55,6 +55,7 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 	service_add_counter(r, "reported_damaged", srv->reported_damaged);
 	service_add_counter(r, "verify_done_bytes", atomic_load(&srv->verify_done));
 	service_add_counter(r, "verify_total_bytes", atomic_load(&srv->verify_total));
+	k3d_t2_counters(srv, r);
 	for (int code = 1; code < STATUS_N_CODES; code++) {
 		char name[64];
 		snprintf(name, sizeof(name), "errors_%s", status_code_name((enum status_code)code));
@@ -150,11 +151,27 @@ static const struct metric_meta metric_metas[] = {
          "Bytes of entries the running verify checks in all (0: none running)."},
 };
 
+/* The second tier's (t2.h), from its one list. */
+static const struct metric_meta t2_metas[] = {
+#define T2_META(name, family, help) {"tier2_" #name, family, 1, help},
+        K3D_T2_COUNTERS(T2_META)
+#undef T2_META
+                {"tier2_enabled", "tier2_enabled", 0,
+                 "1 when a second tier is configured (--tier2)."},
+        {"tier2_used_bytes", "tier2_used_bytes", 0,
+         "Bytes of the entries this daemon wrote to the cluster and has not deleted."},
+        {"tier2_max_bytes", "tier2_max_bytes", 0,
+         "What this daemon may occupy in the cluster (--tier2-max-bytes)."},
+};
+
 static const struct metric_meta *metric_meta(const char *stat)
 {
 	for (size_t i = 0; i < sizeof(metric_metas) / sizeof(metric_metas[0]); i++)
 		if (!strcmp(metric_metas[i].stat, stat))
 			return &metric_metas[i];
+	for (size_t i = 0; i < sizeof(t2_metas) / sizeof(t2_metas[0]); i++)
+		if (!strcmp(t2_metas[i].stat, stat))
+			return &t2_metas[i];
 	return NULL;
 }
 

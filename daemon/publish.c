@@ -100,6 +100,8 @@ void k3d_publish_answer(struct k3d_job *job)
 			r->key.len = 32;
 		}
 		r->created = job->pub.created;
+		if (job->pub.created) /* the second tier gets a copy (t2.h) */
+			k3d_t2_copy(c->srv, job->pub.key);
 		r->bytes = job->pub.bytes;
 		r->evicted = job->pub.evicted;
 	}

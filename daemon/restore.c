@@ -79,39 +79,48 @@ static void restore_failed(struct k3d_conn *c, const uint8_t *key, struct status
 	k3d_conn_error(c, c->req->id, st);
 }
 
-void k3d_op_lookup(struct k3d_conn *c)
+/* The lookup of c's request in the local store: OK with res, or answered
+ * with the error. */
+static int lookup_local(struct k3d_conn *c, struct store_lookup_res *res, int quiet)
 {
-	c->srv->last_lookup = k3d_now(); /* uploads yield for a while (--yield-rate) */
 	const K3cache__V1__Lookup *l = c->req->lookup;
-	struct store_lookup_req q = {l->model.data, l->salt.data,          l->salt.len,
-	                             l->tokens,     (uint32_t)l->n_tokens, l->limit};
+	struct store_lookup_req q = {l->model.data,         l->salt.data, l->salt.len, l->tokens,
+	                             (uint32_t)l->n_tokens, l->limit,     quiet};
 	if (l->n_tokens > UINT32_MAX) {
 		k3d_conn_errorf(c, STATUS_INVALID, "lookup: too many tokens");
-		return;
+		return 0;
 	}
-	struct store_lookup_res res;
 	struct status st;
-	if (store_lookup(c->srv->store, &q, &res, &st) != STATUS_OK) {
+	if (store_lookup(c->srv->store, &q, res, &st) != STATUS_OK) {
 		k3d_conn_error(c, c->req->id, &st);
-		return;
+		return 0;
 	}
+	return 1;
+}
+
+/* Answers c's lookup with what the local store found, and the snapshot when
+ * the request asks for it. */
+static void lookup_answer(struct k3d_conn *c, const struct store_lookup_res *res)
+{
+	const K3cache__V1__Lookup *l = c->req->lookup;
+	struct status st;
 	frame_response r = K3CACHE__V1__RESPONSE__INIT;
 	r.id = c->req->id;
-	r.prefix_len = res.prefix_len;
-	r.hint = res.hint;
-	r.bytes = res.bytes;
-	if (res.prefix_len) {
-		r.key.data = res.key;
+	r.prefix_len = res->prefix_len;
+	r.hint = res->hint;
+	r.bytes = res->bytes;
+	if (res->prefix_len) {
+		r.key.data = (uint8_t *)res->key;
 		r.key.len = 32;
 	}
-	if (!l->restore || !res.prefix_len) {
+	if (!l->restore || !res->prefix_len) {
 		k3d_conn_respond(c, &r);
 		return;
 	}
 	if (!restore_slot(c))
 		return;
 	struct store_snapshot *snap;
-	if (store_restore_opt(c->srv->store, res.key, STORE_RESTORE_USE | STORE_RESTORE_DEFER,
+	if (store_restore_opt(c->srv->store, res->key, STORE_RESTORE_USE | STORE_RESTORE_DEFER,
 	                      &snap, &st) != STATUS_OK) {
 		if (st.code == STATUS_NOT_FOUND) {
 			/* evicted between the lookup and the restore: a miss */
@@ -120,11 +129,35 @@ void k3d_op_lookup(struct k3d_conn *c)
 			r.bytes = 0;
 			k3d_conn_respond(c, &r);
 		} else {
-			restore_failed(c, res.key, &st);
+			restore_failed(c, res->key, &st);
 		}
 		return;
 	}
 	send_snapshot(c, &r, snap);
+}
+
+void k3d_op_lookup(struct k3d_conn *c)
+{
+	c->srv->last_lookup = k3d_now(); /* uploads yield for a while (--yield-rate) */
+	struct store_lookup_res res;
+	/* with a second tier the lookup counts once answered */
+	int quiet = c->srv->t2 != NULL;
+	if (!lookup_local(c, &res, quiet))
+		return;
+	/* a longer prefix may be in the second tier: c waits for it (t2.h) */
+	if (k3d_t2_lookup(c, &res))
+		return;
+	if (quiet)
+		store_lookup_count(c->srv->store, &res);
+	lookup_answer(c, &res);
+}
+
+void k3d_lookup_resume(struct k3d_conn *c)
+{
+	struct store_lookup_res res;
+	if (lookup_local(c, &res, 0))
+		lookup_answer(c, &res);
+	k3d_conn_answered(c);
 }
 
 void k3d_op_restore(struct k3d_conn *c)

@@ -110,6 +110,13 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			job = next;
 			continue;
 		}
+		if (job->chore == K3D_CHORE_T2_STORE) {
+			if (srv->t2) /* else stopped: the entry is dropped */
+				k3d_t2_stored(srv, job);
+			k3d_job_free(job);
+			job = next;
+			continue;
+		}
 		if (job->chore == K3D_CHORE_QUARANTINE || job->chore == K3D_CHORE_CHECK) {
 			k3d_job_free(job);
 			job = next;
@@ -450,6 +457,8 @@ int k3d_server_run(const struct k3d_config *cfg)
 		goto out;
 	if (cfg->metrics.text && k3d_metrics_start(srv) != 0)
 		goto out;
+	if (k3d_t2_start(srv) != 0)
+		goto out;
 	srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
 	srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
 	srv->sig_hup = evsignal_new(srv->base, SIGHUP, on_sighup, srv);
@@ -498,7 +507,10 @@ int k3d_server_run(const struct k3d_config *cfg)
 		        (unsigned long long)cfg->max_bytes);
 	event_base_dispatch(srv->base);
 
-	/* stopping: finish every queued commit and answer it if we still can */
+	/* stopping: the second tier's threads end their round trips (a fetched
+	 * entry not yet stored is dropped), then every queued commit finishes
+	 * and is answered if we still can */
+	k3d_t2_stop(srv);
 	k3d_writer_stop(srv->writer);
 	on_done(-1, 0, srv);
 	for (struct k3d_conn *c = srv->conns; c; c = c->next)
@@ -508,6 +520,7 @@ int k3d_server_run(const struct k3d_config *cfg)
 	rc = 0;
 	k3d_log(K3D_LOG_INFO, "stopped cleanly");
 out:
+	k3d_t2_stop(srv);
 	if (srv->writer) {
 		if (rc != 0)
 			k3d_writer_stop(srv->writer);

@@ -30,6 +30,7 @@ struct k3d_writer {
 void k3d_job_free(struct k3d_job *job)
 {
 	k3d_ingest_free(job->ingest);
+	k3d_t2_item_free(job->t2);
 	frame_request_free(job->req);
 	if (!job->streamed) /* a streamed payload is its window, closed above */
 		free(job->payload);
@@ -209,6 +210,8 @@ static void *writer_main(void *arg)
 			quarantine(w->srv->store, batch[0]->key);
 		else if (batch[0]->chore == K3D_CHORE_CHECK)
 			check_entry(w->srv->store, batch[0]->key);
+		else if (batch[0]->chore == K3D_CHORE_T2_STORE)
+			k3d_t2_store(w->srv, batch[0]);
 		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			k3d_publish_batch(w->srv, batch, n);
 		else if (k3d_writer_run_one(w->srv, batch[0])) {

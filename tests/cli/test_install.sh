@@ -34,7 +34,7 @@ ok "the staged unit's ExecStart is /usr/sbin/k3cached" $?
 # (all but the unit's --db and --socket), each with a value the daemon takes
 example=$dir/prefix/share/doc/k3cache/examples/default/k3cached
 shown=$(sed -n 's/^#   \(--[a-z].*\)$/\1/p' "$example")
-for f in $("$dir/prefix/sbin/k3cached" --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
+for f in $("$dir/prefix/sbin/k3cached" --help | grep -o -- '--[a-z][a-z0-9-]*' | sort -u); do
   case $f in --db | --socket | --help | --version) continue ;; esac
   grep -q -- "^$f\( \|$\)" <<<"$shown"; ok "the example configuration shows $f" $?
 done

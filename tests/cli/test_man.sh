@@ -38,13 +38,13 @@ done
 
 # k3cached: every long flag of --help is an option's heading in OPTIONS
 opts=$(sed -n '/^OPTIONS$/,/^EXIT STATUS$/p' <<<"$d")
-flags=$("$daemon" --help | grep -o -- '--[a-z][a-z-]*' | sort -u)
+flags=$("$daemon" --help | grep -o -- '--[a-z][a-z0-9-]*' | sort -u)
 [ "$(wc -l <<<"$flags")" -ge 20 ]; ok "k3cached --help lists its flags ($(wc -l <<<"$flags"))" $?
 for f in $flags; do
   grep -Eq -- "^ +(-h, )?$f( |$)" <<<"$opts"; ok "k3cached.8 OPTIONS has $f (k3cached --help)" $?
 done
 # and every flag the page gives a heading is one the daemon knows
-for f in $(grep -Eo -- '^ +(-h, )?--[a-z][a-z-]*' <<<"$opts" | grep -o -- '--.*'); do
+for f in $(grep -Eo -- '^ +(-h, )?--[a-z][a-z0-9-]*' <<<"$opts" | grep -o -- '--.*'); do
   grep -qx -- "$f" <<<"$flags"; ok "k3cached.8's $f is in k3cached --help" $?
 done
 
@@ -56,14 +56,14 @@ help=$("$ctl" --help)
 cmds=$(sed -n '/^Commands/,/^Global options:/p' <<<"$help" | grep '^  [a-z-]' |
        sed -E 's/^  (--db DIR )?//' | awk '$1 == "model" { print $1 " " $2; next } { print $1 }')
 [ "$(wc -l <<<"$cmds")" -ge 14 ]; ok "k3cachectl --help lists its commands ($(tr '\n' ' ' <<<"$cmds"))" $?
-flags=$(grep -o -- '--[a-z][a-z-]*' <<<"$help")
+flags=$(grep -o -- '--[a-z][a-z0-9-]*' <<<"$help")
 while read -r cmd; do
   grep -Eq -- "^ +(--db DIR )?$cmd( |$)" <<<"$cmds_section"; ok "k3cachectl.1 COMMANDS has $cmd" $?
   # "model add" is two words
   sub=$("$ctl" $cmd --help 2>/dev/null) || sub=$("$ctl" ${cmd%% *} --help 2>/dev/null)
   ok "k3cachectl $cmd --help" $?
   # the usage line's flags (the text after it may name another program's)
-  flags+=$'\n'$(head -1 <<<"$sub" | grep -o -- '--[a-z][a-z-]*')
+  flags+=$'\n'$(head -1 <<<"$sub" | grep -o -- '--[a-z][a-z0-9-]*')
 done <<<"$cmds"
 for f in $(sort -u <<<"$flags"); do
   grep -Eq -- "(^|[^a-z-])$f([^a-z-]|$)" <<<"$c"; ok "k3cachectl.1 has $f (k3cachectl --help)" $?

@@ -1,0 +1,716 @@
+/* t2: the loop's side of the second tier (t2.h): start-up and stop, the
+ * lookups that wait for the cluster and the answers the threads send back,
+ * the counters. The copy thread is t2_copy.c, the fetch thread t2_fetch.c. */
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "model.h"
+#include "service.h"
+#include "t2_priv.h"
+#include "units.h"
+
+/* A lookup waiting for the cluster (loop thread only). */
+struct k3d_t2_wait {
+	struct k3d_t2_wait *next;
+	uint64_t id;
+	struct k3d_conn *c;
+	struct event *timer; /* --tier2-wait, while the search runs */
+	int on_key;          /* waits for the fetch of key */
+	uint8_t key[TIER2_KEY_LEN];
+};
+
+/* ---- items and queues ------------------------------------------------------- */
+
+void k3d_t2_item_free(struct t2_item *it)
+{
+	if (!it)
+		return;
+	free(it->salt);
+	free(it->tokens);
+	tier2_entry_free(&it->entry);
+	for (size_t i = 0; i < it->n_listed; i++)
+		free((void *)it->listed[i].salt);
+	free(it->listed);
+	free(it);
+}
+
+static void queue_init(struct t2_queue *q, size_t max)
+{
+	pthread_mutex_init(&q->mu, NULL);
+	pthread_cond_init(&q->cv, NULL);
+	q->max = max;
+}
+
+int t2_queue_push(struct t2_queue *q, struct t2_item *it)
+{
+	pthread_mutex_lock(&q->mu);
+	if (q->stop || (q->max && q->n >= q->max)) {
+		pthread_mutex_unlock(&q->mu);
+		return -1;
+	}
+	it->next = NULL;
+	if (q->tail)
+		q->tail->next = it;
+	else
+		q->head = it;
+	q->tail = it;
+	q->n++;
+	pthread_cond_signal(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+	return 0;
+}
+
+struct t2_item *t2_queue_pop(struct t2_queue *q)
+{
+	pthread_mutex_lock(&q->mu);
+	while (!q->head && !q->stop)
+		pthread_cond_wait(&q->cv, &q->mu);
+	struct t2_item *it = q->stop ? NULL : q->head;
+	if (it) {
+		q->head = it->next;
+		if (!q->head)
+			q->tail = NULL;
+		q->n--;
+	}
+	pthread_mutex_unlock(&q->mu);
+	return it;
+}
+
+/* Takes every item (the loop's side of doneq). */
+static struct t2_item *queue_take_all(struct t2_queue *q)
+{
+	pthread_mutex_lock(&q->mu);
+	struct t2_item *all = q->head;
+	q->head = q->tail = NULL;
+	q->n = 0;
+	pthread_mutex_unlock(&q->mu);
+	return all;
+}
+
+static void queue_stop(struct t2_queue *q)
+{
+	pthread_mutex_lock(&q->mu);
+	q->stop = 1;
+	pthread_cond_broadcast(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+}
+
+static void queue_free(struct t2_queue *q)
+{
+	struct t2_item *it = queue_take_all(q);
+	while (it) {
+		struct t2_item *next = it->next;
+		k3d_t2_item_free(it);
+		it = next;
+	}
+	pthread_mutex_destroy(&q->mu);
+	pthread_cond_destroy(&q->cv);
+}
+
+void t2_post(struct k3d_t2 *t, struct t2_item *it)
+{
+	(void)t2_queue_push(&t->doneq, it); /* unbounded; stopped only after the threads */
+	uint64_t one = 1;
+	if (write(t->done_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		k3d_log(K3D_LOG_ERROR, "tier2: cannot wake the loop: %s", strerror(errno));
+}
+
+/* ---- counters ----------------------------------------------------------------- */
+
+void t2_count_router(struct k3d_t2 *t, struct cluster_router *r, struct cluster_stats *seen,
+                     struct tier2_stats *ts, struct tier2_stats *ts_seen)
+{
+	struct cluster_stats now = cluster_stats(r);
+	atomic_fetch_add(&t->n.node_errors, now.node_errors - seen->node_errors);
+	atomic_fetch_add(&t->n.timeouts, now.timeouts - seen->timeouts);
+	*seen = now;
+	atomic_fetch_add(&t->n.bytes_in, ts->bytes_in - ts_seen->bytes_in);
+	atomic_fetch_add(&t->n.bytes_out, ts->bytes_out - ts_seen->bytes_out);
+	atomic_fetch_add(&t->n.stale, ts->stale - ts_seen->stale);
+	*ts_seen = *ts;
+}
+
+void k3d_t2_counters(struct k3d_server *srv, frame_response *r)
+{
+	struct k3d_t2 *t = srv->t2;
+	service_add_counter(r, "tier2_enabled", t != NULL);
+#define T2_ADD(name, family, help)                                                                 \
+	service_add_counter(r, "tier2_" #name, t ? atomic_load(&t->n.name) : 0);
+	K3D_T2_COUNTERS(T2_ADD)
+#undef T2_ADD
+	service_add_counter(r, "tier2_used_bytes", t ? atomic_load(&t->used_bytes) : 0);
+	service_add_counter(r, "tier2_max_bytes", t ? t->cfg.max_bytes : 0);
+}
+
+/* ---- lookups that wait --------------------------------------------------------- */
+
+static struct k3d_t2_wait *find_waiter(struct k3d_t2 *t, uint64_t id)
+{
+	for (struct k3d_t2_wait *w = t->waiters; w; w = w->next)
+		if (w->id == id)
+			return w;
+	return NULL;
+}
+
+static void unlink_waiter(struct k3d_t2 *t, struct k3d_t2_wait *w)
+{
+	for (struct k3d_t2_wait **p = &t->waiters; *p; p = &(*p)->next)
+		if (*p == w) {
+			*p = w->next;
+			break;
+		}
+	if (w->timer)
+		event_free(w->timer);
+	if (w->c)
+		w->c->t2 = NULL;
+	free(w);
+}
+
+/* The waiting lookup is answered from the local store, which now holds
+ * whatever the cluster gave. */
+static void resume(struct k3d_t2 *t, struct k3d_t2_wait *w)
+{
+	struct k3d_conn *c = w->c;
+	unlink_waiter(t, w);
+	if (c)
+		k3d_lookup_resume(c);
+}
+
+static void on_wait_expired(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct k3d_t2_wait *w = arg;
+	struct k3d_t2 *t = w->c->srv->t2;
+	atomic_fetch_add(&t->n.waits_expired, 1);
+	resume(t, w); /* the search goes on: a longer entry found is fetched all the same */
+}
+
+static int key_fetching(struct k3d_t2 *t, const uint8_t *key)
+{
+	pthread_mutex_lock(&t->fetchq.mu);
+	int found = 0;
+	for (struct t2_fetching *f = t->fetching; f && !found; f = f->next)
+		found = !memcmp(f->key, key, TIER2_KEY_LEN);
+	pthread_mutex_unlock(&t->fetchq.mu);
+	return found;
+}
+
+/* The fetch of key is over (stored or failed): every lookup waiting for it
+ * is answered; hit says whether it is stored now. */
+static void key_done(struct k3d_t2 *t, const uint8_t *key, int hit)
+{
+	pthread_mutex_lock(&t->fetchq.mu);
+	for (struct t2_fetching **p = &t->fetching; *p; p = &(*p)->next)
+		if (!memcmp((*p)->key, key, TIER2_KEY_LEN)) {
+			struct t2_fetching *f = *p;
+			*p = f->next;
+			free(f);
+			break;
+		}
+	pthread_mutex_unlock(&t->fetchq.mu);
+	struct k3d_t2_wait *w = t->waiters;
+	while (w) {
+		struct k3d_t2_wait *next = w->next;
+		if (w->on_key && !memcmp(w->key, key, TIER2_KEY_LEN)) {
+			if (hit && w->c)
+				atomic_fetch_add(&t->n.hits, 1);
+			resume(t, w);
+		}
+		w = next;
+	}
+}
+
+int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local)
+{
+	struct k3d_t2 *t = c->srv->t2;
+	const K3cache__V1__Lookup *l = c->req->lookup;
+	if (!t || l->n_tokens == 0 || l->model.len != 32 || c->srv->stopping)
+		return 0;
+	uint32_t n = (uint32_t)l->n_tokens;
+	uint32_t limit = l->limit ? (l->limit < n ? l->limit : n) : n - 1;
+	if (limit == 0 || local->prefix_len >= limit || l->salt.len > TIER2_MAX_SALT)
+		return 0;
+	struct t2_item *it = calloc(1, sizeof(*it));
+	struct k3d_t2_wait *w = calloc(1, sizeof(*w));
+	if (it) {
+		it->tokens = malloc((size_t)limit * sizeof(uint32_t));
+		it->salt = malloc(l->salt.len ? l->salt.len : 1);
+	}
+	if (w)
+		w->timer = evtimer_new(c->srv->base, on_wait_expired, w);
+	if (!it || !it->tokens || !it->salt || !w || !w->timer) {
+		k3d_t2_item_free(it);
+		if (w && w->timer)
+			event_free(w->timer);
+		free(w);
+		return 0; /* out of memory: answered locally */
+	}
+	it->kind = T2_PROBE;
+	memcpy(it->fingerprint, l->model.data, 32);
+	if (l->salt.len)
+		memcpy(it->salt, l->salt.data, l->salt.len);
+	it->salt_len = l->salt.len;
+	memcpy(it->tokens, l->tokens, (size_t)limit * sizeof(uint32_t));
+	it->n_tokens = limit;
+	it->local_p = local->prefix_len;
+	it->waiter = w->id = ++t->next_waiter;
+	if (t2_queue_push(&t->fetchq, it) != 0) {
+		atomic_fetch_add(&t->n.lookups_skipped, 1);
+		k3d_t2_item_free(it);
+		event_free(w->timer);
+		free(w);
+		return 0;
+	}
+	atomic_fetch_add(&t->n.lookups, 1);
+	w->c = c;
+	w->next = t->waiters;
+	t->waiters = w;
+	c->t2 = w;
+	struct timeval tv = {(time_t)(t->cfg.wait_ms / 1000),
+	                     (suseconds_t)(t->cfg.wait_ms % 1000) * 1000};
+	evtimer_add(w->timer, &tv);
+	k3d_conn_set_state(c, K3D_TIER2);
+	return 1;
+}
+
+void k3d_t2_list(struct k3d_conn *c)
+{
+	struct k3d_t2 *t = c->srv->t2;
+	const K3cache__V1__List *l = c->req->list;
+	if (l->after.len) { /* one page holds all there is */
+		frame_response r = K3CACHE__V1__RESPONSE__INIT;
+		r.id = c->req->id;
+		k3d_conn_respond(c, &r);
+		return;
+	}
+	struct t2_item *it = calloc(1, sizeof(*it));
+	struct k3d_t2_wait *w = calloc(1, sizeof(*w));
+	if (!it || !w) {
+		free(it);
+		free(w);
+		k3d_conn_errorf(c, STATUS_BUSY, "out of memory; retry later");
+		return;
+	}
+	it->kind = T2_LIST;
+	it->limit = l->limit && l->limit < K3D_T2_LIST_MAX ? l->limit : K3D_T2_LIST_MAX;
+	it->has_model = l->model.len == 32;
+	if (it->has_model)
+		memcpy(it->fingerprint, l->model.data, 32);
+	it->waiter = w->id = ++t->next_waiter;
+	if (t2_queue_push(&t->fetchq, it) != 0) {
+		k3d_t2_item_free(it);
+		free(w);
+		k3d_conn_errorf(c, STATUS_BUSY, "the second tier's queue is full; retry shortly");
+		return;
+	}
+	w->c = c;
+	w->next = t->waiters;
+	t->waiters = w;
+	c->t2 = w;
+	k3d_conn_set_state(c, K3D_TIER2);
+}
+
+/* Answers a List of the cluster's entries. */
+static void answer_list(struct k3d_conn *c, struct t2_item *it)
+{
+	if (it->st != TIER2_OK && !it->n_listed) {
+		k3d_conn_errorf(c, it->st == TIER2_TIMEOUT ? STATUS_BUSY : STATUS_INTERNAL,
+		                "the second tier: %s", it->err);
+		return;
+	}
+	frame_response r = K3CACHE__V1__RESPONSE__INIT;
+	r.id = c->req->id;
+	K3cache__V1__EntryInfo *infos = calloc(it->n_listed ? it->n_listed : 1, sizeof(*infos));
+	K3cache__V1__EntryInfo **ptrs = calloc(it->n_listed ? it->n_listed : 1, sizeof(*ptrs));
+	char(*names)[64] = calloc(it->n_listed ? it->n_listed : 1, sizeof(*names));
+	if (!infos || !ptrs || !names) {
+		free(infos);
+		free(ptrs);
+		free(names);
+		k3d_conn_errorf(c, STATUS_BUSY, "out of memory; retry later");
+		return;
+	}
+	for (size_t i = 0; i < it->n_listed; i++) {
+		struct tier2_listed *e = &it->listed[i];
+		k3cache__v1__entry_info__init(&infos[i]);
+		infos[i].key.data = e->key;
+		infos[i].key.len = 32;
+		infos[i].model.data = e->fingerprint;
+		infos[i].model.len = 32;
+		infos[i].salt.data = (uint8_t *)e->salt;
+		infos[i].salt.len = e->salt_len;
+		infos[i].prefix_len = e->prefix_len;
+		infos[i].layer_count = e->n_layers;
+		infos[i].bytes = e->bytes;
+		infos[i].stored = e->bytes;
+		struct status st;
+		struct k3cache_model *m = store_get_model(c->srv->store, e->fingerprint, &st);
+		snprintf(names[i], sizeof(names[i]), "%s", m && m->name ? m->name : "?");
+		if (m)
+			model_free(m);
+		infos[i].model_name = names[i];
+		ptrs[i] = &infos[i];
+	}
+	r.entries = ptrs;
+	r.n_entries = it->n_listed;
+	k3d_conn_respond(c, &r);
+	free(names);
+	free(ptrs);
+	free(infos);
+}
+
+void k3d_t2_forget(struct k3d_conn *c)
+{
+	if (!c->t2)
+		return;
+	struct k3d_t2_wait *w = c->t2;
+	w->c = NULL;
+	unlink_waiter(c->srv->t2, w);
+}
+
+/* ---- the threads' answers -------------------------------------------------------- */
+
+static void count_miss(struct k3d_t2 *t, enum tier2_status st)
+{
+	switch (st) {
+	case TIER2_MISSING:
+		atomic_fetch_add(&t->n.misses_missing, 1);
+		break;
+	case TIER2_DAMAGED:
+		atomic_fetch_add(&t->n.misses_damaged, 1);
+		break;
+	case TIER2_TIMEOUT:
+		atomic_fetch_add(&t->n.misses_timeout, 1);
+		break;
+	default:
+		atomic_fetch_add(&t->n.misses_node_error, 1);
+		break;
+	}
+}
+
+/* Hands a fetched entry to the writer, which stores it as a publish. */
+static void to_writer(struct k3d_t2 *t, struct t2_item *it)
+{
+	struct k3d_job *job = calloc(1, sizeof(*job));
+	if (!job) {
+		k3d_log(K3D_LOG_WARN, "tier2: out of memory: a fetched entry is dropped");
+		atomic_fetch_add(&t->n.store_refused, 1);
+		key_done(t, it->key, 0);
+		k3d_t2_item_free(it);
+		return;
+	}
+	k3cache__v1__response__init(&job->resp);
+	job->chore = K3D_CHORE_T2_STORE;
+	job->t2 = it;
+	k3d_writer_submit(t->srv->writer, job);
+}
+
+static void answer(struct k3d_t2 *t, struct t2_item *it)
+{
+	struct k3d_t2_wait *w = it->waiter ? find_waiter(t, it->waiter) : NULL;
+	switch (it->kind) {
+	case T2_NONE:
+		if (it->st != TIER2_OK) {
+			atomic_fetch_add(&t->n.lookup_errors, 1);
+			k3d_log(K3D_LOG_DEBUG, "tier2: lookup: %s: %s", tier2_status_name(it->st),
+			        it->err);
+		}
+		if (w)
+			resume(t, w);
+		break;
+	case T2_FOUND:
+	case T2_JOIN:
+		if (it->kind == T2_JOIN && w)
+			atomic_fetch_add(&t->n.fetch_joins, 1);
+		if (w) { /* it waits for the fetch now, as long as that takes */
+			evtimer_del(w->timer);
+			w->on_key = 1;
+			memcpy(w->key, it->key, TIER2_KEY_LEN);
+			if (!key_fetching(t, it->key)) /* over already */
+				resume(t, w);
+		}
+		break;
+	case T2_FETCHED:
+		atomic_fetch_add(&t->n.fetches, 1);
+		to_writer(t, it);
+		return; /* the writer has it */
+	case T2_LISTED:
+		if (w && w->c) {
+			struct k3d_conn *c = w->c;
+			unlink_waiter(t, w);
+			answer_list(c, it);
+			k3d_conn_answered(c);
+		}
+		break;
+	case T2_FAILED:
+		count_miss(t, it->st);
+		k3d_log(K3D_LOG_INFO, "tier2: fetch: %s: %s", tier2_status_name(it->st), it->err);
+		key_done(t, it->key, 0);
+		break;
+	default:
+		break;
+	}
+	k3d_t2_item_free(it);
+}
+
+static void on_done(evutil_socket_t fd, short what, void *arg)
+{
+	(void)what;
+	struct k3d_t2 *t = arg;
+	uint64_t n;
+	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		k3d_log(K3D_LOG_WARN, "tier2: read: %s", strerror(errno));
+	struct t2_item *it = queue_take_all(&t->doneq);
+	while (it) {
+		struct t2_item *next = it->next;
+		answer(t, it);
+		it = next;
+	}
+}
+
+void k3d_t2_store(struct k3d_server *srv, struct k3d_job *job)
+{
+	const struct tier2_entry *e = &job->t2->entry;
+	struct store_blob *blobs = calloc(e->n_blobs ? e->n_blobs : 1, sizeof(*blobs));
+	if (!blobs) {
+		status_set(&job->st, STATUS_INTERNAL, "out of memory");
+		return;
+	}
+	for (uint32_t i = 0; i < e->n_blobs; i++)
+		blobs[i] = (struct store_blob){e->blobs[i].data, e->blobs[i].size, e->blobs[i].xxh3,
+		                               NULL};
+	struct store_publish_req req = {e->fingerprint, e->salt, e->salt_len, e->tokens,
+	                                e->prefix_len,  blobs,   e->n_blobs};
+	store_publish(srv->store, &req, &job->pub, &job->st);
+	free(blobs);
+}
+
+void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
+{
+	struct k3d_t2 *t = srv->t2;
+	struct t2_item *it = job->t2;
+	job->t2 = NULL;
+	int ok = job->st.code == STATUS_OK;
+	if (!ok) {
+		atomic_fetch_add(&t->n.store_refused, 1);
+		k3d_log(K3D_LOG_WARN,
+		        "tier2: an entry fetched from the cluster was refused: %s: %s",
+		        status_code_name(job->st.code), job->st.message);
+	}
+	key_done(t, it->key, ok);
+	k3d_t2_item_free(it);
+}
+
+/* ---- writing back ------------------------------------------------------------------ */
+
+void k3d_t2_copy(struct k3d_server *srv, const uint8_t key[STORE_KEY_LEN])
+{
+	struct k3d_t2 *t = srv->t2;
+	if (!t || t->cfg.mode == K3D_T2_READ_ONLY)
+		return;
+	struct t2_item *it = calloc(1, sizeof(*it));
+	if (it) {
+		it->kind = T2_COPY;
+		memcpy(it->key, key, TIER2_KEY_LEN);
+	}
+	if (!it || t2_queue_push(&t->copyq, it) != 0) {
+		atomic_fetch_add(&t->n.copies_skipped, 1);
+		free(it);
+	}
+}
+
+/* ---- start and stop ----------------------------------------------------------------- */
+
+struct cluster_router *t2_router(struct k3d_t2 *t)
+{
+	struct cluster_options o = {.user = t->cfg.user,
+	                            .password = t->password,
+	                            .connect_timeout_ms = (int)t->cfg.timeout_ms,
+	                            .command_timeout_ms = (int)t->cfg.timeout_ms};
+	char err[512] = "";
+	struct cluster_router *r = cluster_router_new(t->cfg.seeds, &o, err, sizeof(err));
+	if (!r)
+		k3d_log(K3D_LOG_ERROR, "--tier2 %s: %s", t->cfg.seeds, err);
+	return r;
+}
+
+/* The first line of the password file, without its line end. */
+static char *read_password(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		k3d_log(K3D_LOG_ERROR, "--tier2-password-file %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	char line[1024];
+	char *pw = NULL;
+	if (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\r\n")] = 0;
+		if (line[0])
+			pw = strdup(line);
+	}
+	explicit_bzero(line, sizeof(line));
+	fclose(f);
+	if (!pw)
+		k3d_log(K3D_LOG_ERROR,
+		        "--tier2-password-file %s: no password on its first line (the file holds "
+		        "the password alone)",
+		        path);
+	return pw;
+}
+
+/* The owner name of this daemon's ledger: the host's name and a hash of the
+ * store's path, as [A-Za-z0-9._-]. */
+static void default_owner(struct k3d_t2 *t, const char *db)
+{
+	char host[64] = "host";
+	gethostname(host, sizeof(host) - 1);
+	host[sizeof(host) - 1] = 0;
+	for (char *p = host; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'))
+			*p = '_';
+	char *real = realpath(db, NULL);
+	uint64_t h = 1469598103934665603ull; /* FNV-1a of the store's path */
+	for (const char *p = real ? real : db; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	free(real);
+	snprintf(t->owner, sizeof(t->owner), "%.40s-%016llx", host, (unsigned long long)h);
+}
+
+/* Whether the router's last failure was the cluster refusing our
+ * credentials: that will not mend by itself. */
+static int auth_refused(const char *msg)
+{
+	return strstr(msg, "AUTH") || strstr(msg, "WRONGPASS") || strstr(msg, "NOAUTH") ||
+	       strstr(msg, "NOPERM");
+}
+
+static void t2_free(struct k3d_t2 *t)
+{
+	if (t->password) {
+		explicit_bzero(t->password, strlen(t->password));
+		free(t->password);
+	}
+	queue_free(&t->copyq);
+	queue_free(&t->fetchq);
+	queue_free(&t->doneq);
+	while (t->fetching) {
+		struct t2_fetching *f = t->fetching;
+		t->fetching = f->next;
+		free(f);
+	}
+	if (t->done_ev)
+		event_free(t->done_ev);
+	if (t->done_fd >= 0)
+		close(t->done_fd);
+	free(t);
+}
+
+int k3d_t2_start(struct k3d_server *srv)
+{
+	const struct k3d_t2_config *cfg = &srv->cfg.t2;
+	if (!cfg->seeds)
+		return 0;
+	struct k3d_t2 *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -1;
+	t->srv = srv;
+	t->cfg = *cfg;
+	t->done_fd = -1;
+	if (!t->cfg.max_bytes)
+		t->cfg.max_bytes = srv->cfg.max_bytes;
+	queue_init(&t->copyq, K3D_T2_COPY_QUEUE);
+	queue_init(&t->fetchq, K3D_T2_FETCH_QUEUE);
+	queue_init(&t->doneq, 0);
+	char err[512];
+	if (tier2_ns_check(t->cfg.ns, err, sizeof(err)) != 0) {
+		k3d_log(K3D_LOG_ERROR, "--tier2-namespace %s: %s", t->cfg.ns, err);
+		goto fail;
+	}
+	if (t->cfg.owner) {
+		if (tier2_ns_check(t->cfg.owner, err, sizeof(err)) != 0) {
+			k3d_log(K3D_LOG_ERROR, "--tier2-owner %s: %s", t->cfg.owner, err);
+			goto fail;
+		}
+		snprintf(t->owner, sizeof(t->owner), "%s", t->cfg.owner);
+	} else {
+		default_owner(t, srv->cfg.db);
+	}
+	if (cfg->password_file && !(t->password = read_password(cfg->password_file)))
+		goto fail;
+	struct cluster_router *r = t2_router(t);
+	if (!r)
+		goto fail;
+	if (cluster_refresh(r) != 0) {
+		const char *why = cluster_error(r);
+		if (auth_refused(why)) {
+			k3d_log(K3D_LOG_ERROR,
+			        "--tier2 %s: the cluster refuses our credentials: %s (check "
+			        "--tier2-user and --tier2-password-file)",
+			        cfg->seeds, why);
+			cluster_router_free(r);
+			goto fail;
+		}
+		k3d_log(K3D_LOG_WARN,
+		        "--tier2 %s: the cluster cannot be reached now (%s); serving from the "
+		        "local store and trying again",
+		        cfg->seeds, why);
+	}
+	cluster_router_free(r);
+	t->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (t->done_fd < 0) {
+		k3d_log(K3D_LOG_ERROR, "tier2: eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	t->done_ev = event_new(srv->base, t->done_fd, EV_READ | EV_PERSIST, on_done, t);
+	if (!t->done_ev)
+		goto fail;
+	event_priority_set(t->done_ev, K3D_PRIO_HIGH);
+	event_add(t->done_ev, NULL);
+	srv->t2 = t;
+	t->fetch_started = pthread_create(&t->fetch_thread, NULL, t2_fetch_main, t) == 0;
+	t->copy_started = t->cfg.mode == K3D_T2_READ_ONLY ||
+	                  pthread_create(&t->copy_thread, NULL, t2_copy_main, t) == 0;
+	if (!t->fetch_started || !t->copy_started) {
+		k3d_log(K3D_LOG_ERROR, "tier2: cannot start its threads");
+		k3d_t2_stop(srv);
+		return -1;
+	}
+	t->copy_started = t->cfg.mode != K3D_T2_READ_ONLY;
+	char cap[32];
+	units_format_size(t->cfg.max_bytes, cap, sizeof(cap));
+	k3d_log(K3D_LOG_INFO, "tier2: cluster %s, namespace %s, %s, owner %s, at most %s",
+	        cfg->seeds, t->cfg.ns, t->cfg.mode == K3D_T2_READ_ONLY ? "read-only" : "write-back",
+	        t->owner, cap);
+	return 0;
+fail:
+	t2_free(t);
+	return -1;
+}
+
+void k3d_t2_stop(struct k3d_server *srv)
+{
+	struct k3d_t2 *t = srv->t2;
+	if (!t)
+		return;
+	atomic_store(&t->stopping, 1);
+	queue_stop(&t->copyq);
+	queue_stop(&t->fetchq);
+	if (t->fetch_started)
+		pthread_join(t->fetch_thread, NULL);
+	if (t->copy_started)
+		pthread_join(t->copy_thread, NULL);
+	while (t->waiters) {
+		unlink_waiter(t, t->waiters);
+	}
+	srv->t2 = NULL;
+	t2_free(t);
+}

@@ -1,0 +1,139 @@
+/* t2: the daemon's second tier on a Redis Cluster (issue 17), over the
+ * router and the data layout of src/tier2. The local store stays the first
+ * tier; without --tier2 nothing here runs and the daemon works as before.
+ *
+ * Contract:
+ * - Write-back. After a publish commits locally, its key is queued for the
+ *   copy thread (at most K3D_T2_COPY_QUEUE keys). A full queue skips the
+ *   copy, counted; the worker's publish never waits for Redis. The copy
+ *   thread reads the entry from the store (every piece checked against its
+ *   stored sum: bytes known bad are never sent) and writes it to the cluster
+ *   unless a valid record of the key is there already. It keeps what this
+ *   daemon wrote within --tier2-max-bytes by deleting its own oldest entries
+ *   first, from a ledger kept in the cluster (tier2_ledger_*), so a restart
+ *   keeps the budget. In read-only mode nothing is copied.
+ * - Lookups. A lookup whose local answer is shorter than it could be asks the
+ *   fetch thread for the cluster's longest prefix and waits at most
+ *   --tier2-wait for that answer; past it, or when the cluster has nothing
+ *   longer, it is answered from the local store as always. A longer entry is
+ *   fetched whole (every chunk's and layer's sum checked), handed to the
+ *   writer, which stores it as every publish (validated against the model),
+ *   and the lookup is then answered from the local store: a local hit. Every
+ *   lookup that finds the same key while it is fetched waits for that one
+ *   fetch. A failed fetch is a miss by cause (missing, damaged, timeout, node
+ *   error), counted; the lookup is answered locally.
+ * - The router's round trips have deadlines (--tier2-timeout) and a failed
+ *   node backs off (cluster.h), so no lookup blocks on a dead node.
+ * - Each thread has its own router (a router serves one thread).
+ *
+ * Threads: the loop thread calls everything here but k3d_t2_store (the
+ * writer's). The copy and fetch threads touch the store only through its
+ * read calls (store_inspect, store_restore_opt), which are thread-safe. */
+#ifndef K3D_T2_H
+#define K3D_T2_H
+
+#include <stdint.h>
+
+#include "frame.h"
+#include "store.h"
+
+#define K3D_T2_COPY_QUEUE  64u  /* keys waiting to be copied */
+#define K3D_T2_FETCH_QUEUE 256u /* lookups waiting for the fetch thread */
+#define K3D_T2_NS_DEFAULT  "k3cache"
+
+/* The counters the second tier's threads add to and the loop reads: each
+ * is Stat's tier2_NAME and /metrics' k3cache_FAMILY. */
+#define K3D_T2_COUNTERS(X)                                                                         \
+	X(lookups, "tier2_lookups_total", "Lookups that asked the cluster.")                       \
+	X(lookups_skipped, "tier2_lookups_skipped_total",                                          \
+	  "Lookups answered locally: the fetch queue was full.")                                   \
+	X(waits_expired, "tier2_waits_expired_total",                                              \
+	  "Lookups answered locally: no answer within --tier2-wait.")                              \
+	X(lookup_errors, "tier2_lookup_errors_total",                                              \
+	  "Longest-prefix searches that failed (a timeout or a node error).")                      \
+	X(hits, "tier2_hits_total", "Lookups answered with an entry fetched from the cluster.")    \
+	X(fetches, "tier2_fetches_total", "Entries fetched from the cluster, whole and checked.")  \
+	X(fetch_joins, "tier2_fetch_joins_total",                                                  \
+	  "Lookups that waited for a fetch another lookup began.")                                 \
+	X(misses_missing, "tier2_misses_missing_total",                                            \
+	  "Fetches that missed: a record or chunk was gone.")                                      \
+	X(misses_damaged, "tier2_misses_damaged_total",                                            \
+	  "Fetches that missed: a record, chunk or layer failed its check.")                       \
+	X(misses_timeout, "tier2_misses_timeout_total",                                            \
+	  "Fetches that missed: a round trip ran out of time.")                                    \
+	X(misses_node_error, "tier2_misses_node_error_total",                                      \
+	  "Fetches that missed: a node failed or refused.")                                        \
+	X(store_refused, "tier2_store_refused_total",                                              \
+	  "Fetched entries the local store refused (validation, room).")                           \
+	X(copies, "tier2_copies_total", "Entries copied to the cluster.")                          \
+	X(copies_existing, "tier2_copies_existing_total",                                          \
+	  "Copies skipped: the cluster held the entry already.")                                   \
+	X(copies_skipped, "tier2_copies_skipped_total",                                            \
+	  "Copies skipped: the copy queue was full.")                                              \
+	X(copies_failed, "tier2_copies_failed_total",                                              \
+	  "Copies that failed (the cluster down, a timeout, a damaged local entry).")              \
+	X(copies_too_large, "tier2_copies_too_large_total",                                        \
+	  "Copies skipped: the entry alone is over --tier2-max-bytes.")                            \
+	X(deleted, "tier2_deleted_total",                                                          \
+	  "Entries this daemon deleted from the cluster to stay within its budget.")               \
+	X(bytes_in, "tier2_received_bytes_total", "Value bytes read from the cluster.")            \
+	X(bytes_out, "tier2_sent_bytes_total", "Value bytes written to the cluster.")              \
+	X(node_errors, "tier2_node_errors_total",                                                  \
+	  "Round trips or connections to a node that failed.")                                     \
+	X(timeouts, "tier2_timeouts_total", "Of those, the ones that ran out of time.")            \
+	X(stale, "tier2_stale_total", "Index fields whose record was gone or did not match.")
+
+enum k3d_t2_mode { K3D_T2_WRITE_BACK = 0, K3D_T2_READ_ONLY };
+
+struct k3d_t2_config {
+	const char *seeds;         /* --tier2; NULL: no second tier */
+	const char *user;          /* --tier2-user */
+	const char *password_file; /* --tier2-password-file */
+	const char *ns;            /* --tier2-namespace */
+	const char *owner;         /* --tier2-owner; NULL: host name and store */
+	uint64_t max_bytes;        /* --tier2-max-bytes; 0: --max-bytes */
+	enum k3d_t2_mode mode;     /* --tier2-mode */
+	uint32_t timeout_ms;       /* --tier2-timeout: each round trip */
+	uint32_t wait_ms;          /* --tier2-wait: a lookup's wait for an answer */
+};
+
+struct k3d_server;
+struct k3d_conn;
+struct k3d_job;
+struct k3d_t2;
+
+/* Reads the password file, checks the cluster (a wrong password or user is
+ * an error; an unreachable cluster a warning: the daemon serves locally and
+ * retries), loads the ledger and starts the threads. 0, or -1 after logging
+ * why. Nothing is started without --tier2. */
+int k3d_t2_start(struct k3d_server *srv);
+/* Stops the threads (a copy or fetch in progress finishes its round trip). */
+void k3d_t2_stop(struct k3d_server *srv);
+
+/* A publish of key committed locally: queue its copy (write-back only). */
+void k3d_t2_copy(struct k3d_server *srv, const uint8_t key[STORE_KEY_LEN]);
+/* A lookup found local->prefix_len locally (req's salt already carries the
+ * tenant's namespace). 1 when c now waits for tier 2 (state TIER2; answered
+ * later through k3d_lookup_resume), 0 when it is to be answered now. */
+int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local);
+/* A List with tier2 set: the entries of this daemon's namespace in the
+ * cluster (of the request's model, when given; at most K3D_T2_LIST_MAX, or
+ * its limit), answered once the fetch thread has read them; c waits (state
+ * TIER2). A page after the first is empty. */
+#define K3D_T2_LIST_MAX 50000u
+void k3d_t2_list(struct k3d_conn *c);
+/* c closes while it waits: it is forgotten. */
+void k3d_t2_forget(struct k3d_conn *c);
+/* The writer is done with a fetched entry (K3D_CHORE_T2_STORE). */
+void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job);
+/* The counters for Stat and /metrics (tier2_*; all zero without --tier2). */
+void k3d_t2_counters(struct k3d_server *srv, frame_response *r);
+
+/* A fetched entry's item (job->t2; NULL is ignored). */
+struct t2_item;
+void k3d_t2_item_free(struct t2_item *it);
+
+/* writer thread: stores a fetched entry as a publish (job->t2). */
+void k3d_t2_store(struct k3d_server *srv, struct k3d_job *job);
+
+#endif

@@ -1,0 +1,246 @@
+/* t2_copy: the copy thread of the second tier (t2.h). It takes the keys of
+ * entries committed locally, reads each from the store (every piece checked
+ * against its stored sum on the way: bytes known bad are never sent),
+ * writes it to the cluster unless a valid record is there already, and keeps
+ * this daemon's share of the cluster within --tier2-max-bytes: the entries
+ * it wrote are in its ledger (tier2_ledger_*), and the oldest go first. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "hexutil.h"
+#include "t2_priv.h"
+
+struct copier {
+	struct k3d_t2 *t;
+	struct cluster_router *r;
+	struct cluster_stats seen;
+	struct tier2_stats ts, ts_seen;
+	struct tier2_owned *ledger; /* oldest first */
+	size_t n, cap;
+	uint64_t used;
+	int loaded;
+};
+
+/* ---- the entry's bytes, from the map ---------------------------------------- */
+
+struct snap_source {
+	struct k3d_t2 *t;
+	const struct store_snapshot *snap;
+	uint64_t chunk, n_chunks;
+	const unsigned char *cur;
+	size_t left;
+	int damaged;
+};
+
+static int snap_read(void *ctx, void *dst, size_t len, char *err, size_t errsz)
+{
+	struct snap_source *s = ctx;
+	unsigned char *out = dst;
+	while (len) {
+		if (atomic_load(&s->t->stopping)) {
+			snprintf(err, errsz, "the daemon is stopping");
+			return -1;
+		}
+		if (!s->left) {
+			const void *data;
+			size_t n;
+			struct status st;
+			if (s->chunk >= s->n_chunks) {
+				snprintf(err, errsz, "the entry's stored bytes end early");
+				s->damaged = 1;
+				return -1;
+			}
+			if (store_snapshot_chunk(s->snap, s->chunk, &data, &n, &st) != STATUS_OK) {
+				snprintf(err, errsz, "%s", st.message);
+				s->damaged = 1;
+				return -1;
+			}
+			s->chunk++;
+			s->cur = data;
+			s->left = n;
+		}
+		size_t take = len < s->left ? len : s->left;
+		memcpy(out, s->cur, take);
+		out += take;
+		len -= take;
+		s->cur += take;
+		s->left -= take;
+	}
+	return 0;
+}
+
+/* ---- the ledger ---------------------------------------------------------------- */
+
+static int load_ledger(struct copier *c)
+{
+	char err[512] = "";
+	struct tier2_owned *all = NULL;
+	size_t n = 0;
+	enum tier2_status st =
+	        tier2_ledger_load(c->r, c->t->cfg.ns, c->t->owner, &all, &n, err, sizeof(err));
+	if (st != TIER2_OK) {
+		k3d_log(K3D_LOG_DEBUG, "tier2: ledger: %s", err);
+		return -1;
+	}
+	free(c->ledger);
+	c->ledger = all;
+	c->n = c->cap = n;
+	c->used = 0;
+	for (size_t i = 0; i < n; i++)
+		c->used += all[i].bytes;
+	atomic_store(&c->t->used_bytes, c->used);
+	c->loaded = 1;
+	if (n)
+		k3d_log(K3D_LOG_INFO, "tier2: this daemon's ledger holds %zu entries, %llu bytes",
+		        n, (unsigned long long)c->used);
+	return 0;
+}
+
+static int ledger_append(struct copier *c, const struct tier2_owned *o)
+{
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 64;
+		struct tier2_owned *grown = realloc(c->ledger, cap * sizeof(*grown));
+		if (!grown)
+			return -1;
+		c->ledger = grown;
+		c->cap = cap;
+	}
+	c->ledger[c->n++] = *o;
+	c->used += o->bytes;
+	atomic_store(&c->t->used_bytes, c->used);
+	return 0;
+}
+
+/* Deletes this daemon's oldest entries from the cluster until what it holds
+ * is within its budget; the newest (just written) stays. */
+static void make_room(struct copier *c)
+{
+	struct k3d_t2 *t = c->t;
+	while (c->used > t->cfg.max_bytes && c->n > 1) {
+		struct tier2_owned o = c->ledger[0];
+		char err[512] = "";
+		uint64_t freed = 0;
+		enum tier2_status st = tier2_delete(c->r, t->cfg.ns, o.key, o.generation, &freed,
+		                                    err, sizeof(err));
+		/* MISSING: gone or re-published by another; DAMAGED: not a record
+		 * of ours to delete. Either way it is off the ledger. */
+		if (st != TIER2_OK && st != TIER2_MISSING && st != TIER2_DAMAGED) {
+			k3d_log(K3D_LOG_INFO, "tier2: making room: %s", err);
+			return; /* again after the next copy */
+		}
+		enum tier2_status rs =
+		        tier2_ledger_remove(c->r, t->cfg.ns, t->owner, &o, err, sizeof(err));
+		if (rs != TIER2_OK && rs != TIER2_MISSING) {
+			k3d_log(K3D_LOG_INFO, "tier2: making room: %s", err);
+			return;
+		}
+		atomic_fetch_add(&t->n.deleted, st == TIER2_OK);
+		memmove(c->ledger, c->ledger + 1, (c->n - 1) * sizeof(*c->ledger));
+		c->n--;
+		c->used -= o.bytes;
+		atomic_store(&t->used_bytes, c->used);
+	}
+}
+
+/* ---- one copy ---------------------------------------------------------------------- */
+
+static void copy_one(struct copier *c, const uint8_t *key)
+{
+	struct k3d_t2 *t = c->t;
+	struct store *s = t->srv->store;
+	char hex[2 * STORE_KEY_LEN + 1];
+	hexutil_encode(key, STORE_KEY_LEN, hex);
+	struct store_entry_info *info = NULL;
+	struct status st;
+	if (store_inspect(s, key, &info, &st) != STATUS_OK || info->quarantined) {
+		store_entry_info_free(info); /* evicted or taken out of service since */
+		return;
+	}
+	if (info->bytes > t->cfg.max_bytes) {
+		atomic_fetch_add(&t->n.copies_too_large, 1);
+		store_entry_info_free(info);
+		return;
+	}
+	char err[512] = "";
+	if (!c->loaded && load_ledger(c) != 0) {
+		atomic_fetch_add(&t->n.copies_failed, 1);
+		k3d_log(K3D_LOG_DEBUG, "tier2: copy of %.16s: the cluster cannot be read", hex);
+		store_entry_info_free(info);
+		return;
+	}
+	struct store_snapshot *snap = NULL;
+	if (store_restore_opt(s, key, STORE_RESTORE_DEFER, &snap, &st) != STATUS_OK) {
+		if (st.code == STATUS_CORRUPT)
+			k3d_writer_quarantine(t->srv->writer, key);
+		if (st.code != STATUS_NOT_FOUND)
+			atomic_fetch_add(&t->n.copies_failed, 1);
+		store_entry_info_free(info);
+		return;
+	}
+	struct tier2_layer *layers = calloc(snap->n_layers ? snap->n_layers : 1, sizeof(*layers));
+	enum tier2_status ts = TIER2_NOMEM;
+	struct tier2_put_result res = {0};
+	struct snap_source src = {.t = t, .snap = snap, .n_chunks = store_snapshot_chunks(snap)};
+	if (layers) {
+		for (uint32_t i = 0; i < snap->n_layers; i++)
+			layers[i] =
+			        (struct tier2_layer){snap->layers[i].size, snap->layers[i].xxh3};
+		struct tier2_source source = {snap_read, &src};
+		struct tier2_put_options o = {.keep_existing = 1};
+		ts = tier2_put_from(c->r, t->cfg.ns, info->fingerprint, info->salt, info->salt_len,
+		                    info->tokens, info->prefix_len, layers, snap->n_layers, &source,
+		                    &o, &res, &c->ts, err, sizeof(err));
+	}
+	free(layers);
+	store_snapshot_release(snap);
+	if (src.damaged)
+		k3d_writer_quarantine(t->srv->writer, key);
+	if (ts != TIER2_OK) {
+		atomic_fetch_add(&t->n.copies_failed, 1);
+		k3d_log(src.damaged ? K3D_LOG_WARN : K3D_LOG_DEBUG, "tier2: copy of %.16s: %s: %s",
+		        hex, tier2_status_name(ts), err);
+	} else if (res.existed) {
+		atomic_fetch_add(&t->n.copies_existing, 1);
+	} else {
+		atomic_fetch_add(&t->n.copies, 1);
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		struct tier2_owned o = {.generation = res.generation,
+		                        .bytes = res.bytes,
+		                        .score = (double)now.tv_sec * 1e3 +
+		                                 (double)now.tv_nsec / 1e6};
+		memcpy(o.key, key, TIER2_KEY_LEN);
+		if (tier2_ledger_add(c->r, t->cfg.ns, t->owner, &o, err, sizeof(err)) != TIER2_OK ||
+		    ledger_append(c, &o) != 0)
+			k3d_log(K3D_LOG_INFO, "tier2: ledger: %s", err[0] ? err : "out of memory");
+		make_room(c);
+	}
+	store_entry_info_free(info);
+}
+
+void *t2_copy_main(void *arg)
+{
+	struct copier c = {.t = arg};
+	c.r = t2_router(c.t);
+	if (c.r && load_ledger(&c) != 0)
+		k3d_log(K3D_LOG_DEBUG, "tier2: the ledger is read before the first copy");
+	for (;;) {
+		struct t2_item *it = t2_queue_pop(&c.t->copyq);
+		if (!it)
+			break;
+		if (c.r) {
+			copy_one(&c, it->key);
+			t2_count_router(c.t, c.r, &c.seen, &c.ts, &c.ts_seen);
+		} else {
+			atomic_fetch_add(&c.t->n.copies_failed, 1);
+		}
+		k3d_t2_item_free(it);
+	}
+	free(c.ledger);
+	cluster_router_free(c.r);
+	return NULL;
+}

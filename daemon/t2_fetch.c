@@ -1,0 +1,119 @@
+/* t2_fetch: the fetch thread of the second tier (t2.h). For each lookup the
+ * loop hands it, it searches the cluster's longest prefix of the prompt;
+ * when that is longer than the local answer it fetches the entry whole and
+ * checked (tier2_get), unless another lookup's fetch of the same key is in
+ * progress, and posts each step back to the loop. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "t2_priv.h"
+
+struct fetcher {
+	struct k3d_t2 *t;
+	struct cluster_router *r;
+	struct cluster_stats seen;
+	struct tier2_stats ts, ts_seen;
+};
+
+/* Whether key is being fetched; if not, it is from now on. */
+static int claim(struct k3d_t2 *t, const uint8_t *key)
+{
+	struct t2_fetching *mine = malloc(sizeof(*mine));
+	pthread_mutex_lock(&t->fetchq.mu);
+	int taken = 0;
+	for (struct t2_fetching *f = t->fetching; f && !taken; f = f->next)
+		taken = !memcmp(f->key, key, TIER2_KEY_LEN);
+	if (!taken && mine) {
+		memcpy(mine->key, key, TIER2_KEY_LEN);
+		mine->next = t->fetching;
+		t->fetching = mine;
+		mine = NULL;
+	}
+	pthread_mutex_unlock(&t->fetchq.mu);
+	free(mine); /* taken by another (or no memory: fetched unclaimed) */
+	return taken;
+}
+
+static void probe(struct fetcher *f, struct t2_item *it)
+{
+	struct k3d_t2 *t = f->t;
+	uint32_t p = 0;
+	it->st = tier2_longest(f->r, t->cfg.ns, it->fingerprint, it->salt, it->salt_len, it->tokens,
+	                       it->n_tokens, it->key, &p, &f->ts, it->err, sizeof(it->err));
+	if (it->st != TIER2_OK || p <= it->local_p) {
+		it->kind = T2_NONE;
+		t2_post(t, it);
+		return;
+	}
+	it->prefix_len = p;
+	if (claim(t, it->key)) {
+		it->kind = T2_JOIN;
+		t2_post(t, it);
+		return;
+	}
+	/* the lookup waits for the fetch from now on */
+	struct t2_item *found = calloc(1, sizeof(*found));
+	if (found) {
+		found->kind = T2_FOUND;
+		found->waiter = it->waiter;
+		memcpy(found->key, it->key, TIER2_KEY_LEN);
+		t2_post(t, found);
+	}
+	it->st = tier2_get(f->r, t->cfg.ns, it->key, &it->entry, &f->ts, it->err, sizeof(it->err));
+	it->kind = it->st == TIER2_OK ? T2_FETCHED : T2_FAILED;
+	t2_post(t, it);
+}
+
+static int collect(const struct tier2_listed *e, void *ctx)
+{
+	struct t2_item *it = ctx;
+	if (it->has_model && memcmp(e->fingerprint, it->fingerprint, 32) != 0)
+		return 0;
+	if (it->n_listed >= it->limit)
+		return 1;
+	struct tier2_listed *grown = realloc(it->listed, (it->n_listed + 1) * sizeof(*grown));
+	if (!grown)
+		return 1;
+	it->listed = grown;
+	uint8_t *salt = malloc(e->salt_len ? e->salt_len : 1);
+	if (!salt)
+		return 1;
+	if (e->salt_len)
+		memcpy(salt, e->salt, e->salt_len);
+	it->listed[it->n_listed] = *e;
+	it->listed[it->n_listed++].salt = salt;
+	return 0;
+}
+
+static void list(struct fetcher *f, struct t2_item *it)
+{
+	it->st = tier2_list(f->r, f->t->cfg.ns, it->has_model ? it->fingerprint : NULL, it->limit,
+	                    collect, it, &f->ts, it->err, sizeof(it->err));
+	it->kind = T2_LISTED;
+	t2_post(f->t, it);
+}
+
+void *t2_fetch_main(void *arg)
+{
+	struct fetcher f = {.t = arg};
+	f.r = t2_router(f.t);
+	for (;;) {
+		struct t2_item *it = t2_queue_pop(&f.t->fetchq);
+		if (!it)
+			break;
+		if (!f.r) { /* no router (out of memory at start): every lookup answers locally */
+			it->kind = T2_NONE;
+			it->st = TIER2_NOMEM;
+			t2_post(f.t, it);
+			continue;
+		}
+		if (it->kind == T2_LIST)
+			list(&f, it);
+		else
+			probe(&f, it);
+		t2_count_router(f.t, f.r, &f.seen, &f.ts, &f.ts_seen);
+	}
+	cluster_router_free(f.r);
+	return NULL;
+}

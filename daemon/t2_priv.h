@@ -1,0 +1,109 @@
+/* t2_priv: what the daemon's tier-2 files share (t2.c, the loop's side;
+ * t2_copy.c and t2_fetch.c, the threads): the work items, the queues that
+ * carry them and the module's state. Internal to daemon/t2*.c. */
+#ifndef K3D_T2_PRIV_H
+#define K3D_T2_PRIV_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "t2.h"
+#include "tier2/tier2.h"
+
+/* What an item asks or answers. */
+enum t2_kind {
+	T2_COPY,    /* loop -> copy thread: copy entry key to the cluster */
+	T2_PROBE,   /* loop -> fetch thread: the cluster's longest prefix of a prompt */
+	T2_NONE,    /* fetch -> loop: nothing longer than the local answer (or it failed) */
+	T2_FOUND,   /* fetch -> loop: a longer entry, key; its fetch has begun */
+	T2_JOIN,    /* fetch -> loop: a longer entry, key, fetched already for another */
+	T2_FETCHED, /* fetch -> loop: the entry, whole and checked, to be stored */
+	T2_FAILED,  /* fetch -> loop: the fetch missed (st says why) */
+	T2_LIST,    /* loop -> fetch thread: list the cluster's entries */
+	T2_LISTED,  /* fetch -> loop: the entries listed (or st says why not) */
+};
+
+struct t2_item {
+	struct t2_item *next;
+	enum t2_kind kind;
+	uint64_t waiter; /* the lookup waiting for this (t2_wait.id); 0: none */
+	uint8_t key[TIER2_KEY_LEN];
+	/* a probe: the prompt, cut at the lookup's limit */
+	uint8_t fingerprint[32];
+	uint8_t *salt;
+	size_t salt_len;
+	uint32_t *tokens;
+	uint32_t n_tokens;
+	uint32_t local_p; /* what the local store found */
+	/* an answer */
+	uint32_t prefix_len;
+	enum tier2_status st;
+	struct tier2_entry entry;    /* T2_FETCHED */
+	struct tier2_listed *listed; /* T2_LISTED: each salt malloc'd */
+	size_t n_listed;
+	uint32_t limit; /* T2_LIST */
+	int has_model;  /* T2_LIST: of fingerprint only */
+	char err[256];
+};
+
+/* A queue of items between two threads; max 0: unbounded. */
+struct t2_queue {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct t2_item *head, *tail;
+	size_t n, max;
+	int stop;
+};
+
+/* 0 when queued, -1 when the queue is full or stopped (it is the caller's). */
+int t2_queue_push(struct t2_queue *q, struct t2_item *it);
+/* The next item, waiting for one; NULL once the queue is stopped. */
+struct t2_item *t2_queue_pop(struct t2_queue *q);
+
+struct t2_counters {
+#define T2_FIELD(name, family, help) _Atomic uint64_t name;
+	K3D_T2_COUNTERS(T2_FIELD)
+#undef T2_FIELD
+};
+
+/* A thread's router counters, added to the shared ones after each call. */
+void t2_count_router(struct k3d_t2 *t, struct cluster_router *r, struct cluster_stats *seen,
+                     struct tier2_stats *ts, struct tier2_stats *ts_seen);
+
+struct t2_fetching {
+	struct t2_fetching *next;
+	uint8_t key[TIER2_KEY_LEN];
+};
+
+struct k3d_t2 {
+	struct k3d_server *srv;
+	struct k3d_t2_config cfg;
+	char *password;
+	char owner[TIER2_NS_MAX + 1];
+	struct t2_queue copyq, fetchq, doneq;
+	pthread_t copy_thread, fetch_thread;
+	int copy_started, fetch_started;
+	_Atomic int stopping;
+	int done_fd;
+	struct event *done_ev;
+	/* keys being fetched: added by the fetch thread, removed by the loop
+	 * once the writer has stored (or the fetch failed), under fetchq.mu */
+	struct t2_fetching *fetching;
+	/* lookups waiting (loop thread only) */
+	struct k3d_t2_wait *waiters;
+	uint64_t next_waiter;
+	struct t2_counters n;
+	_Atomic uint64_t used_bytes; /* the ledger's sum (copy thread writes) */
+};
+
+/* A router for one thread, with the daemon's options. NULL after logging. */
+struct cluster_router *t2_router(struct k3d_t2 *t);
+/* Wakes the loop: an item is on doneq. */
+void t2_post(struct k3d_t2 *t, struct t2_item *it);
+
+void *t2_copy_main(void *arg);
+void *t2_fetch_main(void *arg);
+
+#endif
