@@ -34,15 +34,16 @@ ROW_CMP(cmp_created, created)
 ROW_CMP(cmp_hits, hits)
 
 /* Collects the entries of one model (or all) in pages. */
-static int collect_rows(struct ctl_backend *b, const uint8_t *fp, struct row **rows, size_t *n,
-                        size_t *cap)
+static int collect_rows(struct ctl_backend *b, const uint8_t *fp, int tier2, struct row **rows,
+                        size_t *n, size_t *cap)
 {
 	uint8_t after[32];
 	int have_after = 0;
 	for (;;) {
 		frame_request req = K3CACHE__V1__REQUEST__INIT;
 		K3cache__V1__List l = K3CACHE__V1__LIST__INIT;
-		l.limit = 1000;
+		l.limit = tier2 ? 0 : 1000; /* the cluster's entries come in one page */
+		l.tier2 = tier2;
 		if (fp) {
 			l.model.data = (uint8_t *)fp;
 			l.model.len = 32;
@@ -90,7 +91,7 @@ static int collect_rows(struct ctl_backend *b, const uint8_t *fp, struct row **r
 			memcpy(after, resp->entries[got - 1]->key.data, 32);
 		ctl_response_free(b, resp);
 		have_after = 1;
-		if (got < 1000)
+		if (got < 1000 || tier2)
 			return 0;
 	}
 }
@@ -98,17 +99,20 @@ static int collect_rows(struct ctl_backend *b, const uint8_t *fp, struct row **r
 static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                        char **argv)
 {
-	static const struct option opts[] = {{"model", required_argument, NULL, 'm'},
-	                                     {"sort", required_argument, NULL, 's'},
-	                                     {"limit", required_argument, NULL, 'l'},
-	                                     {"json", no_argument, NULL, 'j'},
-	                                     {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {
+	        {"model", required_argument, NULL, 'm'}, {"sort", required_argument, NULL, 's'},
+	        {"limit", required_argument, NULL, 'l'}, {"json", no_argument, NULL, 'j'},
+	        {"tier2", no_argument, NULL, 't'},       {NULL, 0, NULL, 0}};
 	const char *model = NULL, *sort = "used";
+	int tier2 = 0;
 	uint32_t limit = 0;
 	int json = g->json, c;
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
+		case 't':
+			tier2 = 1;
+			break;
 		case 'm':
 			model = optarg;
 			break;
@@ -130,6 +134,9 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 	if (optind != argc)
 		return ctl_cmd_usage_error(self, "unexpected argument");
 	int (*cmp)(const void *, const void *) = NULL;
+	if (tier2 && g->db)
+		return ctl_cmd_usage_error(self,
+		                           "--tier2 asks the daemon's second tier: not with --db");
 	if (!strcmp(sort, "used"))
 		cmp = cmp_used;
 	else if (!strcmp(sort, "size"))
@@ -154,7 +161,7 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 		size_t nfp;
 		rc = ctl_models_named(&b, model, &fps, &nfp, self->name);
 		for (size_t i = 0; !rc && i < nfp; i++)
-			rc = collect_rows(&b, fps[i], &rows, &n, &cap);
+			rc = collect_rows(&b, fps[i], tier2, &rows, &n, &cap);
 		free(fps);
 		if (!rc && !nfp) {
 			fprintf(stderr,
@@ -163,7 +170,7 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 			rc = CTL_EXIT_NOTFOUND;
 		}
 	} else {
-		rc = collect_rows(&b, NULL, &rows, &n, &cap);
+		rc = collect_rows(&b, NULL, tier2, &rows, &n, &cap);
 	}
 	if (rc) {
 		free(rows);
@@ -224,10 +231,13 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 
 const struct ctl_cmd_entry ctl_cmd_ls_entry = {
         .name = "ls",
-        .usage = "[--model NAME|FP] [--sort used|size|len|created|hits] [--limit N]",
+        .usage = "[--model NAME|FP] [--sort used|size|len|created|hits] [--limit N] [--tier2]",
         .help = "the entries, most recently used first\n"
                 "Lists entries, most recently used first (or --sort). Sizes are blob bytes;\n"
-                "OWN is what an entry holds in its own chunks, not shared with others.\n",
+                "OWN is what an entry holds in its own chunks, not shared with others.\n"
+                "--tier2 lists what the daemon's second tier (k3cached --tier2) holds in the\n"
+                "Redis Cluster instead: of its namespace, the model's (--model) or all;\n"
+                "hits and times are not kept there.\n",
         .flags = CTL_CMD_DAEMON | CTL_CMD_DB,
         .exec = cmd_ls_exec,
 };
