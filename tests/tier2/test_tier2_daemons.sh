@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Tier 2 end to end (issue 17): a real 3-master Redis Cluster started here,
+# two k3cached daemons with their own stores sharing it, and k3worker turns in
+# fresh processes. Restored output must equal --no-cache's; every turn after
+# the first reuses state, whichever daemon serves it; a daemon restarted
+# empty restores from the cluster; a damaged or evicted chunk is a counted
+# miss and never a wrong answer; a resharding and a killed node leave lookups
+# answering; a wrong password stops the daemon at start-up.
+# usage: test_tier2_daemons.sh BUILD_DIR SRC_DIR
+# Without redis-server and redis-cli: skipped (77).
+set -u
+build=$1 src=$2
+daemon=$build/daemon/k3cached ctl=$build/client/k3cachectl worker=$build/tools/k3worker
+conv=$src/tests/worker/conversation.txt
+for p in redis-server redis-cli; do
+  command -v "$p" >/dev/null || { echo "SKIP: $p is not installed (scripts/install-deps installs it)"; exit 77; }
+done
+dir=$(mktemp -d /tmp/k3tier2-test-XXXXXX)
+pids=()
+declare -A dpid
+cleanup() {
+  for p in "${dpid[@]}" "${pids[@]}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [ -n "${K3_KEEP_TEST_DIRS:-}" ] || rm -rf "$dir"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { if [ "$2" = 0 ]; then pass=$((pass + 1)); echo "ok: $1"; else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+die() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 20 "$f"; done; exit 1; }
+
+# ---- the cluster: 3 masters, an ACL user k3 -----------------------------------
+free_port() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+base=$((20000 + RANDOM % 20000))
+port=()
+for i in 0 1 2; do
+  p=$((base + i * 7))
+  while ! free_port "$p" || ! free_port $((p + 10000)); do p=$((p + 1)); done
+  port[$i]=$p
+done
+echo k3pass > "$dir/pw"
+echo wrong > "$dir/badpw"
+start_node() {
+  local i=$1 p=${port[$1]}
+  mkdir -p "$dir/n$i"
+  redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
+    --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 2000 --dir "$dir/n$i" \
+    --save "" --appendonly no --daemonize no --user k3 on ">k3pass" "~*" "&*" "+@all" \
+    > "$dir/redis-$i.log" 2>&1 &
+  pids[$i]=$!
+  for _ in $(seq 200); do redis-cli -p "$p" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  die "redis node $i did not start"
+}
+for i in 0 1 2; do start_node "$i"; done
+yes yes | redis-cli --cluster create "127.0.0.1:${port[0]}" "127.0.0.1:${port[1]}" \
+  "127.0.0.1:${port[2]}" --cluster-replicas 0 --cluster-yes > "$dir/create.log" 2>&1 \
+  || die "redis-cli --cluster create"
+for _ in $(seq 200); do
+  n=0
+  for i in 0 1 2; do redis-cli -p "${port[$i]}" cluster info | grep -q 'cluster_state:ok' && n=$((n + 1)); done
+  [ $n = 3 ] && break
+  sleep 0.1
+done
+[ $n = 3 ] || die "the cluster did not come up"
+seeds="redis://127.0.0.1:${port[0]},127.0.0.1:${port[1]}"
+
+# ---- two daemons ------------------------------------------------------------------
+# start_daemon NAME [flags...]: its store $dir/NAME.db, its socket $dir/NAME.sock
+start_daemon() {
+  local name=$1; shift
+  "$daemon" --db "$dir/$name.db" --socket "$dir/$name.sock" --tier2 "$seeds" \
+    --tier2-user k3 --tier2-password-file "$dir/pw" --tier2-wait 2000 --log-level info "$@" \
+    2>>"$dir/$name.log" &
+  dpid[$name]=$!
+  for _ in $(seq 200); do "$ctl" --socket "$dir/$name.sock" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  die "daemon $name did not start"
+}
+stat_of() { "$ctl" --socket "$dir/$1.sock" --json stat | python3 -c "import json,sys; d=json.load(sys.stdin); c=d.get('counters', d); print(c.get('$2', -1))"; }
+# waits until daemon NAME has copied (or found there) at least N entries
+wait_copies() {
+  for _ in $(seq 400); do
+    local c e
+    c=$(stat_of "$1" tier2_copies) e=$(stat_of "$1" tier2_copies_existing)
+    [ $((c + e)) -ge "$2" ] && return 0
+    sleep 0.05
+  done
+  echo "daemon $1: fewer than $2 copies: $(stat_of "$1" tier2_copies) copied, $(stat_of "$1" tier2_copies_failed) failed"
+  return 1
+}
+start_daemon a
+start_daemon b
+
+answers() { grep -E '^(== turn|logits|reply)' "$1"; }
+reuse_of() { grep '^\[PREFIX\]' "$1" | sed -n "${2}p" | awk '{print $3}'; }
+turn() { # turn DAEMON K OUT SALT
+  "$worker" --socket "$dir/$1.sock" --conversation "$conv" --turn "$2" --replies "$3.replies" \
+    --salt "$4" >> "$3" 2>>"$3.err"
+}
+
+"$worker" --conversation "$conv" --no-cache > "$dir/ref" 2>"$dir/ref.err"; ok "reference run" $?
+
+# ---- a conversation alternating between the daemons ----------------------------------
+out=$dir/alt
+: > "$out"
+copies_a=0 copies_b=0
+for k in 1 2 3 4; do
+  if [ $((k % 2)) = 1 ]; then d=a; else d=b; fi
+  turn "$d" "$k" "$out" alt || ok "turn $k on $d" 1
+  if [ $d = a ]; then copies_a=$((copies_a + 1)); wait_copies a $copies_a; else copies_b=$((copies_b + 1)); wait_copies b $copies_b; fi
+  ok "turn $k on daemon $d: copied to the cluster" $?
+done
+diff <(answers "$dir/ref") <(answers "$out") > "$dir/alt.diff"
+ok "alternating daemons: every turn's logits digest and reply equal --no-cache" $?
+for k in 2 3 4; do
+  r=$(reuse_of "$out" "$k")
+  ok "alternating daemons: turn $k reuses the previous turn ($r tokens)" $([ "${r:-0}" -gt 100 ]; echo $?)
+done
+ok "alternating daemons: no warnings from the worker" $([ ! -s "$out.err" ]; echo $?)
+ok "daemon b answered lookups with fetched entries" $([ "$(stat_of b tier2_hits)" -ge 1 ]; echo $?)
+ok "daemon a answered lookups with fetched entries" $([ "$(stat_of a tier2_hits)" -ge 1 ]; echo $?)
+ok "no fetch missed" $([ "$(stat_of b tier2_misses_damaged)" = 0 ] && [ "$(stat_of b tier2_misses_missing)" = 0 ]; echo $?)
+
+# ---- a daemon restarted with an empty store restores from the cluster --------------------
+kill -TERM "${dpid[b]}"; wait "${dpid[b]}" 2>/dev/null
+rm -rf "$dir/b.db"
+start_daemon b
+cp "$out.replies" "$dir/restart.replies"
+: > "$dir/restart"
+turn b 4 "$dir/restart" alt
+r=$(reuse_of "$dir/restart" 1)
+ok "restarted empty: turn 4 reuses the cluster's state ($r tokens)" $([ "${r:-0}" -gt 100 ]; echo $?)
+diff <(answers "$dir/ref" | sed -n '/== turn 4/,$p') <(answers "$dir/restart") >/dev/null
+ok "restarted empty: turn 4 equals --no-cache" $?
+ok "restarted empty: one fetch, one hit" $([ "$(stat_of b tier2_fetches)" -ge 1 ] && [ "$(stat_of b tier2_hits)" -ge 1 ]; echo $?)
+
+# ---- damaged and evicted chunks: counted misses, never wrong bytes ------------------------
+# every chunk key on every node
+chunk_keys() {
+  for i in 0 1 2; do
+    redis-cli -p "${port[$i]}" --user k3 --pass k3pass --no-auth-warning --scan --pattern 'k3:k3cache:c:*' | sed "s/^/$i /"
+  done
+}
+fresh_b() {
+  kill -TERM "${dpid[b]}"; wait "${dpid[b]}" 2>/dev/null
+  rm -rf "$dir/b.db"
+  start_daemon b
+}
+for fault in damaged missing; do
+  salt=fault-$fault
+  : > "$dir/$fault"
+  turn a 1 "$dir/$fault" "$salt"
+  copies_a=$((copies_a + 1)); wait_copies a $copies_a
+  ok "$fault: turn 1 copied" $?
+  n=0
+  while read -r i key; do
+    if [ $fault = damaged ]; then
+      redis-cli -p "${port[$i]}" --user k3 --pass k3pass --no-auth-warning setrange "$key" 100 XXXXXXXX >/dev/null
+    else
+      redis-cli -p "${port[$i]}" --user k3 --pass k3pass --no-auth-warning del "$key" >/dev/null
+    fi
+    n=$((n + 1))
+  done < <(chunk_keys)
+  ok "$fault: $n chunk keys changed" $([ $n -gt 0 ]; echo $?)
+  fresh_b
+  turn b 2 "$dir/$fault" "$salt"
+  r=$(reuse_of "$dir/$fault" 2)
+  ok "$fault: the fresh daemon reuses nothing from the cluster ($r tokens)" $([ "${r:-1}" = 0 ]; echo $?)
+  diff <(answers "$dir/ref" | sed -n '/== turn 1/,/== turn 3/p' | sed '$d') <(answers "$dir/$fault") >/dev/null
+  ok "$fault: turns 1 and 2 equal --no-cache" $?
+  ok "$fault: the miss is counted as $fault" $([ "$(stat_of b tier2_misses_$fault)" -ge 1 ]; echo $?)
+  ok "$fault: nothing fetched was stored" $([ "$(stat_of b tier2_fetches)" = 0 ]; echo $?)
+done
+
+# ---- a resharding during traffic -------------------------------------------------------------
+id0=$(redis-cli -p "${port[0]}" cluster myid) id1=$(redis-cli -p "${port[1]}" cluster myid)
+redis-cli --cluster reshard "127.0.0.1:${port[0]}" --cluster-from "$id0" --cluster-to "$id1" \
+  --cluster-slots 3000 --cluster-yes --cluster-pipeline 10 > "$dir/reshard.log" 2>&1 &
+reshard=$!
+: > "$dir/resh"
+for k in 1 2 3 4; do
+  if [ $((k % 2)) = 1 ]; then d=a; else d=b; fi
+  turn "$d" "$k" "$dir/resh" reshard
+done
+wait $reshard; ok "redis-cli --cluster reshard" $?
+diff <(answers "$dir/ref") <(answers "$dir/resh") >/dev/null
+ok "during a resharding: every turn equals --no-cache" $?
+ok "during a resharding: both daemons are up" $(kill -0 "${dpid[a]}" && kill -0 "${dpid[b]}"; echo $?)
+
+# ---- a node killed mid-traffic -----------------------------------------------------------------
+kill -9 "${pids[2]}"; wait "${pids[2]}" 2>/dev/null; pids[2]=
+: > "$dir/killed"
+for k in 1 2 3 4; do
+  if [ $((k % 2)) = 1 ]; then d=a; else d=b; fi
+  turn "$d" "$k" "$dir/killed" killed
+done
+diff <(answers "$dir/ref") <(answers "$dir/killed") >/dev/null
+ok "a node killed: every turn equals --no-cache" $?
+ok "a node killed: both daemons are up" $(kill -0 "${dpid[a]}" && kill -0 "${dpid[b]}"; echo $?)
+ok "a node killed: node errors counted" $([ $(($(stat_of a tier2_node_errors) + $(stat_of b tier2_node_errors))) -ge 1 ]; echo $?)
+for d in a b; do
+  curl_out=$("$ctl" --socket "$dir/$d.sock" stat 2>&1)
+  ok "stat of $d names the second tier" $(grep -q tier2 <<<"$curl_out"; echo $?)
+done
+
+# ---- a wrong password: a clear error at start-up ---------------------------------------------------
+"$daemon" --db "$dir/c.db" --socket "$dir/c.sock" --tier2 "$seeds" --tier2-user k3 \
+  --tier2-password-file "$dir/badpw" 2>"$dir/c.log" &
+cpid=$!
+for _ in $(seq 100); do kill -0 $cpid 2>/dev/null || break; sleep 0.05; done
+if kill -0 $cpid 2>/dev/null; then kill -9 $cpid; rc=running; else wait $cpid; rc=$?; fi
+ok "a wrong password: the daemon exits 1 (got $rc)" $([ "$rc" = 1 ]; echo $?)
+ok "a wrong password: it says why" $(grep -q 'refuses our credentials' "$dir/c.log"; echo $?)
+"$daemon" --tier2-mode read-only 2>"$dir/d.log"; rc=$?
+ok "--tier2-mode without --tier2: a usage error (2)" $([ $rc = 2 ] && grep -q 'needs --tier2' "$dir/d.log"; echo $?)
+
+echo "tier2 daemons: $pass passed, $fail failed"
+[ $fail = 0 ]
