@@ -170,6 +170,16 @@ for fault in damaged missing; do
   ok "$fault: nothing fetched was stored" $([ "$(stat_of b tier2_fetches)" = 0 ]; echo $?)
 done
 
+# ---- k3cachectl ls --tier2 ------------------------------------------------------------------
+out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2)
+n=$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))' <<<"$out")
+# alt: 4 turns; fault-damaged and fault-missing: turns 1 and 2 each (the records stay)
+ok "ls --tier2: the cluster's $n entries are listed" $([ "$n" -ge 8 ]; echo $?)
+out=$("$ctl" --socket "$dir/a.sock" ls --tier2 --model k3worker-tiny)
+ok "ls --tier2 --model: a table naming the model" $(grep -q " k3worker-tiny" <<<"$out" && grep -Eq '^[0-9]+ entries,' <<<"$(tail -1 <<<"$out")"; echo $?)
+"$ctl" --db "$dir/a.db" ls --tier2 >/dev/null 2>"$dir/ls.err"; rc=$?
+ok "ls --tier2 with --db: a usage error" $([ $rc = 2 ] && grep -q 'not with --db' "$dir/ls.err"; echo $?)
+
 # ---- a resharding during traffic -------------------------------------------------------------
 id0=$(redis-cli -p "${port[0]}" cluster myid) id1=$(redis-cli -p "${port[1]}" cluster myid)
 redis-cli --cluster reshard "127.0.0.1:${port[0]}" --cluster-from "$id0" --cluster-to "$id1" \
