@@ -48,6 +48,7 @@ bench: build
 	@build/bench/bench_store build/bench-store.tmp
 	@if [ -x build/bench/bench_wire ]; then build/bench/bench_wire build/bench-wire.tmp; fi
 	@if [ -x build/bench/bench_redis ]; then build/bench/bench_redis build/bench-redis.tmp; fi
+	@if [ -x build/bench/bench_tier2 ]; then build/bench/bench_tier2 build/bench-tier2.tmp; fi
 	@/usr/bin/python3 bench/python_restore.py build
 	@bash bench/worker.sh build
 	@bash bench/conversation.sh build

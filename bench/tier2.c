@@ -1,0 +1,1124 @@
+/* bench/tier2: the second tier on a Redis Cluster (issue 17), its three
+ * figures in one run, beside a 3-master Redis Cluster started here on
+ * 127.0.0.1 (no persistence, no replicas, --cluster-require-full-coverage
+ * no) and daemons started with --tier2 on it:
+ *
+ * 1. Cold restore. Daemon A publishes one K3-shaped snapshot (69 KDA + 24 MLA
+ *    layers at 4,096 tokens, ~669 MiB) and copies it to the cluster. Daemon B,
+ *    started on an empty store each round (--tier2-wait 5000), is asked for a
+ *    prompt extending it (k3cache_lookup: the cluster is searched, the entry
+ *    fetched whole and checked, stored locally) and the entry is restored into
+ *    pre-touched caller buffers (k3cache_restore_into). Baseline of the same
+ *    run: the same bytes from the same cluster with hiredis GETs of the entry's
+ *    record and chunk keys (k3:k3cache:e:KEY, k3:k3cache:c:KEY:GEN:I), each GET
+ *    sent to the master owning the key by the project's router (cluster.h), 16
+ *    in flight as tier2_get reads them, each value copied into the same
+ *    buffers; no checks. One untimed round of each first, then rounds
+ *    alternating; ratio = GETs' time / cold restore's time. Each round also
+ *    times tier2_get alone in a new process (the fetch thread's read, checked):
+ *    the fetch's share of the cold lookup.
+ * 2. Hit ratio. A k3worker conversation (tiny model, a process per turn): on
+ *    A alone; with turns alternating A and B; all turns on A, then replayed on
+ *    a fresh B. Tokens reused / prompt tokens, from the worker's [PREFIX]
+ *    lines. After each turn the bench waits until the daemon that served it
+ *    has copied its new publishes (Stat tier2_copies and the other outcomes of
+ *    a copy), so every turn finds the cluster as complete as it can be.
+ * 3. Lookup latency with a master down. Small entries in the cluster from A;
+ *    on B, lookups (no restore) of prompts its store lacks (each asks the
+ *    cluster: half extend an entry of the cluster, half are new) interleaved
+ *    with lookups its store answers whole (no cluster probe): every master
+ *    up, right after SIGKILL of one, and once the survivors agree on its FAIL;
+ *    p50, p99, max.
+ *
+ * A benchmark: it prints figures and exits 0 whatever they are.
+ * usage: bench_tier2 [DIR] [--quick]   (skipped, exit 0, without
+ * redis-server or redis-cli on PATH) */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "benchutil.h"
+#include "checksum.h"
+#include "k3cache/k3cache.h"
+#include "k3shape.h"
+#include "model.h"
+#include "tier2/cluster.h"
+#include "tier2/tier2.h"
+
+#ifndef K3_DAEMON_PATH
+#error "K3_DAEMON_PATH must name the k3cached binary"
+#endif
+#ifndef K3_WORKER_PATH
+#error "K3_WORKER_PATH must name the k3worker binary"
+#endif
+
+#define SNAP_P     4096u
+#define ROUNDS     3
+#define NS         "k3cache" /* the daemons' default --tier2-namespace */
+#define IN_FLIGHT  16u       /* GETs per pipeline, as tier2_get */
+#define N_NODES    3
+#define MAX_KIDS   32
+#define ENTRY_P    512u /* part 3's entries */
+#define ASK_TAIL   32u  /* tokens past an entry in a prompt that asks the cluster */
+#define N_ENTRIES  8u   /* part 3: entries of the cluster per phase, and of B's store */
+#define MAX_TURNS  8
+#define WAIT_COPY  180.0 /* seconds a copy may take */
+#define PATH_BYTES 768
+
+static char dir[512];
+static char seeds[256];
+static int ports[N_NODES];
+static pid_t node_pid[N_NODES];
+static pid_t kids[MAX_KIDS];
+static int n_kids;
+static int quick;
+
+static void stop_all(void)
+{
+	for (int i = 0; i < n_kids; i++)
+		if (kids[i] > 0) {
+			kill(kids[i], SIGTERM);
+			waitpid(kids[i], NULL, 0);
+			kids[i] = 0;
+		}
+}
+
+__attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fflush(stdout);
+	fprintf(stderr, "bench_tier2: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, " (logs in %s)\n", dir);
+	va_end(ap);
+	stop_all();
+	exit(1);
+}
+
+static void redirect(const char *path, int fd, int flags)
+{
+	int f = open(path, flags, 0644);
+	if (f >= 0) {
+		dup2(f, fd);
+		close(f);
+	}
+}
+
+/* A child running argv, stdin from /dev/null, stdout to out (truncated when
+ * trunc) and stderr to err (appended). */
+static pid_t start(const char *const *argv, const char *out, int trunc, const char *err)
+{
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid < 0)
+		fail("fork: %s", strerror(errno));
+	if (pid == 0) {
+		redirect("/dev/null", 0, O_RDONLY);
+		redirect(out, 1, O_WRONLY | O_CREAT | (trunc ? O_TRUNC : O_APPEND));
+		redirect(err, 2, O_WRONLY | O_CREAT | O_APPEND);
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* A long-lived child (a node, a daemon), stopped at the end or by fail(). */
+static pid_t spawn(const char *const *argv, const char *log)
+{
+	if (n_kids == MAX_KIDS)
+		fail("too many children");
+	pid_t pid = start(argv, log, 0, log);
+	kids[n_kids++] = pid;
+	return pid;
+}
+
+static void stop_pid(pid_t pid, int sig)
+{
+	for (int i = 0; i < n_kids; i++)
+		if (kids[i] == pid) {
+			kill(pid, sig);
+			waitpid(pid, NULL, 0);
+			kids[i] = 0;
+		}
+}
+
+/* Runs argv to its end: its exit status, or -1 when it did not exit. */
+static int run(const char *const *argv, const char *out, int trunc, const char *err)
+{
+	pid_t pid = start(argv, out, trunc, err);
+	int st = 0;
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
+static int on_path(const char *prog)
+{
+	const char *path = getenv("PATH");
+	char *copy = strdup(path ? path : "/usr/bin:/bin"), *save = NULL;
+	int found = 0;
+	for (const char *d = copy ? strtok_r(copy, ":", &save) : NULL; d && !found;
+	     d = strtok_r(NULL, ":", &save)) {
+		char full[4096];
+		snprintf(full, sizeof(full), "%s/%s", d, prog);
+		found = access(full, X_OK) == 0;
+	}
+	free(copy);
+	return found;
+}
+
+static double ms(double s)
+{
+	return s * 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The nearest-rank percentile of n values (sorted in place). */
+static double pct(double *v, size_t n, double p)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	size_t rank = (size_t)(p / 100.0 * (double)n + 0.999999);
+	return v[rank ? rank - 1 : 0];
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* ---- the cluster ------------------------------------------------------------ */
+
+static int port_free(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		return 0;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int ok = bind(fd, (const struct sockaddr *)&a, sizeof(a)) == 0;
+	close(fd);
+	return ok;
+}
+
+static redisContext *node_connect(int i)
+{
+	struct timeval tv = {1, 0};
+	redisContext *r = redisConnectWithTimeout("127.0.0.1", ports[i], tv);
+	if (r && r->err) {
+		redisFree(r);
+		r = NULL;
+	}
+	return r;
+}
+
+/* Whether node i answers cmd with a reply containing want. */
+static int node_says(int i, const char *cmd, const char *want)
+{
+	redisContext *r = node_connect(i);
+	if (!r)
+		return 0;
+	redisReply *rep = redisCommand(r, cmd);
+	int ok = rep && (rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_STRING) &&
+	         strstr(rep->str, want);
+	if (rep)
+		freeReplyObject(rep);
+	redisFree(r);
+	return ok;
+}
+
+static void node_start(int i)
+{
+	char ndir[PATH_BYTES], conf[PATH_BYTES + 16], log[PATH_BYTES], port[16];
+	snprintf(ndir, sizeof(ndir), "%s/n%d", dir, i);
+	snprintf(conf, sizeof(conf), "%s/nodes.conf", ndir);
+	snprintf(log, sizeof(log), "%s/redis-%d.log", dir, i);
+	snprintf(port, sizeof(port), "%d", ports[i]);
+	if (mkdir(ndir, 0755) != 0)
+		fail("%s: %s", ndir, strerror(errno));
+	const char *argv[] = {"redis-server",
+	                      "--port",
+	                      port,
+	                      "--bind",
+	                      "127.0.0.1",
+	                      "--cluster-enabled",
+	                      "yes",
+	                      "--cluster-config-file",
+	                      conf,
+	                      "--cluster-node-timeout",
+	                      "2000",
+	                      "--cluster-require-full-coverage",
+	                      "no",
+	                      "--dir",
+	                      ndir,
+	                      "--save",
+	                      "",
+	                      "--appendonly",
+	                      "no",
+	                      "--daemonize",
+	                      "no",
+	                      "--protected-mode",
+	                      "no",
+	                      NULL};
+	node_pid[i] = spawn(argv, log);
+	for (int t = 0; t < 400; t++) {
+		if (node_says(i, "PING", "PONG"))
+			return;
+		if (waitpid(node_pid[i], NULL, WNOHANG) == node_pid[i])
+			fail("redis node %d exited at start-up", i);
+		usleep(25000);
+	}
+	fail("redis node %d did not answer within 10 s", i);
+}
+
+static void cluster_start(void)
+{
+	int base = 20000 + (int)(mix((uint64_t)getpid()) % 20000u);
+	for (int i = 0; i < N_NODES; i++) {
+		int p = base + i * 7;
+		while (!port_free(p) || !port_free(p + 10000))
+			p++;
+		ports[i] = p;
+		node_start(i);
+	}
+	char addr[N_NODES][32], log[PATH_BYTES];
+	for (int i = 0; i < N_NODES; i++)
+		snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", ports[i]);
+	snprintf(log, sizeof(log), "%s/create.log", dir);
+	const char *argv[] = {"redis-cli", "--cluster",          "create", addr[0],         addr[1],
+	                      addr[2],     "--cluster-replicas", "0",      "--cluster-yes", NULL};
+	if (run(argv, log, 1, log) != 0)
+		fail("redis-cli --cluster create failed");
+	int up = 0;
+	for (int t = 0; t < 400 && up < N_NODES; t++) {
+		up = 0;
+		for (int i = 0; i < N_NODES; i++)
+			up += node_says(i, "CLUSTER INFO", "cluster_state:ok");
+		if (up < N_NODES)
+			usleep(50000);
+	}
+	if (up < N_NODES)
+		fail("the cluster did not come up within 20 s");
+	snprintf(seeds, sizeof(seeds), "redis://%s,%s,%s", addr[0], addr[1], addr[2]);
+}
+
+/* ---- daemons ---------------------------------------------------------------- */
+
+struct daemon {
+	char name[8];
+	char db[PATH_BYTES], sock[PATH_BYTES], log[PATH_BYTES];
+	pid_t pid;
+	struct k3cache *c;
+};
+
+/* Starts daemon name on its store (emptied first when fresh). */
+static void daemon_start(struct daemon *d, const char *name, int fresh)
+{
+	snprintf(d->name, sizeof(d->name), "%s", name);
+	snprintf(d->db, sizeof(d->db), "%s/%s.db", dir, name);
+	snprintf(d->sock, sizeof(d->sock), "%s/%s.sock", dir, name);
+	snprintf(d->log, sizeof(d->log), "%s/%s.log", dir, name);
+	if (fresh)
+		benchutil_rm_rf(d->db);
+	unlink(d->sock);
+	const char *argv[] = {K3_DAEMON_PATH, "--db",
+	                      d->db,          "--socket",
+	                      d->sock,        "--max-bytes",
+	                      "4GiB",         "--tier2",
+	                      seeds,          "--tier2-max-bytes",
+	                      "4GiB",         "--tier2-wait",
+	                      "5000",         "--log-level",
+	                      "warn",         NULL};
+	d->pid = spawn(argv, d->log);
+	d->c = NULL;
+	struct k3cache_error e;
+	for (int i = 0; i < 1000 && !d->c; i++) {
+		struct stat sb;
+		if (waitpid(d->pid, NULL, WNOHANG) == d->pid)
+			fail("daemon %s exited at start-up", name);
+		if (stat(d->sock, &sb) != 0 || k3cache_connect(d->sock, &d->c, &e) != 0) {
+			d->c = NULL;
+			usleep(10000);
+		}
+	}
+	if (!d->c)
+		fail("daemon %s did not come up within 10 s", name);
+	k3cache_set_timeout(d->c, 300000);
+}
+
+static void daemon_stop(struct daemon *d)
+{
+	if (d->c)
+		k3cache_close(d->c);
+	d->c = NULL;
+	stop_pid(d->pid, SIGTERM);
+}
+
+static uint64_t counter(const struct daemon *d, const char *name)
+{
+	uint64_t v = 0;
+	struct k3cache_error e;
+	if (k3cache_stat_counter(d->c, name, &v, &e) != 0)
+		fail("daemon %s: stat %s: %s", d->name, name, e.message);
+	return v;
+}
+
+/* Copies over, whatever their outcome; *bad gets the ones that did not
+ * reach the cluster (failed, skipped, too large). */
+static uint64_t copies_over(const struct daemon *d, uint64_t *bad)
+{
+	uint64_t ok = counter(d, "tier2_copies") + counter(d, "tier2_copies_existing");
+	uint64_t b = counter(d, "tier2_copies_failed") + counter(d, "tier2_copies_skipped") +
+	             counter(d, "tier2_copies_too_large");
+	if (bad)
+		*bad = b;
+	return ok + b;
+}
+
+static uint64_t copies_bad; /* over the run */
+
+/* Waits until daemon d's copies over reach target. */
+static void wait_copies(const struct daemon *d, uint64_t target)
+{
+	uint64_t bad0 = 0, bad = 0;
+	(void)copies_over(d, &bad0);
+	double t0 = benchutil_now();
+	while (copies_over(d, &bad) < target) {
+		if (benchutil_now() - t0 > WAIT_COPY)
+			fail("daemon %s: its copies to the cluster did not end within %.0f s",
+			     d->name, WAIT_COPY);
+		usleep(5000);
+	}
+	copies_bad += bad - bad0;
+}
+
+static void put_model(const struct daemon *d, const struct k3cache_model *m)
+{
+	struct k3cache_error e;
+	if (k3cache_put_model(d->c, m, NULL, &e) != 0)
+		fail("daemon %s: put_model: %s", d->name, e.message);
+}
+
+/* ---- 1. cold restore vs hiredis GETs ------------------------------------------ */
+
+struct snap {
+	struct k3cache_model *m;
+	uint32_t n;
+	size_t *sizes, *lens;
+	uint64_t *sums;
+	void **dst;
+	uint64_t total;
+	uint32_t *prompt; /* SNAP_P + 1 tokens */
+	uint8_t key[32];
+};
+
+static void check_bytes(const struct snap *s, const char *what)
+{
+	for (uint32_t i = 0; i < s->n; i++)
+		if (checksum_blob(s->dst[i], s->sizes[i], i) != s->sums[i])
+			fail("%s: layer %u differs from what was published", what, i);
+}
+
+static void clear_dst(const struct snap *s)
+{
+	for (uint32_t i = 0; i < s->n; i++)
+		memset(s->dst[i], 0, s->sizes[i]);
+}
+
+/* Daemon B on an empty store: a lookup that fetches the entry from the
+ * cluster, then its restore into the caller's buffers. */
+static double cold_round(const struct snap *s, double *t_lookup)
+{
+	clear_dst(s);
+	struct daemon b;
+	daemon_start(&b, "b", 1);
+	put_model(&b, s->m);
+	const uint8_t *fp = k3cache_model_fingerprint(s->m);
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	uint32_t p = 0;
+	double t0 = benchutil_now();
+	if (k3cache_lookup(b.c, fp, NULL, 0, s->prompt, SNAP_P + 1, 0, &lr, &e) != 0)
+		fail("daemon b: lookup: %s", e.message);
+	double t1 = benchutil_now();
+	if (lr.prefix_len != SNAP_P)
+		fail("daemon b: the lookup found %u tokens, not %u (tier2_fetches %llu, "
+		     "tier2_misses_missing %llu, tier2_store_refused %llu, tier2_waits_expired "
+		     "%llu)",
+		     lr.prefix_len, SNAP_P, (unsigned long long)counter(&b, "tier2_fetches"),
+		     (unsigned long long)counter(&b, "tier2_misses_missing"),
+		     (unsigned long long)counter(&b, "tier2_store_refused"),
+		     (unsigned long long)counter(&b, "tier2_waits_expired"));
+	if (k3cache_restore_into(b.c, s->m, lr.key, s->dst, s->sizes, s->lens, &p, &e) != 0)
+		fail("daemon b: restore: %s", e.message);
+	double t2 = benchutil_now();
+	check_bytes(s, "cold restore");
+	if (counter(&b, "tier2_fetches") != 1 || counter(&b, "tier2_hits") != 1)
+		fail("daemon b: expected one fetch and one hit from the cluster");
+	daemon_stop(&b);
+	*t_lookup = t1 - t0;
+	return t2 - t0;
+}
+
+/* Where the bytes of chunks go: the layers end to end. */
+struct sink {
+	const struct snap *s;
+	uint32_t layer;
+	size_t off;
+};
+
+static void sink_put(struct sink *k, const char *data, size_t len)
+{
+	while (len) {
+		if (k->layer >= k->s->n)
+			fail("GET: more bytes than the layers hold");
+		size_t take = k->s->sizes[k->layer] - k->off;
+		if (take > len)
+			take = len;
+		memcpy((char *)k->s->dst[k->layer] + k->off, data, take);
+		data += take;
+		len -= take;
+		k->off += take;
+		if (k->off == k->s->sizes[k->layer]) {
+			k->layer++;
+			k->off = 0;
+		}
+	}
+}
+
+/* The same bytes with hiredis GETs through the router: the record, then
+ * every chunk, 16 in flight, each value copied into the caller's buffers. */
+static double get_round(const struct snap *s, uint32_t *n_chunks)
+{
+	clear_dst(s);
+	char err[512];
+	struct cluster_options o = {0};
+	double t0 = benchutil_now();
+	struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
+	if (!r)
+		fail("router: %s", err);
+	char name[TIER2_NAME_MAX];
+	size_t nl = tier2_name_record(name, NS, s->key);
+	const char *argv[2] = {"GET", name};
+	size_t argvlen[2] = {3, nl};
+	redisReply *rep = NULL;
+	if (cluster_command_argv(r, name, nl, 2, argv, argvlen, &rep) != 0)
+		fail("GET %s: %s", name, cluster_error(r));
+	struct tier2_record rec;
+	if (rep->type != REDIS_REPLY_STRING)
+		fail("GET %s: not a string (type %d)", name, rep->type);
+	if (tier2_record_decode(rep->str, rep->len, &rec, err, sizeof(err)) != 0)
+		fail("%s: %s", name, err);
+	freeReplyObject(rep);
+	if (rec.n_layers != s->n)
+		fail("%s: %u layers, not %u", name, rec.n_layers, s->n);
+	struct sink k = {s, 0, 0};
+	struct {
+		char name[TIER2_NAME_MAX];
+		const char *argv[2];
+		size_t len[2];
+	} c[IN_FLIGHT];
+	struct cluster_cmd cmds[IN_FLIGHT];
+	for (uint32_t first = 0; first < rec.n_chunks; first += IN_FLIGHT) {
+		uint32_t n = rec.n_chunks - first < IN_FLIGHT ? rec.n_chunks - first : IN_FLIGHT;
+		for (uint32_t j = 0; j < n; j++) {
+			size_t len =
+			        tier2_name_chunk(c[j].name, NS, s->key, rec.generation, first + j);
+			c[j].argv[0] = "GET";
+			c[j].argv[1] = c[j].name;
+			c[j].len[0] = 3;
+			c[j].len[1] = len;
+			cmds[j] =
+			        (struct cluster_cmd){c[j].name, len, 2, c[j].argv, c[j].len, NULL};
+		}
+		if (cluster_pipeline(r, cmds, n) != 0)
+			fail("GET of chunks: %s", cluster_error(r));
+		for (uint32_t j = 0; j < n; j++) {
+			if (cmds[j].reply->type != REDIS_REPLY_STRING)
+				fail("GET %s: not a string", c[j].name);
+			sink_put(&k, cmds[j].reply->str, cmds[j].reply->len);
+			freeReplyObject(cmds[j].reply);
+		}
+	}
+	cluster_router_free(r);
+	double t = benchutil_now() - t0;
+	if (k.layer != s->n)
+		fail("GET: the chunks end before the layers");
+	*n_chunks = rec.n_chunks;
+	tier2_record_free(&rec);
+	check_bytes(s, "GET");
+	return t;
+}
+
+/* tier2_get alone, as B's fetch thread runs it (every chunk and layer
+ * checked), in a child process so that its heap's pages are fresh ones as
+ * in a daemon just started: the fetch's share of a cold lookup. */
+static double fetch_round(const struct snap *s)
+{
+	int fds[2];
+	if (pipe(fds) != 0)
+		fail("pipe: %s", strerror(errno));
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0)
+		fail("fork: %s", strerror(errno));
+	if (pid == 0) { /* never fail() here: it would stop the parent's children */
+		close(fds[0]);
+		char err[512] = "";
+		struct cluster_options o = {0};
+		struct tier2_entry e;
+		double t = -1, t0 = benchutil_now();
+		struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
+		if (r && tier2_get(r, NS, s->key, &e, NULL, err, sizeof(err)) == TIER2_OK) {
+			t = benchutil_now() - t0;
+			for (uint32_t i = 0; i < s->n && t >= 0; i++)
+				if (i >= e.n_blobs || e.blobs[i].size != s->sizes[i] ||
+				    e.blobs[i].xxh3 != s->sums[i])
+					t = -1;
+			tier2_entry_free(&e);
+		}
+		if (t < 0)
+			fprintf(stderr, "bench_tier2: tier2_get: %s\n", err);
+		cluster_router_free(r);
+		_exit(write(fds[1], &t, sizeof(t)) == (ssize_t)sizeof(t) ? 0 : 1);
+	}
+	close(fds[1]);
+	double t = -1;
+	ssize_t got = read(fds[0], &t, sizeof(t));
+	close(fds[0]);
+	waitpid(pid, NULL, 0);
+	if (got != (ssize_t)sizeof(t) || t < 0)
+		fail("tier2_get of the entry failed");
+	return t;
+}
+
+static void part1(struct daemon *a)
+{
+	char err[MODEL_ERROR_MAX];
+	struct snap s = {0};
+	uint32_t n_kda = quick ? 6 : 69, n_mla = quick ? 2 : 24;
+	s.m = k3shape_model("tier2-bench", n_kda, n_mla, err);
+	if (!s.m)
+		fail("model: %s", err);
+	s.n = s.m->n_layers;
+	s.sizes = calloc(s.n, sizeof(*s.sizes));
+	s.lens = calloc(s.n, sizeof(*s.lens));
+	s.sums = calloc(s.n, sizeof(*s.sums));
+	s.dst = calloc(s.n, sizeof(*s.dst));
+	s.prompt = calloc(SNAP_P + 1, sizeof(*s.prompt));
+	struct k3cache_buf *bufs = calloc(s.n, sizeof(*bufs));
+	if (!s.sizes || !s.lens || !s.sums || !s.dst || !s.prompt || !bufs)
+		fail("out of memory");
+	for (uint32_t i = 0; i < s.n; i++) {
+		unsigned char *b = k3shape_blob(&s.m->layers[i], i, SNAP_P, 7, &s.sizes[i]);
+		if (!b)
+			fail("out of memory");
+		s.sums[i] = checksum_blob(b, s.sizes[i], i);
+		bufs[i] = (struct k3cache_buf){b, s.sizes[i]};
+		s.total += s.sizes[i];
+	}
+	for (uint32_t i = 0; i <= SNAP_P; i++)
+		s.prompt[i] = i * 31u + 7u;
+	put_model(a, s.m);
+	struct k3cache_publish_result res;
+	struct k3cache_error e;
+	uint64_t before = copies_over(a, NULL);
+	double t0 = benchutil_now();
+	if (k3cache_publish(a->c, k3cache_model_fingerprint(s.m), NULL, 0, s.prompt, SNAP_P, bufs,
+	                    s.n, &res, &e) != 0)
+		fail("daemon a: publish: %s", e.message);
+	double t_pub = benchutil_now() - t0;
+	wait_copies(a, before + 1);
+	double t_copy = benchutil_now() - t0;
+	if (counter(a, "tier2_copies") < 1)
+		fail("daemon a: the snapshot was not copied to the cluster");
+	memcpy(s.key, res.key, sizeof(s.key));
+	for (uint32_t i = 0; i < s.n; i++) {
+		free((void *)bufs[i].data);
+		s.dst[i] = malloc(s.sizes[i]);
+		if (!s.dst[i])
+			fail("out of memory");
+		memset(s.dst[i], 1, s.sizes[i]); /* pre-touched */
+	}
+	free(bufs);
+
+	printf("\n1. cold restore from the cluster vs hiredis GETs: %u KDA + %u MLA layers at %u "
+	       "tokens, %.1f MiB\n",
+	       n_kda, n_mla, SNAP_P, (double)s.total / 1048576.0);
+	printf("   daemon A: publish %.0f ms; publish + copy to the cluster %.0f ms (%.2f GB/s)\n",
+	       ms(t_pub), ms(t_copy), (double)s.total / t_copy / 1e9);
+	/* one untimed round of each: the first fault of the heap's pages and the
+	 * page cache's is then behind both */
+	uint32_t n_chunks = 0;
+	double t_lookup = 0, w_cold = cold_round(&s, &t_lookup), w_get = get_round(&s, &n_chunks);
+	printf("   %u chunks of at most 1 MiB; warm-up (untimed): cold %.0f ms, GETs %.0f ms\n",
+	       n_chunks, ms(w_cold), ms(w_get));
+	printf("   %-7s %10s %10s %10s %7s %10s %7s %8s %14s\n", "round", "cold ms", "lookup ms",
+	       "restore ms", "GB/s", "GETs ms", "GB/s", "ratio", "tier2_get ms");
+	double ratio[ROUNDS];
+	for (int r = 0; r < ROUNDS; r++) {
+		double cold, get;
+		if (r % 2 == 0) {
+			cold = cold_round(&s, &t_lookup);
+			get = get_round(&s, &n_chunks);
+		} else {
+			get = get_round(&s, &n_chunks);
+			cold = cold_round(&s, &t_lookup);
+		}
+		ratio[r] = get / cold;
+		double fetch = fetch_round(&s);
+		printf("   %-7d %10.0f %10.0f %10.0f %7.2f %10.0f %7.2f %7.2fx %14.0f\n", r + 1,
+		       ms(cold), ms(t_lookup), ms(cold - t_lookup), (double)s.total / cold / 1e9,
+		       ms(get), (double)s.total / get / 1e9, ratio[r], ms(fetch));
+	}
+	double sorted[ROUNDS];
+	memcpy(sorted, ratio, sizeof(sorted));
+	qsort(sorted, ROUNDS, sizeof(double), cmp_double);
+	printf("   ratio GETs / cold restore: min %.2fx, median %.2fx, max %.2fx (target >= 0.8x: "
+	       "%s)\n",
+	       sorted[0], sorted[ROUNDS / 2], sorted[ROUNDS - 1],
+	       sorted[ROUNDS / 2] >= 0.8 ? "met" : "NOT met");
+	printf("   (cold: B started on an empty store, untimed; timed from its lookup, which "
+	       "searches the cluster, fetches and checks the entry and stores it, to the end "
+	       "of restore_into; GETs: a new router, the record and %u chunk GETs, no checks; "
+	       "tier2_get: the fetch thread's read of the entry, checked, in a new process, "
+	       "after the other two: the fetch's share of the lookup, the rest being the search, "
+	       "the local store's write and the wake-ups)\n",
+	       n_chunks);
+	for (uint32_t i = 0; i < s.n; i++)
+		free(s.dst[i]);
+	free(s.dst);
+	free(s.sizes);
+	free(s.lens);
+	free(s.sums);
+	free(s.prompt);
+	k3cache_model_free(s.m);
+}
+
+/* ---- 2. hit ratio of a second daemon ----------------------------------------- */
+
+static const char *const words[] = {
+        "the",    "cache",     "keeps", "attention",    "state",      "warm",      "across",
+        "worker", "processes", "and",   "restarts",     "so",         "that",      "a",
+        "long",   "prompt",    "is",    "not",          "recomputed", "on",        "each",
+        "turn",   "of",        "a",     "conversation", "while",      "recurrent", "layers",
+        "resume", "exactly",   "where", "the",          "stored",     "prefix",    "ends"};
+#define N_WORDS (sizeof(words) / sizeof(words[0]))
+
+static void text(FILE *f, unsigned n, unsigned seed)
+{
+	for (unsigned i = 0; i < n; i++)
+		fprintf(f, "%s ", words[(i * 7u + seed) % N_WORDS]);
+}
+
+struct turn {
+	uint32_t reused, prompt;
+	uint64_t hits; /* the serving daemon's tier2_hits during the turn */
+	char who;
+};
+
+static char conv[PATH_BYTES];
+static int worker_warnings;
+
+static void write_conversation(int turns)
+{
+	snprintf(conv, sizeof(conv), "%s/conversation.txt", dir);
+	FILE *f = fopen(conv, "w");
+	if (!f)
+		fail("%s: %s", conv, strerror(errno));
+	fprintf(f, "System: ");
+	text(f, 150, 1);
+	fprintf(f, "\n\n");
+	for (int t = 1; t <= turns; t++) {
+		text(f, 40, (unsigned)t + 1u);
+		fprintf(f, "\n\n");
+	}
+	fclose(f);
+}
+
+/* One turn of the conversation in a new k3worker process on daemon d. */
+static void run_turn(const struct daemon *d, int k, const char *run_name, const char *salt,
+                     struct turn *out)
+{
+	char kbuf[16], replies[PATH_BYTES], outp[PATH_BYTES], errp[PATH_BYTES];
+	snprintf(kbuf, sizeof(kbuf), "%d", k);
+	snprintf(replies, sizeof(replies), "%s/%s.replies", dir, run_name);
+	snprintf(outp, sizeof(outp), "%s/%s.out", dir, run_name);
+	snprintf(errp, sizeof(errp), "%s/%s.err", dir, run_name);
+	uint64_t before = copies_over(d, NULL), hits = counter(d, "tier2_hits");
+	const char *argv[] = {K3_WORKER_PATH, "--socket", d->sock, "--conversation",
+	                      conv,           "--turn",   kbuf,    "--replies",
+	                      replies,        "--salt",   salt,    NULL};
+	if (run(argv, outp, 1, errp) != 0)
+		fail("k3worker turn %d on %s failed (see %s)", k, d->name, errp);
+	FILE *f = fopen(outp, "r");
+	if (!f)
+		fail("%s: %s", outp, strerror(errno));
+	char line[1024];
+	uint64_t n_new = 0;
+	int seen = 0;
+	while (fgets(line, sizeof(line), f)) {
+		const char *tag = "[PREFIX] reusing ";
+		if (!strncmp(line, tag, strlen(tag))) {
+			char *end = NULL;
+			out->reused = (uint32_t)strtoul(line + strlen(tag), &end, 10);
+			const char *of = end ? strstr(end, " of ") : NULL;
+			out->prompt = of ? (uint32_t)strtoul(of + 4, NULL, 10) : 0;
+			seen = 1;
+		}
+		n_new += strstr(line, "[CACHE] published") && strstr(line, "(new,");
+	}
+	fclose(f);
+	if (!seen || !out->prompt)
+		fail("k3worker turn %d on %s: no [PREFIX] line (see %s)", k, d->name, outp);
+	f = fopen(errp, "r");
+	if (f) {
+		while (fgets(line, sizeof(line), f))
+			worker_warnings += strstr(line, "warning") != NULL;
+		fclose(f);
+		f = fopen(errp, "w"); /* counted: start the next turn empty */
+		if (f)
+			fclose(f);
+	}
+	wait_copies(d, before + n_new);
+	out->hits = counter(d, "tier2_hits") - hits;
+	out->who = d->name[0] == 'a' ? 'A' : 'B';
+}
+
+static void ratio_of(const struct turn *t, int turns, int from, uint64_t *reused, uint64_t *total)
+{
+	*reused = *total = 0;
+	for (int k = from; k < turns; k++) {
+		*reused += t[k].reused;
+		*total += t[k].prompt;
+	}
+}
+
+static void part2(struct daemon *a)
+{
+	int turns = quick ? 4 : MAX_TURNS;
+	write_conversation(turns);
+	struct turn single[MAX_TURNS] = {0}, alt[MAX_TURNS] = {0}, warm[MAX_TURNS] = {0},
+	            replay[MAX_TURNS] = {0};
+	struct daemon b;
+	daemon_start(&b, "b", 1);
+	uint64_t exp0 = counter(a, "tier2_waits_expired") + counter(&b, "tier2_waits_expired");
+	for (int k = 1; k <= turns; k++)
+		run_turn(a, k, "single", "tier2-single", &single[k - 1]);
+	for (int k = 1; k <= turns; k++)
+		run_turn(k % 2 ? a : &b, k, "alt", "tier2-alt", &alt[k - 1]);
+	for (int k = 1; k <= turns; k++)
+		run_turn(a, k, "warm", "tier2-replay", &warm[k - 1]);
+	uint64_t expired = counter(a, "tier2_waits_expired") + counter(&b, "tier2_waits_expired");
+	daemon_stop(&b);
+	daemon_start(&b, "b", 1);
+	for (int k = 1; k <= turns; k++)
+		run_turn(&b, k, "replay", "tier2-replay", &replay[k - 1]);
+	expired += counter(&b, "tier2_waits_expired");
+	daemon_stop(&b);
+
+	printf("\n2. hit ratio: k3worker --model tiny, %d turns, a process per turn; tokens "
+	       "reused / prompt tokens\n",
+	       turns);
+	printf("   %-5s %7s %14s %18s %22s\n", "turn", "prompt", "single (A)", "alternating A/B",
+	       "replay on fresh B");
+	for (int k = 0; k < turns; k++) {
+		char c1[32], c2[32], c3[40];
+		snprintf(c1, sizeof(c1), "%u", single[k].reused);
+		snprintf(c2, sizeof(c2), "%u on %c%s", alt[k].reused, alt[k].who,
+		         alt[k].hits ? " (t2)" : "");
+		snprintf(c3, sizeof(c3), "%u%s", replay[k].reused, replay[k].hits ? " (t2)" : "");
+		printf("   %-5d %7u %14s %18s %22s\n", k + 1, single[k].prompt, c1, c2, c3);
+	}
+	const struct turn *runs[3] = {single, alt, replay};
+	const char *names[3] = {"single daemon (A)", "alternating A/B", "replay on fresh B"};
+	for (int i = 0; i < 3; i++) {
+		uint64_t r1, n1, r2, n2;
+		ratio_of(runs[i], turns, 0, &r1, &n1);
+		ratio_of(runs[i], turns, 1, &r2, &n2);
+		printf("   %-20s all turns %6llu / %6llu = %5.1f%%   turns 2..%d %6llu / %6llu = "
+		       "%5.1f%%\n",
+		       names[i], (unsigned long long)r1, (unsigned long long)n1,
+		       100.0 * (double)r1 / (double)n1, turns, (unsigned long long)r2,
+		       (unsigned long long)n2, 100.0 * (double)r2 / (double)n2);
+	}
+	uint64_t rw, nw;
+	ratio_of(warm, turns, 0, &rw, &nw);
+	uint64_t rs, ns, ra, na;
+	ratio_of(single, turns, 1, &rs, &ns);
+	ratio_of(alt, turns, 1, &ra, &na);
+	printf("   second daemon vs single, turns 2..%d: alternating %.3fx; (warming run on A: "
+	       "%.1f%%)\n",
+	       turns, ((double)ra / (double)na) / ((double)rs / (double)ns),
+	       100.0 * (double)rw / (double)nw);
+	printf("   (t2): the serving daemon answered that turn with an entry fetched from the "
+	       "cluster; each turn waited for the serving daemon's copies; lookups that gave up "
+	       "waiting (tier2_waits_expired): %llu; worker warnings: %d\n",
+	       (unsigned long long)(expired - exp0), worker_warnings);
+}
+
+/* ---- 3. lookup latency with a master down ---------------------------------------- */
+
+struct lookups {
+	struct k3cache_model *m;
+	uint32_t tokens[ENTRY_P + ASK_TAIL];
+};
+
+/* Entry e's tokens (seeded by e), ENTRY_P of them, then n - ENTRY_P tail
+ * tokens seeded by tail (0: none). */
+static void entry_tokens(uint32_t *t, uint32_t e, uint32_t n, uint64_t tail)
+{
+	for (uint32_t j = 0; j < n; j++)
+		t[j] = (uint32_t)mix(j < ENTRY_P ? ((uint64_t)e << 32) | j : (tail << 20) | j);
+}
+
+static void publish_entries(const struct daemon *d, const struct k3cache_model *m, uint32_t from,
+                            uint32_t n)
+{
+	uint32_t nl = m->n_layers;
+	struct k3cache_buf *bufs = calloc(nl, sizeof(*bufs));
+	uint32_t *t = calloc(ENTRY_P, sizeof(*t));
+	if (!bufs || !t)
+		fail("out of memory");
+	for (uint32_t i = 0; i < nl; i++) {
+		size_t len = 0;
+		bufs[i].data = k3shape_blob(&m->layers[i], i, ENTRY_P, 3, &len);
+		bufs[i].len = len;
+		if (!bufs[i].data)
+			fail("out of memory");
+	}
+	uint64_t before = copies_over(d, NULL);
+	for (uint32_t e = from; e < from + n; e++) {
+		struct k3cache_publish_result res;
+		struct k3cache_error err;
+		entry_tokens(t, e, ENTRY_P, 0);
+		if (k3cache_publish(d->c, k3cache_model_fingerprint(m), NULL, 0, t, ENTRY_P, bufs,
+		                    nl, &res, &err) != 0)
+			fail("daemon %s: publish: %s", d->name, err.message);
+	}
+	wait_copies(d, before + n);
+	for (uint32_t i = 0; i < nl; i++)
+		free((void *)bufs[i].data);
+	free(bufs);
+	free(t);
+}
+
+#define P3_COUNTERS                                                                                \
+	X(lookups)                                                                                 \
+	X(hits)                                                                                    \
+	X(fetches)                                                                                 \
+	X(lookup_errors)                                                                           \
+	X(misses_node_error)                                                                       \
+	X(misses_timeout)                                                                          \
+	X(node_errors)                                                                             \
+	X(timeouts)                                                                                \
+	X(waits_expired)
+
+struct p3_counts {
+#define X(n) uint64_t n;
+	P3_COUNTERS
+#undef X
+};
+
+static void p3_read(const struct daemon *d, struct p3_counts *c)
+{
+#define X(n) c->n = counter(d, "tier2_" #n);
+	P3_COUNTERS
+#undef X
+}
+
+/* n lookups asking the cluster (entries from_entry.. of the cluster,
+ * extended, and new prompts, alternately) interleaved with n answered whole
+ * by B's store (entries local_from..); times in ask[] and local[]. */
+static void lookup_phase(const struct daemon *b, const struct k3cache_model *m, uint32_t phase,
+                         uint32_t from_entry, uint32_t local_from, size_t n, double *ask,
+                         double *local, uint32_t *found)
+{
+	const uint8_t *fp = k3cache_model_fingerprint(m);
+	uint32_t t[ENTRY_P + ASK_TAIL];
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	*found = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t tail = ((uint64_t)phase << 32) | i;
+		if (i % 2 == 0)
+			entry_tokens(t, from_entry + (uint32_t)(i / 2) % N_ENTRIES,
+			             ENTRY_P + ASK_TAIL, tail + 1);
+		else /* a prompt no entry starts */
+			entry_tokens(t, 0x80000000u | phase << 24 | (uint32_t)i, ENTRY_P + ASK_TAIL,
+			             tail + 1);
+		double t0 = benchutil_now();
+		if (k3cache_lookup(b->c, fp, NULL, 0, t, ENTRY_P + ASK_TAIL, 0, &lr, &e) != 0)
+			fail("daemon b: lookup: %s", e.message);
+		ask[i] = benchutil_now() - t0;
+		*found += lr.prefix_len == ENTRY_P;
+		entry_tokens(t, local_from + (uint32_t)i % N_ENTRIES, ENTRY_P + 1, tail + 1);
+		t0 = benchutil_now();
+		if (k3cache_lookup(b->c, fp, NULL, 0, t, ENTRY_P + 1, 0, &lr, &e) != 0)
+			fail("daemon b: lookup: %s", e.message);
+		local[i] = benchutil_now() - t0;
+		if (lr.prefix_len != ENTRY_P)
+			fail("daemon b: a lookup of its own entry found %u tokens", lr.prefix_len);
+	}
+}
+
+static void p3_row(const char *what, double *v, size_t n)
+{
+	double p50 = pct(v, n, 50), p99 = pct(v, n, 99), max = pct(v, n, 100);
+	printf("   %-46s %8.3f %8.3f %9.3f\n", what, ms(p50), ms(p99), ms(max));
+}
+
+/* Whether the surviving node 0 sees a master in state fail (past
+ * cluster-node-timeout). */
+static int node_failed_seen(void)
+{
+	return node_says(0, "CLUSTER NODES", "master,fail ");
+}
+
+static void part3(struct daemon *a)
+{
+	size_t n = quick ? 200 : 2000;
+	char err[MODEL_ERROR_MAX];
+	struct model_layer l[4];
+	for (int i = 0; i < 3; i++)
+		l[i] = (struct model_layer){
+		        .mixer = MODEL_MIXER_KDA, .conv_len = 256, .recurrent_len = 2048};
+	l[3] = (struct model_layer){.mixer = MODEL_MIXER_MLA, .k_row = 64, .v_row = 16};
+	struct k3cache_model *m = model_new("tier2-lookup", "bench", "bench", l, 4, err);
+	if (!m)
+		fail("model: %s", err);
+	enum { PHASES = 3 };
+	double *ask[PHASES], *local[PHASES], secs[PHASES];
+	uint32_t found[PHASES];
+	struct p3_counts c[PHASES + 1];
+	for (int ph = 0; ph < PHASES; ph++) {
+		ask[ph] = calloc(n, sizeof(double));
+		local[ph] = calloc(n, sizeof(double));
+		if (!ask[ph] || !local[ph])
+			fail("out of memory");
+	}
+	put_model(a, m);
+	publish_entries(a, m, 0, PHASES * N_ENTRIES); /* in the cluster: each phase's own */
+	struct daemon b;
+	daemon_start(&b, "b", 1);
+	put_model(&b, m);
+	publish_entries(&b, m, 1000, N_ENTRIES); /* in B's store (and the cluster) */
+	double t_kill = 0, t_fail = 0;
+	for (int ph = 0; ph < PHASES; ph++) {
+		if (ph == 1) {
+			stop_pid(node_pid[N_NODES - 1], SIGKILL);
+			t_kill = benchutil_now();
+		}
+		if (ph == 2) {
+			while (!node_failed_seen() && benchutil_now() - t_kill < 15.0)
+				usleep(50000);
+			t_fail = benchutil_now() - t_kill;
+		}
+		p3_read(&b, &c[ph]);
+		double t0 = benchutil_now();
+		lookup_phase(&b, m, (uint32_t)ph + 1, (uint32_t)ph * N_ENTRIES, 1000, n, ask[ph],
+		             local[ph], &found[ph]);
+		secs[ph] = benchutil_now() - t0;
+	}
+	p3_read(&b, &c[PHASES]);
+
+	static const char *const phase_name[PHASES] = {"all masters up", "a master SIGKILLed",
+	                                               "its FAIL agreed"};
+	printf("\n3. lookup latency on daemon B (--tier2-wait 5000), %zu lookups of each kind "
+	       "per phase, interleaved\n",
+	       n);
+	printf("   %-46s %8s %8s %9s\n", "lookups", "p50 ms", "p99 ms", "max ms");
+	double p99_down = 0;
+	for (int ph = 0; ph < PHASES; ph++) {
+		char what[96];
+		snprintf(what, sizeof(what), "%s: asks the cluster", phase_name[ph]);
+		p3_row(what, ask[ph], n);
+		if (ph > 0 && pct(ask[ph], n, 99) > p99_down)
+			p99_down = pct(ask[ph], n, 99);
+		snprintf(what, sizeof(what), "%s: local answer complete", phase_name[ph]);
+		p3_row(what, local[ph], n);
+	}
+	printf("   target p99 < 5 ms with a master down: %s (worst phase %.3f ms)\n",
+	       p99_down < 0.005 ? "met" : "NOT met", ms(p99_down));
+	for (int ph = 0; ph < PHASES; ph++) {
+		printf("   %s (%.2f s): prompts asking the cluster that found an entry: %u of "
+		       "%zu (half extend one of %u cluster entries); B's tier2 counters:",
+		       phase_name[ph], secs[ph], found[ph], n, N_ENTRIES);
+#define X(f) printf(" %s %llu", #f, (unsigned long long)(c[ph + 1].f - c[ph].f));
+		P3_COUNTERS
+#undef X
+		printf("\n");
+	}
+	printf("   (SIGKILL of master 3 of 3; the survivors agreed on its FAIL %.1f s later "
+	       "(cluster-node-timeout 2000 ms, cluster-require-full-coverage no); the second "
+	       "down phase starts then)\n",
+	       t_fail);
+	daemon_stop(&b);
+	for (int ph = 0; ph < PHASES; ph++) {
+		free(ask[ph]);
+		free(local[ph]);
+	}
+	k3cache_model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+	const char *d = "bench-tier2.tmp";
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--quick"))
+			quick = 1;
+		else
+			d = argv[i];
+	}
+	if (!on_path("redis-server") || !on_path("redis-cli")) {
+		printf("bench/tier2: skipped: redis-server or redis-cli is not on PATH "
+		       "(scripts/install-deps)\n");
+		return 0;
+	}
+	snprintf(dir, sizeof(dir), "%s", d);
+	benchutil_rm_rf(dir);
+	if (mkdir(dir, 0755) != 0)
+		fail("%s: %s", dir, strerror(errno));
+	signal(SIGPIPE, SIG_IGN);
+	/* hiredis allocates each GET's value: keep freed memory in the heap, so
+	 * that the GETs are not charged for faulting fresh pages in at every
+	 * reply (as bench/redis) */
+	mallopt(M_MMAP_MAX, 0);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+	double t0 = benchutil_now();
+	cluster_start();
+	printf("bench/tier2%s: a 3-master Redis Cluster on 127.0.0.1:%d,%d,%d; daemons with "
+	       "--tier2, --tier2-wait 5000, --max-bytes 4GiB, --tier2-max-bytes 4GiB\n",
+	       quick ? " (quick)" : "", ports[0], ports[1], ports[2]);
+	struct daemon a;
+	daemon_start(&a, "a", 1);
+	part1(&a);
+	part2(&a);
+	part3(&a);
+	daemon_stop(&a);
+	printf("\ncopies that did not reach the cluster: %llu; run time %.0f s\n",
+	       (unsigned long long)copies_bad, benchutil_now() - t0);
+	stop_all();
+	benchutil_rm_rf(dir);
+	return 0;
+}
