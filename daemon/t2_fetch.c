@@ -47,6 +47,18 @@ static void probe(struct fetcher *f, struct t2_item *it)
 		return;
 	}
 	it->prefix_len = p;
+	/* stored since the lookup looked (a fetch for an earlier lookup, done
+	 * while this one queued): the local store answers it */
+	struct store_entry_info *info = NULL;
+	struct status st;
+	int here = store_inspect(t->srv->store, it->key, &info, &st) == STATUS_OK &&
+	           !info->quarantined;
+	store_entry_info_free(info);
+	if (here) {
+		it->kind = T2_NONE;
+		t2_post(t, it);
+		return;
+	}
 	if (claim(t, it->key)) {
 		it->kind = T2_JOIN;
 		t2_post(t, it);

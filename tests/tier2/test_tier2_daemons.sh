@@ -132,6 +132,24 @@ diff <(answers "$dir/ref" | sed -n '/== turn 4/,$p') <(answers "$dir/restart") >
 ok "restarted empty: turn 4 equals --no-cache" $?
 ok "restarted empty: one fetch, one hit" $([ "$(stat_of b tier2_fetches)" -ge 1 ] && [ "$(stat_of b tier2_hits)" -ge 1 ]; echo $?)
 
+# ---- two lookups of one entry at once: one fetch --------------------------------------------
+kill -TERM "${dpid[b]}"; wait "${dpid[b]}" 2>/dev/null
+rm -rf "$dir/b.db"
+start_daemon b
+jp=()
+for j in 1 2; do
+  cp "$out.replies" "$dir/join$j.replies"
+  : > "$dir/join$j"
+  (turn b 4 "$dir/join$j" alt) &
+  jp+=($!)
+done
+wait "${jp[@]}"
+for j in 1 2; do
+  r=$(reuse_of "$dir/join$j" 1)
+  ok "two at once: worker $j reuses the cluster's state ($r tokens)" $([ "${r:-0}" -gt 100 ]; echo $?)
+done
+ok "two at once: one fetch ($(stat_of b tier2_fetches)), the other joined it or found it stored" $([ "$(stat_of b tier2_fetches)" = 1 ]; echo $?)
+
 # ---- damaged and evicted chunks: counted misses, never wrong bytes ------------------------
 # every chunk key on every node
 chunk_keys() {
