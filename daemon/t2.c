@@ -140,12 +140,14 @@ void k3d_t2_counters(struct k3d_server *srv, frame_response *r)
 {
 	struct k3d_t2 *t = srv->t2;
 	service_add_counter(r, "tier2_enabled", t != NULL);
+	if (!t) /* the rest says nothing without a second tier */
+		return;
 #define T2_ADD(name, family, help)                                                                 \
 	service_add_counter(r, "tier2_" #name, t ? atomic_load(&t->n.name) : 0);
 	K3D_T2_COUNTERS(T2_ADD)
 #undef T2_ADD
-	service_add_counter(r, "tier2_used_bytes", t ? atomic_load(&t->used_bytes) : 0);
-	service_add_counter(r, "tier2_max_bytes", t ? t->cfg.max_bytes : 0);
+	service_add_counter(r, "tier2_used_bytes", atomic_load(&t->used_bytes));
+	service_add_counter(r, "tier2_max_bytes", t->cfg.max_bytes);
 }
 
 /* ---- lookups that wait --------------------------------------------------------- */

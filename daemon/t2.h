@@ -126,7 +126,8 @@ void k3d_t2_list(struct k3d_conn *c);
 void k3d_t2_forget(struct k3d_conn *c);
 /* The writer is done with a fetched entry (K3D_CHORE_T2_STORE). */
 void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job);
-/* The counters for Stat and /metrics (tier2_*; all zero without --tier2). */
+/* The counters for Stat and /metrics: tier2_enabled, and with --tier2 the
+ * tier2_* of K3D_T2_COUNTERS, tier2_used_bytes and tier2_max_bytes. */
 void k3d_t2_counters(struct k3d_server *srv, frame_response *r);
 
 /* A fetched entry's item (job->t2; NULL is ignored). */

@@ -86,7 +86,8 @@ wait_copies() {
   echo "daemon $1: fewer than $2 copies: $(stat_of "$1" tier2_copies) copied, $(stat_of "$1" tier2_copies_failed) failed"
   return 1
 }
-start_daemon a
+mport=$((base + 50)); while ! free_port "$mport"; do mport=$((mport + 1)); done
+start_daemon a --metrics "127.0.0.1:$mport"
 start_daemon b
 
 answers() { grep -E '^(== turn|logits|reply)' "$1"; }
@@ -228,6 +229,12 @@ for d in a b; do
   curl_out=$("$ctl" --socket "$dir/$d.sock" stat 2>&1)
   ok "stat of $d names the second tier" $(grep -q tier2 <<<"$curl_out"; echo $?)
 done
+
+m=$(python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$mport/metrics').read().decode())")
+ok "metrics: the tier2 families, documented" $(grep -q '^k3cache_tier2_copies_total [1-9]' <<<"$m" && grep -q '^k3cache_tier2_sent_bytes_total [1-9]' <<<"$m" && ! grep -q undocumented <<<"$m"; echo $?)
+if command -v promtool >/dev/null; then
+  out=$(promtool check metrics <<<"$m" 2>&1); ok "metrics: promtool check metrics passes ($out)" $([ $? = 0 ] && [ -z "$out" ]; echo $?)
+fi
 
 # ---- a wrong password: a clear error at start-up ---------------------------------------------------
 "$daemon" --db "$dir/c.db" --socket "$dir/c.sock" --tier2 "$seeds" --tier2-user k3 \
