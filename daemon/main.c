@@ -91,6 +91,7 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "  --tier2-wait MS       how long a lookup waits for the cluster's answer\n"
 	        "                        before answering from the local store (default 20);\n"
 	        "                        once a longer entry is found it waits for its fetch\n"
+	        "                        (at most --stall-timeout)\n"
 	        "  --log-level LEVEL     error, warn, info (default) or debug (also each\n"
 	        "                        connection's changes of state)\n"
 	        "  --help                this text\n"

@@ -111,7 +111,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			continue;
 		}
 		if (job->chore == K3D_CHORE_T2_STORE) {
-			if (srv->t2) /* else stopped: the entry is dropped */
+			if (srv->t2) /* else stopped: stored, with nobody to tell */
 				k3d_t2_stored(srv, job);
 			k3d_job_free(job);
 			job = next;
@@ -507,9 +507,10 @@ int k3d_server_run(const struct k3d_config *cfg)
 		        (unsigned long long)cfg->max_bytes);
 	event_base_dispatch(srv->base);
 
-	/* stopping: the second tier's threads end their round trips (a fetched
-	 * entry not yet stored is dropped), then every queued commit finishes
-	 * and is answered if we still can */
+	/* stopping: the second tier's threads end their round trips and its
+	 * waiting lookups are answered locally; then every queued commit
+	 * finishes (a fetched entry queued is stored, its waiters gone) and is
+	 * answered if we still can */
 	k3d_t2_stop(srv);
 	k3d_writer_stop(srv->writer);
 	on_done(-1, 0, srv);

@@ -20,8 +20,10 @@ struct k3d_t2_wait {
 	struct k3d_t2_wait *next;
 	uint64_t id;
 	struct k3d_conn *c;
-	struct event *timer; /* --tier2-wait, while the search runs */
+	struct event *timer; /* --tier2-wait while the search runs; then
+	                        --stall-timeout for the fetch (or a listing) */
 	int on_key;          /* waits for the fetch of key */
+	int listing;         /* an ls --tier2, not a lookup */
 	uint8_t key[TIER2_KEY_LEN];
 };
 
@@ -189,9 +191,66 @@ static void on_wait_expired(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	struct k3d_t2_wait *w = arg;
-	struct k3d_t2 *t = w->c->srv->t2;
+	struct k3d_conn *c = w->c;
+	struct k3d_t2 *t = c->srv->t2;
+	if (w->listing) {
+		unlink_waiter(t, w);
+		k3d_conn_errorf(c, STATUS_BUSY, "the second tier did not answer in %llus",
+		                (unsigned long long)c->srv->cfg.stall_timeout);
+		k3d_conn_answered(c);
+		return;
+	}
 	atomic_fetch_add(&t->n.waits_expired, 1);
 	resume(t, w); /* the search goes on: a longer entry found is fetched all the same */
+}
+
+/* Arms w's timer for seconds and milliseconds. */
+static void arm(struct k3d_t2_wait *w, uint64_t s, uint32_t ms)
+{
+	struct timeval tv = {(time_t)(s + ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+	evtimer_add(w->timer, &tv);
+}
+
+/* ---- what one fetch holds ------------------------------------------------------ */
+
+int t2_hold(struct k3d_t2 *t)
+{
+	pthread_mutex_lock(&t->fetchq.mu);
+	while (t->holding && !t->fetchq.stop)
+		pthread_cond_wait(&t->fetchq.cv, &t->fetchq.mu);
+	int ok = !t->fetchq.stop;
+	t->holding = ok;
+	pthread_mutex_unlock(&t->fetchq.mu);
+	return ok ? 0 : -1;
+}
+
+void t2_release(struct k3d_t2 *t)
+{
+	pthread_mutex_lock(&t->fetchq.mu);
+	t->holding = 0;
+	pthread_cond_broadcast(&t->fetchq.cv);
+	pthread_mutex_unlock(&t->fetchq.mu);
+}
+
+int t2_refused(struct k3d_t2 *t, const uint8_t *key)
+{
+	double now = k3d_now();
+	pthread_mutex_lock(&t->fetchq.mu);
+	int found = 0;
+	for (size_t i = 0; i < T2_REFUSED && !found; i++)
+		found = t->refused[i].until > now && !memcmp(t->refused[i].key, key, TIER2_KEY_LEN);
+	pthread_mutex_unlock(&t->fetchq.mu);
+	return found;
+}
+
+/* The local store refused a fetched entry: not fetched again for a while. */
+static void note_refused(struct k3d_t2 *t, const uint8_t *key)
+{
+	pthread_mutex_lock(&t->fetchq.mu);
+	struct t2_refused *r = &t->refused[t->refused_next++ % T2_REFUSED];
+	memcpy(r->key, key, TIER2_KEY_LEN);
+	r->until = k3d_now() + T2_REFUSED_SECONDS;
+	pthread_mutex_unlock(&t->fetchq.mu);
 }
 
 static int key_fetching(struct k3d_t2 *t, const uint8_t *key)
@@ -235,8 +294,13 @@ int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local)
 	const K3cache__V1__Lookup *l = c->req->lookup;
 	if (!t || l->n_tokens == 0 || l->model.len != 32 || c->srv->stopping)
 		return 0;
+	/* an entry of a model this store lacks would be refused once fetched */
+	if (!store_model_stored(c->srv->store, l->model.data))
+		return 0;
 	uint32_t n = (uint32_t)l->n_tokens;
 	uint32_t limit = l->limit ? (l->limit < n ? l->limit : n) : n - 1;
+	if (limit > TIER2_MAX_TOKENS) /* the cluster holds none longer */
+		limit = TIER2_MAX_TOKENS;
 	if (limit == 0 || local->prefix_len >= limit || l->salt.len > TIER2_MAX_SALT)
 		return 0;
 	struct t2_item *it = calloc(1, sizeof(*it));
@@ -275,9 +339,7 @@ int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local)
 	w->next = t->waiters;
 	t->waiters = w;
 	c->t2 = w;
-	struct timeval tv = {(time_t)(t->cfg.wait_ms / 1000),
-	                     (suseconds_t)(t->cfg.wait_ms % 1000) * 1000};
-	evtimer_add(w->timer, &tv);
+	arm(w, 0, t->cfg.wait_ms);
 	k3d_conn_set_state(c, K3D_TIER2);
 	return 1;
 }
@@ -294,12 +356,17 @@ void k3d_t2_list(struct k3d_conn *c)
 	}
 	struct t2_item *it = calloc(1, sizeof(*it));
 	struct k3d_t2_wait *w = calloc(1, sizeof(*w));
-	if (!it || !w) {
+	if (w)
+		w->timer = evtimer_new(c->srv->base, on_wait_expired, w);
+	if (!it || !w || !w->timer) {
 		free(it);
+		if (w && w->timer)
+			event_free(w->timer);
 		free(w);
 		k3d_conn_errorf(c, STATUS_BUSY, "out of memory; retry later");
 		return;
 	}
+	w->listing = 1;
 	it->kind = T2_LIST;
 	it->limit = l->limit && l->limit < K3D_T2_LIST_MAX ? l->limit : K3D_T2_LIST_MAX;
 	it->has_model = l->model.len == 32;
@@ -308,6 +375,7 @@ void k3d_t2_list(struct k3d_conn *c)
 	it->waiter = w->id = ++t->next_waiter;
 	if (t2_queue_push(&t->fetchq, it) != 0) {
 		k3d_t2_item_free(it);
+		event_free(w->timer);
 		free(w);
 		k3d_conn_errorf(c, STATUS_BUSY, "the second tier's queue is full; retry shortly");
 		return;
@@ -316,6 +384,7 @@ void k3d_t2_list(struct k3d_conn *c)
 	w->next = t->waiters;
 	t->waiters = w;
 	c->t2 = w;
+	arm(w, c->srv->cfg.stall_timeout, 0);
 	k3d_conn_set_state(c, K3D_TIER2);
 }
 
@@ -352,11 +421,16 @@ static void answer_list(struct k3d_conn *c, struct t2_item *it)
 		infos[i].layer_count = e->n_layers;
 		infos[i].bytes = e->bytes;
 		infos[i].stored = e->bytes;
-		struct status st;
-		struct k3cache_model *m = store_get_model(c->srv->store, e->fingerprint, &st);
-		snprintf(names[i], sizeof(names[i]), "%s", m && m->name ? m->name : "?");
-		if (m)
-			model_free(m);
+		if (i && !memcmp(e->fingerprint, it->listed[i - 1].fingerprint, 32)) {
+			memcpy(names[i], names[i - 1], sizeof(names[i]));
+		} else {
+			struct status st;
+			struct k3cache_model *m =
+			        store_get_model(c->srv->store, e->fingerprint, &st);
+			snprintf(names[i], sizeof(names[i]), "%s", m && m->name ? m->name : "?");
+			if (m)
+				model_free(m);
+		}
 		infos[i].model_name = names[i];
 		ptrs[i] = &infos[i];
 	}
@@ -404,6 +478,7 @@ static void to_writer(struct k3d_t2 *t, struct t2_item *it)
 	if (!job) {
 		k3d_log(K3D_LOG_WARN, "tier2: out of memory: a fetched entry is dropped");
 		atomic_fetch_add(&t->n.store_refused, 1);
+		t2_release(t);
 		key_done(t, it->key, 0);
 		k3d_t2_item_free(it);
 		return;
@@ -431,8 +506,9 @@ static void answer(struct k3d_t2 *t, struct t2_item *it)
 	case T2_JOIN:
 		if (it->kind == T2_JOIN && w)
 			atomic_fetch_add(&t->n.fetch_joins, 1);
-		if (w) { /* it waits for the fetch now, as long as that takes */
+		if (w) { /* it waits for the fetch now, at most --stall-timeout */
 			evtimer_del(w->timer);
+			arm(w, t->srv->cfg.stall_timeout, 0);
 			w->on_key = 1;
 			memcpy(w->key, it->key, TIER2_KEY_LEN);
 			if (!key_fetching(t, it->key)) /* over already */
@@ -500,8 +576,10 @@ void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 	struct t2_item *it = job->t2;
 	job->t2 = NULL;
 	int ok = job->st.code == STATUS_OK;
+	t2_release(t); /* the fetch thread may hold the next entry */
 	if (!ok) {
 		atomic_fetch_add(&t->n.store_refused, 1);
+		note_refused(t, it->key);
 		k3d_log(K3D_LOG_WARN,
 		        "tier2: an entry fetched from the cluster was refused: %s: %s",
 		        status_code_name(job->st.code), job->st.message);
@@ -679,14 +757,13 @@ int k3d_t2_start(struct k3d_server *srv)
 	event_add(t->done_ev, NULL);
 	srv->t2 = t;
 	t->fetch_started = pthread_create(&t->fetch_thread, NULL, t2_fetch_main, t) == 0;
-	t->copy_started = t->cfg.mode == K3D_T2_READ_ONLY ||
-	                  pthread_create(&t->copy_thread, NULL, t2_copy_main, t) == 0;
-	if (!t->fetch_started || !t->copy_started) {
+	if (t->fetch_started && t->cfg.mode != K3D_T2_READ_ONLY)
+		t->copy_started = pthread_create(&t->copy_thread, NULL, t2_copy_main, t) == 0;
+	if (!t->fetch_started || (t->cfg.mode != K3D_T2_READ_ONLY && !t->copy_started)) {
 		k3d_log(K3D_LOG_ERROR, "tier2: cannot start its threads");
 		k3d_t2_stop(srv);
 		return -1;
 	}
-	t->copy_started = t->cfg.mode != K3D_T2_READ_ONLY;
 	char cap[32];
 	units_format_size(t->cfg.max_bytes, cap, sizeof(cap));
 	k3d_log(K3D_LOG_INFO, "tier2: cluster %s, namespace %s, %s, owner %s, at most %s",
@@ -710,8 +787,19 @@ void k3d_t2_stop(struct k3d_server *srv)
 		pthread_join(t->fetch_thread, NULL);
 	if (t->copy_started)
 		pthread_join(t->copy_thread, NULL);
+	/* lookups waiting are answered from the local store (srv->stopping:
+	 * none waits again); a listing is told */
 	while (t->waiters) {
-		unlink_waiter(t, t->waiters);
+		struct k3d_t2_wait *w = t->waiters;
+		struct k3d_conn *c = w->c;
+		int listing = w->listing;
+		unlink_waiter(t, w);
+		if (c && listing) {
+			k3d_conn_errorf(c, STATUS_BUSY, "the daemon is shutting down");
+			k3d_conn_answered(c);
+		} else if (c) {
+			k3d_lookup_resume(c);
+		}
 	}
 	srv->t2 = NULL;
 	t2_free(t);

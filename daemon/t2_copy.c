@@ -4,6 +4,7 @@
  * writes it to the cluster unless a valid record is there already, and keeps
  * this daemon's share of the cluster within --tier2-max-bytes: the entries
  * it wrote are in its ledger (tier2_ledger_*), and the oldest go first. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,34 @@ struct copier {
 	size_t n, cap;
 	uint64_t used;
 	int loaded;
+	double warned;  /* t2_warn: when it last logged */
+	uint64_t quiet; /* failures passed over since */
 };
+
+/* A failure of the copy thread's: at warn level, at most one line a minute
+ * (with the number passed over), so that an operator sees a cluster that
+ * stays down without a line per publish. */
+static void t2_warn(struct copier *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void t2_warn(struct copier *c, const char *fmt, ...)
+{
+	double now = k3d_now();
+	if (c->warned > 0 && now - c->warned < 60.0) {
+		c->quiet++;
+		return;
+	}
+	char line[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (c->quiet)
+		k3d_log(K3D_LOG_WARN, "%s (and %llu more failures in the last minute)", line,
+		        (unsigned long long)c->quiet);
+	else
+		k3d_log(K3D_LOG_WARN, "%s", line);
+	c->warned = now;
+	c->quiet = 0;
+}
 
 /* ---- the entry's bytes, from the map ---------------------------------------- */
 
@@ -129,13 +157,13 @@ static void make_room(struct copier *c)
 		/* MISSING: gone or re-published by another; DAMAGED: not a record
 		 * of ours to delete. Either way it is off the ledger. */
 		if (st != TIER2_OK && st != TIER2_MISSING && st != TIER2_DAMAGED) {
-			k3d_log(K3D_LOG_INFO, "tier2: making room: %s", err);
+			t2_warn(c, "tier2: making room: %s", err);
 			return; /* again after the next copy */
 		}
 		enum tier2_status rs =
 		        tier2_ledger_remove(c->r, t->cfg.ns, t->owner, &o, err, sizeof(err));
 		if (rs != TIER2_OK && rs != TIER2_MISSING) {
-			k3d_log(K3D_LOG_INFO, "tier2: making room: %s", err);
+			t2_warn(c, "tier2: making room: %s", err);
 			return;
 		}
 		atomic_fetch_add(&t->n.deleted, st == TIER2_OK);
@@ -168,7 +196,10 @@ static void copy_one(struct copier *c, const uint8_t *key)
 	char err[512] = "";
 	if (!c->loaded && load_ledger(c) != 0) {
 		atomic_fetch_add(&t->n.copies_failed, 1);
-		k3d_log(K3D_LOG_DEBUG, "tier2: copy of %.16s: the cluster cannot be read", hex);
+		t2_warn(c,
+		        "tier2: copy of %.16s: this daemon's ledger cannot be read from the "
+		        "cluster",
+		        hex);
 		store_entry_info_free(info);
 		return;
 	}
@@ -201,8 +232,11 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		k3d_writer_quarantine(t->srv->writer, key);
 	if (ts != TIER2_OK) {
 		atomic_fetch_add(&t->n.copies_failed, 1);
-		k3d_log(src.damaged ? K3D_LOG_WARN : K3D_LOG_DEBUG, "tier2: copy of %.16s: %s: %s",
-		        hex, tier2_status_name(ts), err);
+		if (src.damaged)
+			k3d_log(K3D_LOG_WARN, "tier2: copy of %.16s: %s: %s", hex,
+			        tier2_status_name(ts), err);
+		else
+			t2_warn(c, "tier2: copy of %.16s: %s: %s", hex, tier2_status_name(ts), err);
 	} else if (res.existed) {
 		atomic_fetch_add(&t->n.copies_existing, 1);
 	} else {
@@ -213,10 +247,14 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		                        .bytes = res.bytes,
 		                        .score = (double)now.tv_sec * 1e3 +
 		                                 (double)now.tv_nsec / 1e6};
-		memcpy(o.key, key, TIER2_KEY_LEN);
-		if (tier2_ledger_add(c->r, t->cfg.ns, t->owner, &o, err, sizeof(err)) != TIER2_OK ||
-		    ledger_append(c, &o) != 0)
-			k3d_log(K3D_LOG_INFO, "tier2: ledger: %s", err[0] ? err : "out of memory");
+		memcpy(o.key, key, TIER2_KEY_LEN); /* counted here even when the cluster's copy of
+		                                    * the ledger missed it: this daemon deletes it
+		                                    * in turn all the same (a restart forgets it,
+		                                    * and Redis's own eviction is then its end) */
+		if (tier2_ledger_add(c->r, t->cfg.ns, t->owner, &o, err, sizeof(err)) != TIER2_OK)
+			t2_warn(c, "tier2: ledger: %s", err);
+		if (ledger_append(c, &o) != 0)
+			t2_warn(c, "tier2: ledger: out of memory");
 		make_room(c);
 	}
 	store_entry_info_free(info);

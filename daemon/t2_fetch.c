@@ -3,6 +3,7 @@
  * when that is longer than the local answer it fetches the entry whole and
  * checked (tier2_get), unless another lookup's fetch of the same key is in
  * progress, and posts each step back to the loop. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +55,7 @@ static void probe(struct fetcher *f, struct t2_item *it)
 	int here = store_inspect(t->srv->store, it->key, &info, &st) == STATUS_OK &&
 	           !info->quarantined;
 	store_entry_info_free(info);
-	if (here) {
+	if (here || t2_refused(t, it->key)) {
 		it->kind = T2_NONE;
 		t2_post(t, it);
 		return;
@@ -72,7 +73,16 @@ static void probe(struct fetcher *f, struct t2_item *it)
 		memcpy(found->key, it->key, TIER2_KEY_LEN);
 		t2_post(t, found);
 	}
-	it->st = tier2_get(f->r, t->cfg.ns, it->key, &it->entry, &f->ts, it->err, sizeof(it->err));
+	/* one fetched entry in memory at a time: the last is stored first */
+	if (t2_hold(t) != 0) {
+		it->st = TIER2_NODE_ERROR;
+		snprintf(it->err, sizeof(it->err), "the daemon is stopping");
+	} else {
+		it->st = tier2_get(f->r, t->cfg.ns, it->key, &it->entry, &f->ts, it->err,
+		                   sizeof(it->err));
+		if (it->st != TIER2_OK)
+			t2_release(t);
+	}
 	it->kind = it->st == TIER2_OK ? T2_FETCHED : T2_FAILED;
 	t2_post(t, it);
 }

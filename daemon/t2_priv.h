@@ -72,6 +72,15 @@ struct t2_counters {
 void t2_count_router(struct k3d_t2 *t, struct cluster_router *r, struct cluster_stats *seen,
                      struct tier2_stats *ts, struct tier2_stats *ts_seen);
 
+/* Keys whose fetched entry the local store refused, not fetched again for
+ * T2_REFUSED_SECONDS (the last T2_REFUSED of them). */
+#define T2_REFUSED         64
+#define T2_REFUSED_SECONDS 60.0
+struct t2_refused {
+	uint8_t key[TIER2_KEY_LEN];
+	double until;
+};
+
 struct t2_fetching {
 	struct t2_fetching *next;
 	uint8_t key[TIER2_KEY_LEN];
@@ -91,6 +100,11 @@ struct k3d_t2 {
 	/* keys being fetched: added by the fetch thread, removed by the loop
 	 * once the writer has stored (or the fetch failed), under fetchq.mu */
 	struct t2_fetching *fetching;
+	/* a fetched entry is held in memory (until the writer has stored it):
+	 * one at a time, under fetchq.mu */
+	int holding;
+	struct t2_refused refused[T2_REFUSED]; /* under fetchq.mu */
+	unsigned refused_next;
 	/* lookups waiting (loop thread only) */
 	struct k3d_t2_wait *waiters;
 	uint64_t next_waiter;
@@ -100,6 +114,14 @@ struct k3d_t2 {
 
 /* A router for one thread, with the daemon's options. NULL after logging. */
 struct cluster_router *t2_router(struct k3d_t2 *t);
+/* The fetch thread, before it fetches: waits until no fetched entry is
+ * held, then holds; -1 when stopping. t2_release: the entry held is gone
+ * (stored, refused, or the fetch failed). */
+int t2_hold(struct k3d_t2 *t);
+void t2_release(struct k3d_t2 *t);
+/* Whether the store refused key's entry lately (fetch thread). */
+int t2_refused(struct k3d_t2 *t, const uint8_t *key);
+
 /* Wakes the loop: an item is on doneq. */
 void t2_post(struct k3d_t2 *t, struct t2_item *it);
 

@@ -236,6 +236,28 @@ if command -v promtool >/dev/null; then
   out=$(promtool check metrics <<<"$m" 2>&1); ok "metrics: promtool check metrics passes ($out)" $([ $? = 0 ] && [ -z "$out" ]; echo $?)
 fi
 
+# ---- a stopped cluster: lookups wait --tier2-wait at most; SIGTERM answers the waiting ones ----
+kill -STOP "${pids[0]}" "${pids[1]}"
+: > "$dir/stopped"
+t0=$(date +%s%N)
+turn a 1 "$dir/stopped" stopped
+t1=$(date +%s%N)
+ok "a stopped cluster: a turn still equals --no-cache" $(diff <(answers "$dir/ref" | sed -n '/== turn 1/,/== turn 2/p' | sed '$d') <(answers "$dir/stopped") >/dev/null; echo $?)
+ok "a stopped cluster: the turn took $(((t1 - t0) / 1000000)) ms (lookups wait 2 s at most)" $([ $(((t1 - t0) / 1000000)) -lt 15000 ]; echo $?)
+ok "a stopped cluster: the waits expired, counted" $([ "$(stat_of a tier2_waits_expired)" -ge 1 ]; echo $?)
+: > "$dir/term"
+cp "$dir/stopped.replies" "$dir/term.replies"
+(turn b 2 "$dir/term" stopped) &
+wpid=$!
+sleep 0.5
+t0=$(date +%s%N)
+kill -TERM "${dpid[b]}"; wait "${dpid[b]}"; rc=$?
+t1=$(date +%s%N)
+ok "SIGTERM while a lookup waits for the cluster: a clean stop (rc $rc) in $(((t1 - t0) / 1000000)) ms" $([ $rc = 0 ] && [ $(((t1 - t0) / 1000000)) -lt 5000 ] && tail -1 "$dir/b.log" | grep -q 'stopped cleanly'; echo $?)
+wait $wpid
+ok "SIGTERM while a lookup waits: the lookup was answered (the worker went on)" $(grep -q '^\[PREFIX\] reusing 0 of' "$dir/term"; echo $?)
+kill -CONT "${pids[0]}" "${pids[1]}"
+
 # ---- a wrong password: a clear error at start-up ---------------------------------------------------
 "$daemon" --db "$dir/c.db" --socket "$dir/c.sock" --tier2 "$seeds" --tier2-user k3 \
   --tier2-password-file "$dir/badpw" 2>"$dir/c.log" &
