@@ -187,8 +187,8 @@ static void copy_one(struct copier *c, const uint8_t *key)
 	struct snap_source src = {.t = t, .snap = snap, .n_chunks = store_snapshot_chunks(snap)};
 	if (layers) {
 		for (uint32_t i = 0; i < snap->n_layers; i++)
-			layers[i] =
-			        (struct tier2_layer){snap->layers[i].size, snap->layers[i].xxh3};
+			layers[i] = (struct tier2_layer){snap->layers[i].size, snap->layers[i].xxh3,
+			                                 snap->layers[i].tag};
 		struct tier2_source source = {snap_read, &src};
 		struct tier2_put_options o = {.keep_existing = 1};
 		ts = tier2_put_from(c->r, t->cfg.ns, info->fingerprint, info->salt, info->salt_len,

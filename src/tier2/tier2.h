@@ -104,7 +104,11 @@
 #define TIER2_MAX_ENTRY_BYTES (16ull << 30)
 #define TIER2_PROBES          16u /* existence probes per search round trip */
 #define TIER2_RECORD_MAGIC    "K3T2"
-#define TIER2_RECORD_VERSION  1u
+#define TIER2_RECORD_VERSION  2u /* the newest; version 1 is read too */
+#define TIER2_ROW_BLOCK_MAX   65536u
+#define TIER2_MAX_PARTS       (1u << 22)   /* block parts of one entry */
+#define TIER2_PART_MAX        (256u << 20) /* bytes of one block part */
+#define TIER2_MLA_HEAD        9u           /* tag, seq_len, k count */
 #define TIER2_KEY_LEN         32u
 #define TIER2_NODE_FIELD_LEN  12u /* u32 P | u64 tail hash */
 
@@ -141,6 +145,9 @@ struct tier2_stats {
 	uint64_t miss_damaged;      /* a check failed */
 	uint64_t miss_timeout;      /* a round trip timed out */
 	uint64_t miss_node;         /* a node failed otherwise */
+	uint64_t parts_new;         /* block parts a put wrote (absent before) */
+	uint64_t parts_shared;      /* block parts a put found there and referenced */
+	uint64_t part_bytes_saved;  /* the bytes of those shared parts (not sent) */
 };
 
 /* ---- the entry record (tier2_record.c) ---- */
@@ -148,6 +155,18 @@ struct tier2_stats {
 struct tier2_layer {
 	uint64_t size;
 	uint64_t xxh3; /* checksum_blob(bytes, size, layer index) */
+	uint8_t tag;   /* the blob's tag: 1 KDA, 2 MLA, 0 unknown (not MLA); a
+	                * put splits MLA layers only; not in the record (a
+	                * decoded record has 2 for its split layers, else 0) */
+};
+
+/* An MLA layer whose first seq_len / row_block blocks of rows are parts
+ * (record version 2). */
+struct tier2_split {
+	uint32_t layer; /* index, increasing in the record */
+	uint32_t seq_len;
+	uint32_t k_row; /* floats per row, >= 1 */
+	uint32_t v_row;
 };
 
 struct tier2_record {
@@ -162,6 +181,13 @@ struct tier2_record {
 	uint32_t chunk_size;
 	uint32_t n_chunks;
 	const uint64_t *chunk_xxh3;
+	uint16_t version;   /* 1 or 2 (0 is taken as 1 by the encoder) */
+	uint32_t row_block; /* version 2: B, a multiple of 16 in 16..65536 */
+	uint32_t n_split;
+	const struct tier2_split *split;
+	/* per split layer in order, seq_len / B blocks of (k part, v part):
+	 * XXH3-64 of the part's bytes seeded with the layer index */
+	const uint64_t *part_xxh3;
 	void *mem; /* tier2_record_decode's one allocation; NULL otherwise */
 };
 
@@ -169,8 +195,22 @@ struct tier2_record {
 size_t tier2_record_size(uint32_t salt_len, uint32_t n_tokens, uint32_t n_layers,
                          uint32_t n_chunks);
 
+/* Bytes of the encoding of a version-2 record of these counts. */
+size_t tier2_record_size_v2(uint32_t salt_len, uint32_t n_tokens, uint32_t n_layers,
+                            uint32_t n_chunks, uint32_t n_split, uint32_t n_parts);
+
 /* The number of chunks of total bytes cut every chunk_size (>= 1). */
 uint64_t tier2_chunk_count(uint64_t total, uint32_t chunk_size);
+
+/* The bytes of one k (part 0) or v (part 1) part of a split layer: B rows. */
+static inline uint64_t tier2_part_size(const struct tier2_split *s, uint32_t row_block, int part)
+{
+	return (uint64_t)row_block * (part ? s->v_row : s->k_row) * 4u;
+}
+
+/* The bytes of an entry's stream (what its chunks hold): the layer sizes
+ * less the bytes of every part. rec must be valid (encoded or decoded). */
+uint64_t tier2_stream_size(const struct tier2_record *rec);
 
 /* Encodes rec (its counts within the limits above, n_chunks consistent with
  * its sizes) into a malloc'd buffer: 0 with *out and *len set, or -1 with a
@@ -203,6 +243,13 @@ size_t tier2_name_chunk(char *out, const char *ns, const uint8_t key[TIER2_KEY_L
                         uint32_t i);
 size_t tier2_name_node(char *out, const char *ns, const uint8_t node[16]);
 
+/* A block part, k3:NS:p:{NODE:L:P:XXH}, and its referrers' set,
+ * k3:NS:q:{NODE:L:P:XXH} (part 0 is k, 1 is v). */
+size_t tier2_name_part(char *out, const char *ns, const uint8_t node[16], uint32_t layer, int part,
+                       uint64_t xxh3);
+size_t tier2_name_refs(char *out, const char *ns, const uint8_t node[16], uint32_t layer, int part,
+                       uint64_t xxh3);
+
 /* Whether owner is a valid ledger owner (the syntax of a namespace); -1 with a
  * message when not. */
 int tier2_owner_check(const char *owner, char *err, size_t errsz);
@@ -233,6 +280,8 @@ struct tier2_put_options {
 	int keep_existing;      /* when the key has a record that decodes and is
 	                         * the same entry's (model, salt, tokens): write
 	                         * nothing (its chunks are not checked) */
+	uint32_t row_block;     /* B: 0, a version-1 record (blobs whole); else a
+	                         * multiple of 16 up to 65536: MLA rows in parts */
 };
 
 /* The entry's bytes in order (the layer blobs end to end), pulled by the put. */
@@ -246,8 +295,10 @@ struct tier2_source {
 struct tier2_put_result {
 	uint64_t generation; /* the record's generation written (or found, when existed) */
 	uint32_t n_chunks;
-	uint64_t bytes; /* the sum of the layer sizes */
-	int existed;    /* keep_existing: a valid record was already there; nothing written */
+	uint64_t bytes;     /* the sum of the layer sizes */
+	int existed;        /* keep_existing: a valid record was already there; nothing written */
+	uint64_t new_bytes; /* written by this put: chunks, parts it created, record */
+	uint64_t shared_bytes; /* parts already in the cluster, referenced, not sent */
 };
 
 /* Writes the entry of model fingerprint, salt and tokens [0, n_tokens) whose

@@ -32,7 +32,7 @@ int main(int argc, char **argv)
 	uint32_t tokens[70];
 	for (uint32_t i = 0; i < 70; i++)
 		tokens[i] = 151643u + i * 13u;
-	struct tier2_layer layers[4] = {{45069, 1}, {45069, 2}, {10249, 3}, {45069, 4}};
+	struct tier2_layer layers[4] = {{45069, 1, 0}, {45069, 2, 0}, {10249, 3, 0}, {45069, 4, 0}};
 	uint64_t sums[146];
 	for (int i = 0; i < 146; i++)
 		sums[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);

@@ -28,9 +28,9 @@ static void sample(struct sample *s)
 	memset(s, 0, sizeof(*s));
 	for (uint32_t i = 0; i < 40; i++)
 		s->tokens[i] = 1000u + i * 7u;
-	s->layers[0] = (struct tier2_layer){5000, 0x1111};
-	s->layers[1] = (struct tier2_layer){1, 0x2222};
-	s->layers[2] = (struct tier2_layer){3000, 0x3333};
+	s->layers[0] = (struct tier2_layer){5000, 0x1111, 0};
+	s->layers[1] = (struct tier2_layer){1, 0x2222, 0};
+	s->layers[2] = (struct tier2_layer){3000, 0x3333, 0};
 	s->chunks[0] = 0xaaaa;
 	s->chunks[1] = 0xbbbb;
 	s->rec = (struct tier2_record){.generation = 0x0123456789abcdefull,
@@ -199,7 +199,7 @@ static void test_counts_refused(void **state)
 	memcpy(c, b, len);
 	put32(c + OFF_CS, 8192); /* 8001 bytes in chunks of 8192: 1, not 2 */
 	resum(c, len);
-	refused(c, len, "2 chunks, but 8001 bytes cut every 8192 make 1");
+	refused(c, len, "2 chunks, but a stream of 8001 bytes cut every 8192 makes 1");
 	/* an empty layer */
 	memcpy(c, b, len);
 	put64(c + OFF_LAYERS + 16, 0);
@@ -218,9 +218,18 @@ static void test_counts_refused(void **state)
 	refused(c, len, "layer 2 of 3");
 	/* a version, flags or magic this reader does not know */
 	memcpy(c, b, len);
+	c[4] = 3;
+	resum(c, len);
+	refused(c, len, "version 3");
+	memcpy(c, b, len);
+	c[4] = 0;
+	resum(c, len);
+	refused(c, len, "version 0");
+	/* a version-1 record read as version 2: its sum is no row block */
+	memcpy(c, b, len);
 	c[4] = 2;
 	resum(c, len);
-	refused(c, len, "version 2");
+	refused(c, len, "row_block");
 	memcpy(c, b, len);
 	c[6] = 1;
 	resum(c, len);
@@ -265,11 +274,11 @@ static void test_encode_refusals(void **state)
 	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
 	assert_null(b);
 	assert_int_equal(len, 0);
-	assert_non_null(strstr(err, "3 chunks for 8001 bytes"));
+	assert_non_null(strstr(err, "3 chunks, but a stream of 8001 bytes"));
 	sample(&s);
 	s.layers[1].size = 0;
 	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
-	assert_non_null(strstr(err, "layer 1 is empty"));
+	assert_non_null(strstr(err, "layer 1 of 3 has size 0"));
 	sample(&s);
 	s.rec.chunk_size = TIER2_CHUNK_MAX + 1;
 	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
