@@ -918,6 +918,8 @@ static struct storeutil_snap conv_turn(uint32_t p, uint32_t seed, int tweak)
 	return s;
 }
 
+static uint32_t turn_ttl; /* put_turn's TTL (0: none) */
+
 static enum tier2_status put_turn(struct cluster_router *r, const char *ns,
                                   const struct storeutil_snap *s, uint32_t p, uint32_t row_block,
                                   uint64_t fail_at, struct tier2_put_result *res,
@@ -928,7 +930,8 @@ static enum tier2_status put_turn(struct cluster_router *r, const char *ns,
 		layers[i] = (struct tier2_layer){s->blobs[i].size, s->blobs[i].xxh3, s->bufs[i][0]};
 	struct odd_src os = {.s = s, .fail_at = fail_at};
 	struct tier2_source src = {odd_read, &os};
-	struct tier2_put_options o = {.row_block = row_block, .chunk_size = 65536};
+	struct tier2_put_options o = {
+	        .row_block = row_block, .chunk_size = 65536, .ttl_s = turn_ttl};
 	enum tier2_status st = tier2_put_from(r, ns, fp, "c", 1, conv, p, layers, s->n, &src, &o,
 	                                      res, stats, err, errsz);
 	free(layers);
@@ -1149,6 +1152,34 @@ static void test_conversation_blocks(void **state)
 	assert_int_equal(count_kind(r, ns, 'p'), 0);
 	assert_int_equal(count_kind(r, ns, 'q'), 0);
 	assert_int_equal(count_kind(r, ns, 'c'), 0);
+
+	/* expiries: a part takes the longest of its referrers', none if one has none */
+	turn_ttl = 100;
+	if (put_turn(r, ns, &s[0], 200, 64, 0, &res, NULL, err, sizeof(err)) != TIER2_OK)
+		fail_msg("put with a TTL: %s", err);
+	char pk[TIER2_NAME_MAX], pq[TIER2_NAME_MAX];
+	part_name(r, ns, 200, 1, 1, pk, 'p');
+	part_name(r, ns, 200, 1, 1, pq, 'q');
+	const char *ttl_p[] = {"TTL", pk}, *ttl_q[] = {"TTL", pq};
+	rep = cmd(r, 2, ttl_p);
+	assert_true(rep->integer > 0 && rep->integer <= 100);
+	freeReplyObject(rep);
+	rep = cmd(r, 2, ttl_q);
+	assert_true(rep->integer > 0 && rep->integer <= 100);
+	freeReplyObject(rep);
+	turn_ttl = 0;
+	if (put_turn(r, ns, &s[1], 400, 64, 0, &res, NULL, err, sizeof(err)) != TIER2_OK)
+		fail_msg("put without a TTL: %s", err);
+	rep = cmd(r, 2, ttl_p);
+	assert_int_equal(rep->integer, -1);
+	freeReplyObject(rep);
+	rep = cmd(r, 2, ttl_q);
+	assert_int_equal(rep->integer, -1);
+	freeReplyObject(rep);
+	delete_turn(r, ns, 200);
+	delete_turn(r, ns, 400);
+	assert_int_equal(count_kind(r, ns, 'p'), 0);
+	assert_int_equal(count_kind(r, ns, 'q'), 0);
 
 	storeutil_snap_free(&v);
 	for (int t = 0; t < 3; t++)
