@@ -218,10 +218,11 @@ static void copy_one(struct copier *c, const uint8_t *key)
 	struct snap_source src = {.t = t, .snap = snap, .n_chunks = store_snapshot_chunks(snap)};
 	if (layers) {
 		for (uint32_t i = 0; i < snap->n_layers; i++)
-			layers[i] =
-			        (struct tier2_layer){snap->layers[i].size, snap->layers[i].xxh3};
+			layers[i] = (struct tier2_layer){snap->layers[i].size, snap->layers[i].xxh3,
+			                                 snap->layers[i].tag};
 		struct tier2_source source = {snap_read, &src};
-		struct tier2_put_options o = {.keep_existing = 1};
+		/* MLA rows in blocks of 64 shared with the conversation's other turns */
+		struct tier2_put_options o = {.keep_existing = 1, .row_block = 64};
 		ts = tier2_put_from(c->r, t->cfg.ns, info->fingerprint, info->salt, info->salt_len,
 		                    info->tokens, info->prefix_len, layers, snap->n_layers, &source,
 		                    &o, &res, &c->ts, err, sizeof(err));
@@ -244,7 +245,7 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		struct timespec now;
 		clock_gettime(CLOCK_REALTIME, &now);
 		struct tier2_owned o = {.generation = res.generation,
-		                        .bytes = res.bytes,
+		                        .bytes = res.new_bytes,
 		                        .score = (double)now.tv_sec * 1e3 +
 		                                 (double)now.tv_nsec / 1e6};
 		memcpy(o.key, key, TIER2_KEY_LEN); /* counted here even when the cluster's copy of

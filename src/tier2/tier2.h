@@ -3,8 +3,9 @@
  * a daemon's ledger for its byte budget. Issue 17, item 3.
  *
  * Layout (contract). NS is the caller's namespace, 1..TIER2_NS_MAX bytes of
- * [A-Za-z0-9._-] (no ':' and no '{' or '}', so no key has a hash tag and the
- * keys spread over every slot). KEY is the entry key of DESIGN.md "Prefix key
+ * [A-Za-z0-9._-] (no ':' and no '{' or '}': only a part and its referrers
+ * have a hash tag, which keeps them in one slot; the keys spread over every
+ * slot). KEY is the entry key of DESIGN.md "Prefix key
  * and lookup" (SHA-256 of model fingerprint, salt and tokens) in 64 lower-case
  * hex digits; it already isolates models and salts exactly as the local store
  * does, and NS isolates tenants whatever the salt.
@@ -19,6 +20,13 @@
  *                          blocks of 16 tokens) in 32 hex digits
  *   k3:NS:o:OWNER          a daemon's ledger (sorted set, below); OWNER has
  *                          the syntax of NS
+ *   k3:NS:p:{NODE:L:P:XXH} a block part of MLA rows (string, version 2,
+ *                          below): NODE the node h_{(b+1)B/16} of the
+ *                          block's last token in 32 hex digits, L the layer
+ *                          (decimal), P "k" or "v", XXH the XXH3-64 of the
+ *                          part's bytes seeded with L (16 hex digits)
+ *   k3:NS:q:{NODE:L:P:XXH} its referrers (set), in the part's slot (the
+ *                          hash tag)
  *
  * Entry record, little-endian, exactly this long:
  *   "K3T2" | u16 version = 1 | u16 flags = 0 | u64 generation
@@ -26,13 +34,43 @@
  *   | u32 P (1..TIER2_MAX_TOKENS) | P x u32 token
  *   | u32 n_layers (1..65536) | n_layers x (u64 size >= 1 | u64 xxh3)
  *   | u32 chunk_size (1..1 MiB) | u32 n_chunks (= ceil(sum of sizes / chunk_size))
- *   | n_chunks x u64 chunk xxh3 | u64 XXH3-64 of every byte before
+ *   | n_chunks x u64 chunk xxh3
+ *   [version 2: | u32 row_block B (a multiple of 16, 16..65536)
+ *   | u32 n_split (<= n_layers) | n_split x (u32 layer | u32 seq_len
+ *   | u32 k_row | u32 v_row) | per split layer in order, seq_len / B x
+ *   (u64 k part xxh3 | u64 v part xxh3)]
+ *   | u64 XXH3-64 of every byte before
  * A layer's xxh3 is checksum_blob (checksum.h: seeded with the layer index,
  * as locally); a chunk's is XXH3-64 of its bytes, seed 0. The sum of sizes is
  * at most TIER2_MAX_ENTRY_BYTES and n_chunks at most TIER2_MAX_CHUNKS. The
  * generation is random (getrandom) per put: a re-publish writes new chunk
  * keys, so a reader never mixes old and new chunks. A record is valid only
  * when its KEY is the entry key of its own fingerprint, salt and tokens.
+ *
+ * Block parts (version 2, issue 17 item 3: a conversation's turns store and
+ * send their MLA rows once, as the local store's blocks). A put with a row
+ * block B splits each MLA layer (tag 2, the caller's) whose header (tag,
+ * seq_len, k count; then the v count) fits its size, with at least one block
+ * (seq_len >= B), seq_len <= P and rows of >= 1 float: block b, its rows
+ * [bB, (b+1)B), b < seq_len / B, is a k part (B k rows) and a v part (B v
+ * rows), each a key of its own named by position and content, so two
+ * entries of one token prefix share a part exactly when its bytes are
+ * equal. The entry's stream (what its chunks hold, cut every chunk_size) is
+ * then the KDA and unsplit layers whole and, of each split layer, tag |
+ * seq_len | k count | its k tail rows | v count | its v tail rows (the rows
+ * from (seq_len / B) B on); the split layers are in the record, so a reader
+ * knows the layout. Each part is written by an EVAL that adds the entry's
+ * member (its key's 32 bytes | u64 generation) to the referrers when the
+ * part exists (pipelined, one small round trip: a part there is not sent
+ * again); for those absent, an EVAL that SETs the part if still absent and
+ * adds the member. A referrer set rather than a counter: adding and removing
+ * a member is idempotent, so an undo or a delete run twice never takes
+ * another entry's reference; removing the last member deletes the part.
+ * Both keys' expiry becomes the longer of theirs and the put's TTL, none
+ * when the put has none. Parts are read from the source as it streams (at
+ * most max_in_flight parts and 64 MiB buffered), never a whole layer.
+ * Limits: a part at most TIER2_PART_MAX bytes, at most TIER2_MAX_PARTS
+ * parts an entry (layers beyond either are stored whole).
  *
  * Prefix-index node k3:NS:n:h_d, for an entry of P tokens, D = P / 16:
  *   - at d = 1..D-1 (the blocks its prefix passes): field "+" = "" (the node
@@ -44,19 +82,22 @@
  * passes it (a node near the root would otherwise list a whole fleet's
  * conversations), like the local store's nodes and attach rows.
  *
- * Put order: chunks (pipelined, at most max_in_flight at once), then the
- * record, then the index nodes. A reader that finds a node or a record finds
- * the chunks, or a missing one (a miss). A re-publish deletes the chunks of
- * the generation it replaced, after its own record is in place; a reader
- * still on the old one then misses. A put that fails part-way deletes what
- * it wrote (best effort: a node that failed keeps its part until an expiry
- * or an eviction): its chunks, and when its record was in place, that record
- * (if still its own), its index field and the replaced generation's chunks.
+ * Put order: chunks and parts as the source streams (pipelined, at most
+ * max_in_flight at once), then the record, then the index nodes. A reader
+ * that finds a node or a record finds the chunks, or a missing one (a miss).
+ * A re-publish deletes the chunks of the generation it replaced, after its
+ * own record is in place; a reader still on the old one then misses; the
+ * replaced generation's parts are unreferenced. A put that fails part-way
+ * deletes what it wrote (best effort: a node that failed keeps its part until
+ * an expiry or an eviction): its chunks, its references to parts (a part it
+ * alone referred to is deleted), and when its record was in place, that
+ * record (if still its own), its index field and the replaced generation's
+ * chunks.
  *
- * Delete of a generation: its chunks, its field in node h_D, then its record
- * (the handle: a delete that failed part-way can be run again); the "+"
- * fields of its path stay, shared with other entries. A record of another
- * generation is another put's and is left alone.
+ * Delete of a generation: its parts unreferenced, its chunks, its field in
+ * node h_D, then its record (the handle: a delete that failed part-way can be
+ * run again); the "+" fields of its path stay, shared with other entries. A
+ * record of another generation is another put's and is left alone.
  *
  * Ledger k3:NS:o:OWNER, for a daemon's byte budget in the cluster: members
  * are the 32 raw bytes of an entry key | u64 generation | u64 bytes (LE, 48
@@ -82,8 +123,13 @@
  * Listing: SCAN MATCH k3:NS:e:* on every master, each key's name parsed
  * back (only names of the form above), each record read and checked.
  *
- * Not here: MLA row blocks shared across entries (each entry's chunks hold
- * its whole blobs), the model-spec checks of a blob (the daemon validates what
+ * Redis evicting a part makes the entries naming it miss (TIER2_MISSING);
+ * evicting a referrer set loses the references: the next unreference of the
+ * part deletes it, and the others naming it miss. Never a wrong byte, never
+ * a count below zero.
+ *
+ * Not here: a delta publish (a put reads every byte of its source, the
+ * parts it finds there only hashed), the model-spec checks of a blob (the daemon validates what
  * it fetches as every publish), the background queue, the budget's policy
  * (the daemon's: the ledger is its memory), and threads (a router, hence
  * every call here, is used by one thread at a time). */
@@ -104,7 +150,11 @@
 #define TIER2_MAX_ENTRY_BYTES (16ull << 30)
 #define TIER2_PROBES          16u /* existence probes per search round trip */
 #define TIER2_RECORD_MAGIC    "K3T2"
-#define TIER2_RECORD_VERSION  1u
+#define TIER2_RECORD_VERSION  2u /* the newest; version 1 is read too */
+#define TIER2_ROW_BLOCK_MAX   65536u
+#define TIER2_MAX_PARTS       (1u << 22)   /* block parts of one entry */
+#define TIER2_PART_MAX        (256u << 20) /* bytes of one block part */
+#define TIER2_MLA_HEAD        9u           /* tag, seq_len, k count */
 #define TIER2_KEY_LEN         32u
 #define TIER2_NODE_FIELD_LEN  12u /* u32 P | u64 tail hash */
 
@@ -141,6 +191,9 @@ struct tier2_stats {
 	uint64_t miss_damaged;      /* a check failed */
 	uint64_t miss_timeout;      /* a round trip timed out */
 	uint64_t miss_node;         /* a node failed otherwise */
+	uint64_t parts_new;         /* block parts a put wrote (absent before) */
+	uint64_t parts_shared;      /* block parts a put found there and referenced */
+	uint64_t part_bytes_saved;  /* the bytes of those shared parts (not sent) */
 };
 
 /* ---- the entry record (tier2_record.c) ---- */
@@ -148,6 +201,18 @@ struct tier2_stats {
 struct tier2_layer {
 	uint64_t size;
 	uint64_t xxh3; /* checksum_blob(bytes, size, layer index) */
+	uint8_t tag;   /* the blob's tag: 1 KDA, 2 MLA, 0 unknown (not MLA); a
+	                * put splits MLA layers only; not in the record (a
+	                * decoded record has 2 for its split layers, else 0) */
+};
+
+/* An MLA layer whose first seq_len / row_block blocks of rows are parts
+ * (record version 2). */
+struct tier2_split {
+	uint32_t layer; /* index, increasing in the record */
+	uint32_t seq_len;
+	uint32_t k_row; /* floats per row, >= 1 */
+	uint32_t v_row;
 };
 
 struct tier2_record {
@@ -162,6 +227,13 @@ struct tier2_record {
 	uint32_t chunk_size;
 	uint32_t n_chunks;
 	const uint64_t *chunk_xxh3;
+	uint16_t version;   /* 1 or 2 (0 is taken as 1 by the encoder) */
+	uint32_t row_block; /* version 2: B, a multiple of 16 in 16..65536 */
+	uint32_t n_split;
+	const struct tier2_split *split;
+	/* per split layer in order, seq_len / B blocks of (k part, v part):
+	 * XXH3-64 of the part's bytes seeded with the layer index */
+	const uint64_t *part_xxh3;
 	void *mem; /* tier2_record_decode's one allocation; NULL otherwise */
 };
 
@@ -169,8 +241,22 @@ struct tier2_record {
 size_t tier2_record_size(uint32_t salt_len, uint32_t n_tokens, uint32_t n_layers,
                          uint32_t n_chunks);
 
+/* Bytes of the encoding of a version-2 record of these counts. */
+size_t tier2_record_size_v2(uint32_t salt_len, uint32_t n_tokens, uint32_t n_layers,
+                            uint32_t n_chunks, uint32_t n_split, uint32_t n_parts);
+
 /* The number of chunks of total bytes cut every chunk_size (>= 1). */
 uint64_t tier2_chunk_count(uint64_t total, uint32_t chunk_size);
+
+/* The bytes of one k (part 0) or v (part 1) part of a split layer: B rows. */
+static inline uint64_t tier2_part_size(const struct tier2_split *s, uint32_t row_block, int part)
+{
+	return (uint64_t)row_block * (part ? s->v_row : s->k_row) * 4u;
+}
+
+/* The bytes of an entry's stream (what its chunks hold): the layer sizes
+ * less the bytes of every part. rec must be valid (encoded or decoded). */
+uint64_t tier2_stream_size(const struct tier2_record *rec);
 
 /* Encodes rec (its counts within the limits above, n_chunks consistent with
  * its sizes) into a malloc'd buffer: 0 with *out and *len set, or -1 with a
@@ -203,6 +289,13 @@ size_t tier2_name_chunk(char *out, const char *ns, const uint8_t key[TIER2_KEY_L
                         uint32_t i);
 size_t tier2_name_node(char *out, const char *ns, const uint8_t node[16]);
 
+/* A block part, k3:NS:p:{NODE:L:P:XXH}, and its referrers' set,
+ * k3:NS:q:{NODE:L:P:XXH} (part 0 is k, 1 is v). */
+size_t tier2_name_part(char *out, const char *ns, const uint8_t node[16], uint32_t layer, int part,
+                       uint64_t xxh3);
+size_t tier2_name_refs(char *out, const char *ns, const uint8_t node[16], uint32_t layer, int part,
+                       uint64_t xxh3);
+
 /* Whether owner is a valid ledger owner (the syntax of a namespace); -1 with a
  * message when not. */
 int tier2_owner_check(const char *owner, char *err, size_t errsz);
@@ -233,6 +326,8 @@ struct tier2_put_options {
 	int keep_existing;      /* when the key has a record that decodes and is
 	                         * the same entry's (model, salt, tokens): write
 	                         * nothing (its chunks are not checked) */
+	uint32_t row_block;     /* B: 0, a version-1 record (blobs whole); else a
+	                         * multiple of 16 up to 65536: MLA rows in parts */
 };
 
 /* The entry's bytes in order (the layer blobs end to end), pulled by the put. */
@@ -246,21 +341,29 @@ struct tier2_source {
 struct tier2_put_result {
 	uint64_t generation; /* the record's generation written (or found, when existed) */
 	uint32_t n_chunks;
-	uint64_t bytes; /* the sum of the layer sizes */
-	int existed;    /* keep_existing: a valid record was already there; nothing written */
+	uint64_t bytes;     /* the sum of the layer sizes */
+	int existed;        /* keep_existing: a valid record was already there; nothing written */
+	uint64_t new_bytes; /* written by this put: chunks, parts it created, record */
+	uint64_t shared_bytes; /* parts already in the cluster, referenced, not sent */
 };
 
 /* Writes the entry of model fingerprint, salt and tokens [0, n_tokens) whose
- * layers have the sizes and checksums (checksum_blob) in layers, reading its
- * bytes from src chunk by chunk (into max_in_flight buffers of chunk_size
- * bytes, each read one call of at most chunk_size bytes) in the order above.
+ * layers have the sizes, checksums (checksum_blob) and tags in layers,
+ * reading its bytes from src in order (into max_in_flight buffers of
+ * chunk_size bytes, and with opt->row_block into part buffers; each read one
+ * call of at most chunk_size bytes): a version-1 record with row_block 0, a
+ * version-2 one with block parts otherwise ("Block parts" above). An MLA
+ * layer whose header does not fit its size (tag, k or v count not a
+ * multiple of seq_len, sizes not adding up) is TIER2_DAMAGED.
  * Each layer's bytes are checked against its checksum as they pass; the
  * record is written only when all of them match. With keep_existing, a
  * record already there of the same entry is kept: res->existed, nothing
  * read from src. res and stats may be NULL.
  *
- * Returns TIER2_OK (res filled), or TIER2_INVALID (a bad namespace, no tokens
- * or layers, an empty layer, a limit exceeded), TIER2_DAMAGED (src failed,
+ * Returns TIER2_OK (res filled: new_bytes what this put wrote, its chunks,
+ * the parts it created and its record; shared_bytes the parts it found),
+ * or TIER2_INVALID (a bad namespace, no tokens or layers, an empty layer, a
+ * limit exceeded, a row block that is not a multiple of 16 up to 65536), TIER2_DAMAGED (src failed,
  * or a layer's bytes do not match its checksum), TIER2_TIMEOUT,
  * TIER2_NODE_ERROR or TIER2_NOMEM with a message in err naming the key and
  * the reason. A put that fails after writing leaves nothing of its
@@ -276,7 +379,8 @@ enum tier2_status tier2_put_from(struct cluster_router *r, const char *ns,
                                  struct tier2_stats *stats, char *err, size_t errsz);
 
 /* tier2_put_from with one contiguous blob per layer, whose checksums it
- * computes (TIER2_INVALID also for an empty blob). */
+ * computes and whose tags are their first bytes (TIER2_INVALID also for an
+ * empty blob). */
 enum tier2_status tier2_put(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32],
                             const void *salt, size_t salt_len, const uint32_t *tokens,
                             uint32_t n_tokens, const struct tier2_blob *blobs, uint32_t n_blobs,
@@ -284,11 +388,12 @@ enum tier2_status tier2_put(struct cluster_router *r, const char *ns, const uint
                             char *err, size_t errsz);
 
 /* Deletes the entry of key when its record decodes, is bound to key and has
- * this generation: its chunks, its field in its index node h_D (the "+"
+ * this generation: its references to parts (a part left with none is
+ * deleted), its chunks, its field in its index node h_D (the "+"
  * fields of its path stay: other entries share them), then its record, last,
  * so that a delete that fails part-way can be done again. TIER2_OK with
- * *bytes_freed (may be NULL) the bytes of the record and chunks that DEL
- * removed (chunks already evicted add nothing); TIER2_MISSING when the record
+ * *bytes_freed (may be NULL) the bytes of the record, chunks and parts that
+ * DEL removed (keys already evicted add nothing); TIER2_MISSING when the record
  * is not there or has another generation (another put replaced it: nothing
  * deleted); TIER2_DAMAGED when it does not decode or is another entry's
  * (nothing deleted); TIER2_INVALID, TIER2_TIMEOUT, TIER2_NODE_ERROR,
@@ -326,7 +431,8 @@ struct tier2_entry {
 };
 
 /* Reads the entry of key: its record, then every chunk (pipelined, 16 at a
- * time), each chunk's length and sum and each layer's checksum checked.
+ * time) and every part it names (32 at a time), each one's length and sum
+ * checked, the blobs assembled and each layer's checksum checked.
  * TIER2_OK with *entry filled (free with tier2_entry_free), or a miss:
  * TIER2_MISSING, TIER2_DAMAGED, TIER2_TIMEOUT or TIER2_NODE_ERROR, counted in
  * stats by cause, with a message in err; *entry is then empty. Never returns

@@ -173,10 +173,19 @@ enum tier2_status tier2_delete(struct cluster_router *r, const char *ns,
 		tier2_record_free(&rec);
 		return TIER2_MISSING;
 	}
-	uint64_t total = 0;
-	for (uint32_t i = 0; i < rec.n_layers; i++)
-		total += rec.layers[i].size; /* bounded by the decoder */
-	st = del_chunks(r, ns, key, &rec, total, &freed, err, errsz);
+	/* its parts first: unreferencing is idempotent, so a delete that failed
+	 * can be run again with the record, its handle, still in place */
+	struct tier2_part_ref *parts = NULL;
+	size_t n_parts = 0;
+	st = tier2_parts_of(&rec, &parts, &n_parts, err, errsz);
+	if (st == TIER2_OK) {
+		unsigned char member[TIER2_MEMBER_LEN];
+		tier2_member(member, key, generation);
+		st = tier2_parts_unref(r, ns, member, parts, n_parts, &freed, err, errsz);
+	}
+	free(parts);
+	if (st == TIER2_OK)
+		st = del_chunks(r, ns, key, &rec, tier2_stream_size(&rec), &freed, err, errsz);
 	if (st == TIER2_OK)
 		st = del_field(r, ns, key, &rec, err, errsz);
 	tier2_record_free(&rec);

@@ -8,6 +8,7 @@
 #include "xxh_dispatch.h"
 
 #define CHUNKS_PER_TRIP 16u
+#define PARTS_PER_TRIP  32u
 
 /* The class of a reply that is not the string wanted. */
 static enum tier2_status bad_reply(const redisReply *rep, const char *name, const char *what,
@@ -70,16 +71,57 @@ static enum tier2_status get_record(struct cluster_router *r, const char *ns, co
 	return st;
 }
 
+/* Where the stream's bytes go: runs of a layer's blob, in stream order. */
+struct seg {
+	uint32_t layer;
+	uint64_t off, len;
+};
+
+/* The runs of rec's stream: a whole layer is one; a split MLA layer has its
+ * header, its k tail rows, its v count and its v tail rows. *n runs into a
+ * malloc'd array, or NULL when out of memory. */
+static struct seg *segments(const struct tier2_record *rec, size_t *n)
+{
+	/* the decoder ensures n_layers >= 1; the analyzer cannot see it */
+	struct seg *g = calloc((size_t)(rec->n_layers ? rec->n_layers : 1) * 4u, sizeof(*g));
+	size_t k = 0;
+	uint32_t next_split = 0;
+	for (uint32_t i = 0; g && i < rec->n_layers; i++) {
+		uint64_t size = rec->layers[i].size;
+		if (next_split < rec->n_split && rec->split[next_split].layer == i) {
+			const struct tier2_split *sp = &rec->split[next_split++];
+			uint64_t nb = sp->seq_len / rec->row_block;
+			uint64_t kb = 4u * (uint64_t)sp->seq_len * sp->k_row;
+			uint64_t kparts = nb * tier2_part_size(sp, rec->row_block, 0);
+			uint64_t vparts = nb * tier2_part_size(sp, rec->row_block, 1);
+			uint64_t vat = TIER2_MLA_HEAD + kb; /* the v count */
+			g[k++] = (struct seg){i, 0, TIER2_MLA_HEAD};
+			g[k++] = (struct seg){i, TIER2_MLA_HEAD + kparts, kb - kparts};
+			g[k++] = (struct seg){i, vat, 4};
+			g[k++] = (struct seg){i, vat + 4u + vparts, size - (vat + 4u + vparts)};
+		} else {
+			g[k++] = (struct seg){i, 0, size};
+		}
+	}
+	*n = k;
+	return g;
+}
+
 /* Reads every chunk of rec into the blobs, checking each one. */
 static enum tier2_status get_chunks(struct cluster_router *r, const char *ns, const uint8_t *key,
                                     const struct tier2_record *rec, struct tier2_entry_blob *b,
-                                    uint64_t total, struct tier2_stats *stats, char *err,
-                                    size_t errsz)
+                                    struct tier2_stats *stats, char *err, size_t errsz)
 {
 	struct tier2_cmd2 cb[CHUNKS_PER_TRIP];
 	struct cluster_cmd cmds[CHUNKS_PER_TRIP];
-	uint32_t layer = 0;
-	size_t off = 0;
+	uint64_t total = tier2_stream_size(rec);
+	size_t n_seg = 0, seg = 0;
+	uint64_t off = 0; /* in the segment seg */
+	struct seg *g = segments(rec, &n_seg);
+	if (!g) {
+		tier2_io_err(err, errsz, "tier2: get: out of memory");
+		return TIER2_NOMEM;
+	}
 	enum tier2_status st = TIER2_OK;
 	for (uint32_t first = 0; first < rec->n_chunks && st == TIER2_OK;
 	     first += CHUNKS_PER_TRIP) {
@@ -120,28 +162,83 @@ static enum tier2_status get_chunks(struct cluster_router *r, const char *ns, co
 				break;
 			}
 			for (size_t done = 0; done < rep->len;) {
-				size_t take = b[layer].size - off;
-				if (take > rep->len - done)
-					take = rep->len - done;
-				if (take == 0 ||
-				    !b[layer].data) { /* cannot be: the sizes make total */
+				while (seg < n_seg && off == g[seg].len) {
+					seg++;
+					off = 0;
+				}
+				if (seg == n_seg) { /* cannot be: the runs make total */
 					tier2_io_err(err, errsz,
 					             "tier2: get %s: past the layers' end",
 					             cb[j].name);
 					st = TIER2_DAMAGED;
 					break;
 				}
-				memcpy(b[layer].data + off, rep->str + done, take);
-				done += take;
+				const struct seg *q = &g[seg];
+				uint64_t take = q->len - off;
+				if (take > rep->len - done)
+					take = rep->len - done;
+				memcpy(b[q->layer].data + q->off + off, rep->str + done,
+				       (size_t)take);
+				done += (size_t)take;
 				off += take;
-				if (off == b[layer].size && layer + 1 < rec->n_layers) {
-					layer++;
-					off = 0;
-				}
 			}
 		}
 		tier2_io_free_replies(cmds, k);
 	}
+	free(g);
+	return st;
+}
+
+/* Reads every part of rec into the blobs (pipelined), each one's length and
+ * sum checked. */
+static enum tier2_status get_parts(struct cluster_router *r, const char *ns,
+                                   const struct tier2_record *rec, struct tier2_entry_blob *b,
+                                   struct tier2_stats *stats, char *err, size_t errsz)
+{
+	struct tier2_part_ref *refs = NULL;
+	size_t n = 0;
+	enum tier2_status st = tier2_parts_of(rec, &refs, &n, err, errsz);
+	struct tier2_cmd2 cb[PARTS_PER_TRIP];
+	struct cluster_cmd cmds[PARTS_PER_TRIP];
+	for (size_t first = 0; first < n && st == TIER2_OK; first += PARTS_PER_TRIP) {
+		size_t k = n - first < PARTS_PER_TRIP ? n - first : PARTS_PER_TRIP;
+		for (size_t j = 0; j < k; j++) {
+			const struct tier2_part_ref *q = &refs[first + j];
+			tier2_io_cmd2(&cmds[j], &cb[j], "GET",
+			              tier2_name_part(cb[j].name, ns, q->node, q->layer,
+			                              (int)q->part, q->xxh3));
+		}
+		st = tier2_io_pipeline(r, cmds, k, "reading parts", err, errsz);
+		for (size_t j = 0; j < k && st == TIER2_OK; j++) {
+			const redisReply *rep = cmds[j].reply;
+			const struct tier2_part_ref *q = &refs[first + j];
+			if (rep->type != REDIS_REPLY_STRING) {
+				st = bad_reply(rep, cb[j].name, "the part", err, errsz);
+				break;
+			}
+			if (stats)
+				stats->bytes_in += rep->len;
+			uint64_t sum = XXH3_64bits_withSeed(rep->str, rep->len, q->layer);
+			if (rep->len != q->size || sum != q->xxh3) {
+				tier2_io_err(err, errsz,
+				             "tier2: get %s: the part has %zu bytes and XXH3 "
+				             "%016llx, the record says %llu and %016llx",
+				             cb[j].name, rep->len, (unsigned long long)sum,
+				             (unsigned long long)q->size,
+				             (unsigned long long)q->xxh3);
+				st = TIER2_DAMAGED;
+				break;
+			}
+			/* the decoder's sizes put every part inside its blob */
+			if (!b[q->layer].data) { /* cannot be: every blob is allocated */
+				st = TIER2_NOMEM;
+				break;
+			}
+			memcpy(b[q->layer].data + q->off, rep->str, rep->len);
+		}
+		tier2_io_free_replies(cmds, k);
+	}
+	free(refs);
 	return st;
 }
 
@@ -193,7 +290,9 @@ enum tier2_status tier2_get(struct cluster_router *r, const char *ns,
 		st = TIER2_NOMEM;
 	}
 	if (st == TIER2_OK)
-		st = get_chunks(r, ns, key, &rec, e.blobs, total, stats, err, errsz);
+		st = get_chunks(r, ns, key, &rec, e.blobs, stats, err, errsz);
+	if (st == TIER2_OK)
+		st = get_parts(r, ns, &rec, e.blobs, stats, err, errsz);
 	for (uint32_t i = 0; i < rec.n_layers && st == TIER2_OK; i++) {
 		uint64_t sum = checksum_blob(e.blobs[i].data, e.blobs[i].size, i);
 		if (sum != e.blobs[i].xxh3) {

@@ -70,4 +70,45 @@ enum tier2_status tier2_io_want_ok(const redisReply *rep, const char *cmd, const
 enum tier2_status tier2_io_want_int(const redisReply *rep, const char *cmd, const char *key,
                                     char *err, size_t errsz);
 
+/* ---- block parts (tier2_parts.c) ---- */
+
+/* One block part of an entry: its name's pieces, its size and where it
+ * goes in its layer's blob. */
+struct tier2_part_ref {
+	uint8_t node[16]; /* h_{(b+1)B/16} */
+	uint32_t layer;
+	uint32_t part; /* 0 k, 1 v */
+	uint64_t xxh3; /* seeded with the layer index */
+	uint64_t size;
+	uint64_t off; /* in the layer's blob */
+};
+
+/* A referrer of a part: the entry key and the generation, 40 bytes. */
+#define TIER2_MEMBER_LEN (TIER2_KEY_LEN + 8u)
+void tier2_member(unsigned char out[TIER2_MEMBER_LEN], const uint8_t key[TIER2_KEY_LEN],
+                  uint64_t gen);
+
+/* The parts a valid version-2 record names, in its order, into a malloc'd
+ * array (*out NULL when there are none). TIER2_OK or TIER2_NOMEM. */
+enum tier2_status tier2_parts_of(const struct tier2_record *rec, struct tier2_part_ref **out,
+                                 size_t *n, char *err, size_t errsz);
+
+/* The scripts. REF: KEYS part, refs; ARGV member, ttl (0: none), bytes,
+ * mode ("0": only when the part exists, "1": SET it when absent): adds the
+ * member to the refs and sets both keys' expiry (the longer of theirs and
+ * ttl, none when ttl is 0). 0: absent (mode 0), 1: referenced, 2: created.
+ * UNREF: KEYS part, refs; ARGV member: removes the member; when no referrer
+ * is left, DELs both: 0 referenced still, 1 no referrer (the part was gone),
+ * 2 the part deleted. Both are idempotent for one member. */
+extern const char tier2_script_ref[];
+extern const char tier2_script_unref[];
+
+/* UNREF of refs[0..n) for member (pipelined); the bytes of parts deleted
+ * added to *freed (may be NULL). TIER2_OK, or how a round trip or a reply
+ * failed (the rest are still tried). */
+enum tier2_status tier2_parts_unref(struct cluster_router *r, const char *ns,
+                                    const unsigned char member[TIER2_MEMBER_LEN],
+                                    const struct tier2_part_ref *refs, size_t n, uint64_t *freed,
+                                    char *err, size_t errsz);
+
 #endif

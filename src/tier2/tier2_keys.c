@@ -97,3 +97,24 @@ uint64_t tier2_tail_hash(const uint32_t *tokens, uint32_t from, uint32_t to)
 {
 	return XXH3_64bits(tokens + from, (size_t)(to - from) * 4u);
 }
+
+static size_t name_part(char *out, const char *ns, char kind, const uint8_t node[16],
+                        uint32_t layer, int part, uint64_t xxh3)
+{
+	char hex[33];
+	hexutil_encode(node, 16, hex);
+	return (size_t)snprintf(out, TIER2_NAME_MAX, "k3:%s:%c:{%s:%u:%c:%016llx}", ns, kind, hex,
+	                        layer, part ? 'v' : 'k', (unsigned long long)xxh3);
+}
+
+size_t tier2_name_part(char *out, const char *ns, const uint8_t node[16], uint32_t layer, int part,
+                       uint64_t xxh3)
+{
+	return name_part(out, ns, 'p', node, layer, part, xxh3);
+}
+
+size_t tier2_name_refs(char *out, const char *ns, const uint8_t node[16], uint32_t layer, int part,
+                       uint64_t xxh3)
+{
+	return name_part(out, ns, 'q', node, layer, part, xxh3);
+}

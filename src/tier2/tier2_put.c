@@ -40,7 +40,9 @@ struct old {
 	int same; /* and is this entry's: model, salt and tokens */
 	uint64_t gen;
 	uint32_t n_chunks;
-	uint64_t bytes; /* the sum of its layer sizes */
+	uint64_t bytes;               /* the sum of its layer sizes */
+	struct tier2_part_ref *parts; /* its parts (version 2), malloc'd */
+	size_t n_parts;
 };
 
 static uint64_t new_generation(void)
@@ -119,6 +121,10 @@ static enum tier2_status old_record(struct put *p, const uint8_t *fingerprint, c
 			          rec.salt_len == salt_len &&
 			          (!salt_len || memcmp(rec.salt, salt, salt_len) == 0) &&
 			          memcmp(rec.tokens, tokens, (size_t)n_tokens * 4u) == 0;
+			/* its parts, to unreference once replaced (only a record of this
+			 * key: another's names another entry's parts) */
+			if (o->same)
+				st = tier2_parts_of(&rec, &o->parts, &o->n_parts, p->err, p->errsz);
 			tier2_record_free(&rec);
 		}
 	} else if (rep->type != REDIS_REPLY_NIL) {
@@ -172,66 +178,453 @@ static enum tier2_status verify_feed(struct put *p, struct verify *v, const unsi
 	return TIER2_OK;
 }
 
-/* Writes the chunks, window by window, each read from src into one of the
- * window's buffers, and their sums to sums. */
-static enum tier2_status put_chunks(struct put *p, const struct tier2_source *src, struct verify *v,
-                                    uint64_t total, uint32_t cs, uint32_t n_chunks, uint32_t window,
-                                    uint64_t *sums)
+/* ---- the stream: chunks and parts as the source's bytes pass ---- */
+
+#define PART_BYTES_IN_FLIGHT (64u << 20) /* part bytes buffered at most (one part more) */
+
+/* One part waiting to be written, with its EVAL's buffers. */
+struct pend {
+	unsigned char *buf;
+	size_t cap;
+	size_t ref; /* index in the stream's refs */
+	char part[TIER2_NAME_MAX];
+	char refs[TIER2_NAME_MAX];
+	const char *argv[9];
+	size_t len[9];
+};
+
+struct stream {
+	struct put *p;
+	const struct tier2_source *src;
+	struct verify *v; /* NULL: the caller's sums are the put's own */
+	uint32_t cs, window;
+	uint64_t total;      /* the layers' bytes */
+	uint64_t read_at;    /* bytes read from src */
+	uint32_t max_chunks; /* of the whole layers: the stream is not longer */
+	uint64_t *sums;
+	/* chunks: the window's buffers, the one being filled is in_win */
+	struct cmdbuf *cb;
+	struct cluster_cmd *cmds;
+	unsigned char *buf;
+	size_t bufsz;
+	uint32_t slots, in_win, n_chunks;
+	size_t fill;
+	uint64_t stream_bytes;
+	/* parts */
+	const uint8_t *fingerprint;
+	const void *salt;
+	size_t salt_len;
+	const uint32_t *tokens;
+	uint32_t n_tokens;
+	uint8_t (*h)[PREFIX_NODE_LEN];
+	uint32_t row_block;
+	unsigned char member[TIER2_MEMBER_LEN];
+	struct tier2_split *split;
+	uint32_t n_split;
+	struct tier2_part_ref *refs; /* the record's order: per split, per block, k then v */
+	size_t n_refs, cap_refs;
+	struct pend *pend;
+	uint32_t n_pend;
+	size_t pend_bytes;
+	struct cluster_cmd *pcmds;
+	uint32_t *idx, *absent; /* window entries each */
+	int64_t *codes;
+	uint64_t new_part_bytes, shared_bytes;
+};
+
+static enum tier2_status src_fail(struct stream *s, const char *msg)
 {
-	uint32_t slots = window < n_chunks ? window : n_chunks;
-	size_t bufsz = total < cs ? (size_t)total : cs;
-	struct cmdbuf *cb = calloc(slots, sizeof(*cb));
-	struct cluster_cmd *cmds = calloc(slots, sizeof(*cmds));
-	unsigned char *buf = malloc((size_t)slots * bufsz);
+	char name[TIER2_NAME_MAX];
+	tier2_name_record(name, s->p->ns, s->p->key);
+	tier2_io_err(s->p->err, s->p->errsz,
+	             "tier2: put %s: the source failed at byte %llu of %llu: %s", name,
+	             (unsigned long long)s->read_at, (unsigned long long)s->total,
+	             msg[0] ? msg : "(no message)");
+	return TIER2_DAMAGED;
+}
+
+/* Reads len bytes of the source to dst (in calls of at most chunk_size
+ * bytes), each checked against its layer's checksum. */
+static enum tier2_status src_read(struct stream *s, unsigned char *dst, uint64_t len)
+{
+	while (len > 0) {
+		size_t take = len < s->cs ? (size_t)len : s->cs;
+		char msg[256] = "";
+		if (s->read_at + take > s->total)
+			return src_fail(s, "past the layers' end");
+		if (s->src->read(s->src->ctx, dst, take, msg, sizeof(msg)) != 0)
+			return src_fail(s, msg);
+		enum tier2_status st = s->v ? verify_feed(s->p, s->v, dst, take) : TIER2_OK;
+		if (st != TIER2_OK)
+			return st;
+		s->read_at += take;
+		dst += take;
+		len -= take;
+	}
+	return TIER2_OK;
+}
+
+/* Sends the window's finished chunks. */
+static enum tier2_status flush_chunks(struct stream *s)
+{
+	uint32_t n = s->in_win;
+	if (n == 0)
+		return TIER2_OK;
+	s->p->sent = s->n_chunks;
+	s->in_win = 0;
+	return run(s->p, s->cmds, n, "writing chunks", 0);
+}
+
+/* The chunk being filled is done: its sum and its SET. */
+static enum tier2_status end_chunk(struct stream *s)
+{
+	if (s->n_chunks >= s->max_chunks) { /* cannot be: the stream is not longer */
+		tier2_io_err(s->p->err, s->p->errsz, "tier2: put: more chunks than %u",
+		             s->max_chunks);
+		return TIER2_INVALID;
+	}
+	struct cmdbuf *c = &s->cb[s->in_win];
+	unsigned char *val = s->buf + (size_t)s->in_win * s->bufsz;
+	s->sums[s->n_chunks] = XXH3_64bits(val, s->fill);
+	c->argv[0] = "SET";
+	c->len[0] = 3;
+	c->argv[2] = (const char *)val;
+	c->len[2] = s->fill;
+	cmd_of(&s->cmds[s->in_win], c,
+	       tier2_name_chunk(c->name, s->p->ns, s->p->key, s->p->gen, s->n_chunks),
+	       with_ttl(s->p, c, 3));
+	if (s->p->stats)
+		s->p->stats->bytes_out += s->fill;
+	s->stream_bytes += s->fill;
+	s->n_chunks++;
+	s->in_win++;
+	s->fill = 0;
+	return s->in_win == s->slots ? flush_chunks(s) : TIER2_OK;
+}
+
+/* Puts len bytes in the stream: from bytes, or read from the source when
+ * bytes is NULL. */
+static enum tier2_status stream_add(struct stream *s, const unsigned char *bytes, uint64_t len)
+{
 	enum tier2_status st = TIER2_OK;
-	if (!cb || !cmds || !buf) {
-		tier2_io_err(p->err, p->errsz,
-		             "tier2: put: out of memory for %u chunk buffers of %zu bytes", slots,
-		             bufsz);
-		st = TIER2_NOMEM;
-	}
-	for (uint32_t first = 0; first < n_chunks && st == TIER2_OK; first += window) {
-		uint32_t n = n_chunks - first < window ? n_chunks - first : window;
-		for (uint32_t j = 0; j < n && st == TIER2_OK; j++) {
-			struct cmdbuf *c = &cb[j];
-			uint64_t at = (uint64_t)(first + j) * cs;
-			size_t len = total - at < cs ? (size_t)(total - at) : cs;
-			unsigned char *val = buf + (size_t)j * bufsz;
-			char msg[256] = "";
-			if (src->read(src->ctx, val, len, msg, sizeof(msg)) != 0) {
-				char name[TIER2_NAME_MAX];
-				tier2_name_record(name, p->ns, p->key);
-				tier2_io_err(p->err, p->errsz,
-				             "tier2: put %s: the source failed at byte %llu of "
-				             "%llu: %s",
-				             name, (unsigned long long)at,
-				             (unsigned long long)total,
-				             msg[0] ? msg : "(no message)");
-				st = TIER2_DAMAGED;
-				break;
-			}
-			if (v && (st = verify_feed(p, v, val, len)) != TIER2_OK)
-				break;
-			sums[first + j] = XXH3_64bits(val, len);
-			c->argv[0] = "SET";
-			c->len[0] = 3;
-			c->argv[2] = (const char *)val;
-			c->len[2] = len;
-			cmd_of(&cmds[j], c,
-			       tier2_name_chunk(c->name, p->ns, p->key, p->gen, first + j),
-			       with_ttl(p, c, 3));
-			if (p->stats)
-				p->stats->bytes_out += len;
+	while (len > 0 && st == TIER2_OK) {
+		unsigned char *at = s->buf + (size_t)s->in_win * s->bufsz + s->fill;
+		size_t take = s->cs - s->fill < len ? s->cs - s->fill : (size_t)len;
+		if (bytes) {
+			memcpy(at, bytes, take);
+			bytes += take;
+		} else {
+			st = src_read(s, at, take);
 		}
-		if (st == TIER2_OK) {
-			p->sent = first + n;
-			st = run(p, cmds, n, "writing chunks", 0);
-		}
+		s->fill += take;
+		len -= take;
+		if (st == TIER2_OK && s->fill == s->cs)
+			st = end_chunk(s);
 	}
-	free(buf);
-	free(cmds);
-	free(cb);
 	return st;
+}
+
+static void eval_args(struct pend *e, size_t pl, size_t ql, const struct put *p,
+                      const unsigned char *member, const void *bytes, size_t len, const char *mode)
+{
+	e->argv[0] = "EVAL";
+	e->len[0] = 4;
+	e->argv[1] = tier2_script_ref;
+	e->len[1] = strlen(tier2_script_ref);
+	e->argv[2] = "2";
+	e->len[2] = 1;
+	e->argv[3] = e->part;
+	e->len[3] = pl;
+	e->argv[4] = e->refs;
+	e->len[4] = ql;
+	e->argv[5] = (const char *)member;
+	e->len[5] = TIER2_MEMBER_LEN;
+	e->argv[6] = p->ttl_len ? p->ttl : "0";
+	e->len[6] = p->ttl_len ? p->ttl_len : 1;
+	e->argv[7] = bytes ? (const char *)bytes : "";
+	e->len[7] = bytes ? len : 0;
+	e->argv[8] = mode;
+	e->len[8] = 1;
+}
+
+/* Runs the REF EVALs of the pending parts given by idx[0..n); the reply of
+ * each to codes (0 absent, 1 referenced, 2 created). */
+static enum tier2_status run_refs(struct stream *s, const uint32_t *idx, uint32_t n,
+                                  const char *mode, int64_t *codes)
+{
+	for (uint32_t j = 0; j < n; j++) {
+		struct pend *e = &s->pend[idx[j]];
+		const struct tier2_part_ref *ref = &s->refs[e->ref];
+		size_t pl = tier2_name_part(e->part, s->p->ns, ref->node, ref->layer,
+		                            (int)ref->part, ref->xxh3);
+		size_t ql = tier2_name_refs(e->refs, s->p->ns, ref->node, ref->layer,
+		                            (int)ref->part, ref->xxh3);
+		int send = mode[0] == '1';
+		eval_args(e, pl, ql, s->p, s->member, send ? e->buf : NULL, (size_t)ref->size,
+		          mode);
+		s->pcmds[j] = (struct cluster_cmd){e->part, pl, 9, e->argv, e->len, NULL};
+		if (send && s->p->stats)
+			s->p->stats->bytes_out += ref->size;
+	}
+	enum tier2_status st =
+	        tier2_io_pipeline(s->p->r, s->pcmds, n, "writing parts", s->p->err, s->p->errsz);
+	for (uint32_t j = 0; j < n && st == TIER2_OK; j++) {
+		const redisReply *rep = s->pcmds[j].reply;
+		st = tier2_io_want_int(rep, "EVAL ref", s->pcmds[j].key, s->p->err, s->p->errsz);
+		if (st == TIER2_OK && (rep->integer < 0 || rep->integer > 2 ||
+		                       (mode[0] == '1' && rep->integer == 0))) {
+			tier2_io_err(s->p->err, s->p->errsz, "tier2: EVAL ref %s: answered %lld",
+			             s->pcmds[j].key, (long long)rep->integer);
+			st = TIER2_NODE_ERROR;
+		}
+		if (st == TIER2_OK)
+			codes[j] = rep->integer;
+	}
+	tier2_io_free_replies(s->pcmds, n);
+	return st;
+}
+
+/* Writes the pending parts: first a reference to those already there (a
+ * small round trip), then the bytes of the others. */
+static enum tier2_status flush_parts(struct stream *s)
+{
+	uint32_t n = s->n_pend;
+	if (n == 0)
+		return TIER2_OK;
+	s->n_pend = 0;
+	s->pend_bytes = 0;
+	uint32_t *idx = s->idx, *absent = s->absent;
+	int64_t *codes = s->codes;
+	for (uint32_t j = 0; j < n; j++)
+		idx[j] = j;
+	enum tier2_status st = run_refs(s, idx, n, "0", codes);
+	uint32_t n_absent = 0;
+	for (uint32_t j = 0; j < n && st == TIER2_OK; j++) {
+		uint64_t size = s->refs[s->pend[j].ref].size;
+		if (codes[j] == 0) {
+			absent[n_absent++] = j;
+			continue;
+		}
+		s->shared_bytes += size;
+		if (s->p->stats) {
+			s->p->stats->parts_shared++;
+			s->p->stats->part_bytes_saved += size;
+		}
+	}
+	if (st != TIER2_OK || n_absent == 0)
+		return st;
+	st = run_refs(s, absent, n_absent, "1", codes);
+	for (uint32_t j = 0; j < n_absent && st == TIER2_OK; j++) {
+		uint64_t size = s->refs[s->pend[absent[j]].ref].size;
+		int made = codes[j] == 2;
+		if (made)
+			s->new_part_bytes += size;
+		else
+			s->shared_bytes += size; /* another put wrote it meanwhile */
+		if (s->p->stats) {
+			s->p->stats->parts_new += (uint64_t)made;
+			s->p->stats->parts_shared += (uint64_t)!made;
+			s->p->stats->part_bytes_saved += made ? 0 : size;
+		}
+	}
+	return st;
+}
+
+/* Reads part (0 k, 1 v) of block b of the split layer being read from the
+ * source, and queues its write. The part's ref is at index at. */
+static enum tier2_status take_part(struct stream *s, size_t at, uint32_t layer, uint32_t b,
+                                   uint32_t part, uint64_t size, uint64_t off)
+{
+	if (s->n_pend == s->window || (s->n_pend && s->pend_bytes + size > PART_BYTES_IN_FLIGHT)) {
+		enum tier2_status st = flush_parts(s);
+		if (st != TIER2_OK)
+			return st;
+	}
+	struct pend *e = &s->pend[s->n_pend];
+	if (e->cap < size) {
+		unsigned char *grown = realloc(e->buf, (size_t)size);
+		if (!grown) {
+			tier2_io_err(s->p->err, s->p->errsz,
+			             "tier2: put: out of memory for a part of %llu bytes",
+			             (unsigned long long)size);
+			return TIER2_NOMEM;
+		}
+		e->buf = grown;
+		e->cap = (size_t)size;
+	}
+	enum tier2_status st = src_read(s, e->buf, size);
+	if (st != TIER2_OK)
+		return st;
+	struct tier2_part_ref *ref = &s->refs[at];
+	memcpy(ref->node, s->h[(size_t)(b + 1u) * (s->row_block / PREFIX_BLOCK)], PREFIX_NODE_LEN);
+	ref->layer = layer;
+	ref->part = part;
+	ref->xxh3 = XXH3_64bits_withSeed(e->buf, (size_t)size, layer);
+	ref->size = size;
+	ref->off = off;
+	e->ref = at;
+	s->n_pend++;
+	s->pend_bytes += (size_t)size;
+	return TIER2_OK;
+}
+
+static enum tier2_status mla_damaged(struct stream *s, uint32_t layer, const char *what,
+                                     unsigned long long a, unsigned long long b)
+{
+	char name[TIER2_NAME_MAX];
+	tier2_name_record(name, s->p->ns, s->p->key);
+	tier2_io_err(s->p->err, s->p->errsz, "tier2: put %s: MLA layer %u: %s (%llu, %llu)", name,
+	             layer, what, a, b);
+	return TIER2_DAMAGED;
+}
+
+/* One MLA layer of the source: header, then its block parts and tail rows
+ * (split) or its bytes whole. */
+static enum tier2_status put_mla(struct stream *s, uint32_t i, uint64_t size)
+{
+	unsigned char head[TIER2_MLA_HEAD] = {0}, vc[4] = {0};
+	if (size < TIER2_MLA_HEAD + 4u)
+		return mla_damaged(s, i, "fewer bytes than a header: size, minimum", size,
+		                   TIER2_MLA_HEAD + 4u);
+	enum tier2_status st = src_read(s, head, sizeof(head));
+	if (st == TIER2_OK)
+		st = stream_add(s, head, sizeof(head));
+	if (st != TIER2_OK)
+		return st;
+	uint32_t seq = tier2_get_le32(head + 1), kc = tier2_get_le32(head + 5);
+	uint64_t rest = size - TIER2_MLA_HEAD - 4u;
+	if (head[0] != 2)
+		return mla_damaged(s, i, "the blob's tag is not 2: tag, layer", head[0], i);
+	if (4u * (uint64_t)kc > rest || (rest - 4u * (uint64_t)kc) % 4u != 0 ||
+	    (rest - 4u * (uint64_t)kc) / 4u > UINT32_MAX)
+		return mla_damaged(s, i, "k count does not fit the layer's size: k count, size", kc,
+		                   size);
+	uint32_t vcount = (uint32_t)((rest - 4u * (uint64_t)kc) / 4u);
+	if (seq == 0 ? kc != 0 || vcount != 0 : kc % seq != 0 || vcount % seq != 0)
+		return mla_damaged(s, i,
+		                   "k or v count is not a multiple of seq_len: k count, seq_len",
+		                   kc, seq);
+	uint32_t k_row = seq ? kc / seq : 0, v_row = seq ? vcount / seq : 0;
+	uint32_t B = s->row_block, nb = seq / B;
+	struct tier2_split sp = {i, seq, k_row, v_row};
+	int split = nb >= 1 && k_row >= 1 && v_row >= 1 && seq <= s->n_tokens &&
+	            tier2_part_size(&sp, B, 0) <= TIER2_PART_MAX &&
+	            tier2_part_size(&sp, B, 1) <= TIER2_PART_MAX &&
+	            s->n_refs + 2u * (uint64_t)nb <= TIER2_MAX_PARTS;
+	if (!split)
+		return stream_add(s, NULL, size - TIER2_MLA_HEAD);
+	if (s->n_refs + 2u * (size_t)nb > s->cap_refs) {
+		size_t cap = s->cap_refs ? s->cap_refs : 256;
+		while (cap < s->n_refs + 2u * (size_t)nb)
+			cap *= 2;
+		struct tier2_part_ref *grown = realloc(s->refs, cap * sizeof(*grown));
+		if (!grown) {
+			tier2_io_err(s->p->err, s->p->errsz, "tier2: put: out of memory");
+			return TIER2_NOMEM;
+		}
+		s->refs = grown;
+		s->cap_refs = cap;
+	}
+	size_t base = s->n_refs;
+	/* a ref of size 0 is not taken yet (an undo passes it over) */
+	memset(s->refs + base, 0, 2u * (size_t)nb * sizeof(*s->refs));
+	s->n_refs = base + 2u * (size_t)nb;
+	s->split[s->n_split++] = sp;
+	uint64_t kp = tier2_part_size(&sp, B, 0), vp = tier2_part_size(&sp, B, 1);
+	uint64_t kbytes = 4u * (uint64_t)kc;
+	uint32_t tail = seq - nb * B;
+	for (uint32_t b = 0; b < nb && st == TIER2_OK; b++)
+		st = take_part(s, base + 2u * (size_t)b, i, b, 0, kp,
+		               TIER2_MLA_HEAD + (uint64_t)b * kp);
+	if (st == TIER2_OK)
+		st = stream_add(s, NULL, 4u * (uint64_t)tail * k_row);
+	if (st == TIER2_OK)
+		st = src_read(s, vc, sizeof(vc));
+	if (st == TIER2_OK && tier2_get_le32(vc) != vcount)
+		st = mla_damaged(s, i, "v count does not fit the layer's size: v count, expected",
+		                 tier2_get_le32(vc), vcount);
+	if (st == TIER2_OK)
+		st = stream_add(s, vc, sizeof(vc));
+	for (uint32_t b = 0; b < nb && st == TIER2_OK; b++)
+		st = take_part(s, base + 2u * (size_t)b + 1u, i, b, 1, vp,
+		               TIER2_MLA_HEAD + kbytes + 4u + (uint64_t)b * vp);
+	if (st == TIER2_OK)
+		st = stream_add(s, NULL, 4u * (uint64_t)tail * v_row);
+	return st;
+}
+
+/* Reads every layer from the source into chunks (and, with a row block,
+ * MLA block parts), writing them window by window. */
+static enum tier2_status put_stream(struct stream *s, const struct tier2_layer *layers,
+                                    uint32_t n_layers)
+{
+	uint32_t slots = s->window < s->max_chunks ? s->window : s->max_chunks;
+	s->slots = slots;
+	s->bufsz = s->total < s->cs ? (size_t)s->total : s->cs;
+	s->cb = calloc(slots, sizeof(*s->cb));
+	s->cmds = calloc(slots, sizeof(*s->cmds));
+	s->buf = malloc((size_t)slots * s->bufsz);
+	if (!s->cb || !s->cmds || !s->buf) {
+		tier2_io_err(s->p->err, s->p->errsz,
+		             "tier2: put: out of memory for %u chunk buffers of %zu bytes", slots,
+		             s->bufsz);
+		return TIER2_NOMEM;
+	}
+	if (s->row_block) {
+		s->split = calloc(n_layers, sizeof(*s->split));
+		s->pend = calloc(s->window, sizeof(*s->pend));
+		s->pcmds = calloc(s->window, sizeof(*s->pcmds));
+		s->idx = calloc(s->window, sizeof(*s->idx));
+		s->absent = calloc(s->window, sizeof(*s->absent));
+		s->codes = calloc(s->window, sizeof(*s->codes));
+		s->h = malloc((size_t)(s->n_tokens / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
+		if (!s->split || !s->pend || !s->pcmds || !s->idx || !s->absent || !s->codes ||
+		    !s->h) {
+			tier2_io_err(s->p->err, s->p->errsz, "tier2: put: out of memory");
+			return TIER2_NOMEM;
+		}
+		prefix_block_hashes(s->fingerprint, s->salt, s->salt_len, s->tokens, s->n_tokens,
+		                    s->h);
+	}
+	enum tier2_status st = TIER2_OK;
+	uint64_t whole = 0; /* bytes of whole layers not read yet: read as one run, so
+	                     * that the source is read a chunk at a time */
+	for (uint32_t i = 0; i < n_layers && st == TIER2_OK; i++) {
+		if (!s->row_block || layers[i].tag != 2) {
+			whole += layers[i].size;
+			continue;
+		}
+		st = stream_add(s, NULL, whole);
+		whole = 0;
+		if (st == TIER2_OK)
+			st = put_mla(s, i, layers[i].size);
+	}
+	if (st == TIER2_OK)
+		st = stream_add(s, NULL, whole);
+	if (st == TIER2_OK)
+		st = flush_parts(s);
+	if (st == TIER2_OK && s->fill)
+		st = end_chunk(s);
+	if (st == TIER2_OK)
+		st = flush_chunks(s);
+	return st;
+}
+
+static void stream_free(struct stream *s)
+{
+	for (uint32_t i = 0; s->pend && i < s->window; i++)
+		free(s->pend[i].buf);
+	free(s->pend);
+	free(s->pcmds);
+	free(s->idx);
+	free(s->absent);
+	free(s->codes);
+	free(s->split);
+	free(s->refs);
+	free(s->h);
+	free(s->buf);
+	free(s->cmds);
+	free(s->cb);
 }
 
 /* Writes the entry's index nodes: "+" on its path, its field at its node. */
@@ -324,17 +717,42 @@ static uint64_t del_chunks(struct put *p, uint64_t gen, uint32_t n_chunks)
 	return deleted;
 }
 
+/* Unreferences the old generation's parts once the put replaced it. */
+static void unref_old(struct put *p, const struct old *old)
+{
+	char ignored[512];
+	unsigned char member[TIER2_MEMBER_LEN];
+	tier2_member(member, p->key, old->gen);
+	(void)tier2_parts_unref(p->r, p->ns, member, old->parts, old->n_parts, NULL, ignored,
+	                        sizeof(ignored));
+}
+
 /* After a failure: removes what the put wrote (best effort). When its record
  * may be in place, tier2_delete removes it if it is still its own (with its
- * chunks and index field), and then the generation it replaced is an orphan. */
-static void undo(struct put *p, int record_sent, const struct old *old)
+ * chunks, parts and index field), and then the generation it replaced is an
+ * orphan. The parts it referenced are unreferenced again in any case (an
+ * unreference is idempotent). */
+static void undo(struct put *p, int record_sent, const struct old *old, const struct stream *s)
 {
 	char ignored[512];
 	uint64_t freed = 0;
+	unsigned char member[TIER2_MEMBER_LEN];
+	tier2_member(member, p->key, p->gen);
+	for (size_t i = 0; i < s->n_refs;) {
+		size_t k = i;
+		while (k < s->n_refs && s->refs[k].size) /* a run of refs taken */
+			k++;
+		(void)tier2_parts_unref(p->r, p->ns, member, s->refs + i, k - i, NULL, ignored,
+		                        sizeof(ignored));
+		for (i = k; i < s->n_refs && !s->refs[i].size;)
+			i++;
+	}
 	if (record_sent && tier2_delete(p->r, p->ns, p->key, p->gen, &freed, ignored,
 	                                sizeof(ignored)) == TIER2_OK) {
-		if (old->have)
+		if (old->have) {
 			(void)del_chunks(p, old->gen, old->n_chunks);
+			unref_old(p, old);
+		}
 		if (p->stats)
 			p->stats->undone_chunks_del += p->sent;
 		return;
@@ -399,6 +817,13 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 		tier2_io_err(err, errsz, "tier2: put: no source of bytes");
 		st = TIER2_INVALID;
 	}
+	if (st == TIER2_OK && o.row_block &&
+	    (o.row_block % PREFIX_BLOCK != 0 || o.row_block > TIER2_ROW_BLOCK_MAX)) {
+		tier2_io_err(err, errsz,
+		             "tier2: put: row block %u (0, or a multiple of %u up to %u)",
+		             o.row_block, PREFIX_BLOCK, TIER2_ROW_BLOCK_MAX);
+		st = TIER2_INVALID;
+	}
 	if (st != TIER2_OK)
 		return st;
 	struct put p = {.r = r, .ns = ns, .stats = stats, .err = err, .errsz = errsz};
@@ -411,14 +836,29 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < n_layers; i++)
 		total += layers[i].size;
-	uint32_t n_chunks = (uint32_t)tier2_chunk_count(total, cs);
-	uint64_t *sums = malloc((size_t)n_chunks * sizeof(*sums));
+	uint32_t max_chunks = (uint32_t)tier2_chunk_count(total, cs);
+	uint64_t *sums = malloc((size_t)max_chunks * sizeof(*sums));
+	uint64_t *part_sums = NULL;
 	uint8_t *rec_bytes = NULL;
 	size_t rec_len = 0;
-	struct old old;
+	struct old old = {0};
 	struct verify v = {.layers = layers, .n_layers = n_layers};
 	int record_sent = 0, existed = 0;
 	p.gen = new_generation();
+	struct stream s = {.p = &p,
+	                   .src = src,
+	                   .v = verify ? &v : NULL,
+	                   .cs = cs,
+	                   .window = window,
+	                   .total = total,
+	                   .max_chunks = max_chunks,
+	                   .sums = sums,
+	                   .fingerprint = fingerprint,
+	                   .salt = salt,
+	                   .salt_len = salt_len,
+	                   .tokens = tokens,
+	                   .n_tokens = n_tokens,
+	                   .row_block = o.row_block};
 	if (!sums) {
 		tier2_io_err(err, errsz, "tier2: put: out of memory");
 		st = TIER2_NOMEM;
@@ -429,14 +869,24 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	if (o.keep_existing && old.have && old.same) {
 		existed = 1;
 		if (res)
-			*res = (struct tier2_put_result){old.gen, old.n_chunks, old.bytes, 1};
+			*res = (struct tier2_put_result){old.gen, old.n_chunks, old.bytes, 1, 0, 0};
 		goto out;
 	}
 	if (old.have && old.gen == p.gen)
 		p.gen = ~p.gen; /* one in 2^64: never reuse the generation being replaced */
-	st = put_chunks(&p, src, verify ? &v : NULL, total, cs, n_chunks, window, sums);
-	if (st != TIER2_OK)
+	tier2_member(s.member, p.key, p.gen);
+	if ((st = put_stream(&s, layers, n_layers)) != TIER2_OK)
 		goto out;
+	if (s.n_refs) {
+		part_sums = malloc(s.n_refs * sizeof(*part_sums));
+		if (!part_sums) {
+			tier2_io_err(err, errsz, "tier2: put: out of memory");
+			st = TIER2_NOMEM;
+			goto out;
+		}
+		for (size_t i = 0; i < s.n_refs; i++)
+			part_sums[i] = s.refs[i].xxh3;
+	}
 	struct tier2_record rec = {.generation = p.gen,
 	                           .salt_len = (uint32_t)salt_len,
 	                           .salt = salt,
@@ -445,8 +895,13 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	                           .n_layers = n_layers,
 	                           .layers = layers,
 	                           .chunk_size = cs,
-	                           .n_chunks = n_chunks,
-	                           .chunk_xxh3 = sums};
+	                           .n_chunks = s.n_chunks,
+	                           .chunk_xxh3 = sums,
+	                           .version = o.row_block ? 2 : 1,
+	                           .row_block = o.row_block,
+	                           .n_split = s.n_split,
+	                           .split = s.split,
+	                           .part_xxh3 = part_sums};
 	memcpy(rec.fingerprint, fingerprint, 32);
 	if (tier2_record_encode(&rec, &rec_bytes, &rec_len, err, errsz) != 0) {
 		st = TIER2_NOMEM;
@@ -466,22 +921,32 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 		goto out;
 	if ((st = put_index(&p, fingerprint, salt, salt_len, tokens, n_tokens)) != TIER2_OK)
 		goto out;
-	if (old.have && stats)
-		stats->old_chunks_del += del_chunks(&p, old.gen, old.n_chunks);
-	else if (old.have)
-		(void)del_chunks(&p, old.gen, old.n_chunks);
+	if (old.have) {
+		uint64_t n = del_chunks(&p, old.gen, old.n_chunks);
+		if (stats)
+			stats->old_chunks_del += n;
+		unref_old(&p, &old);
+	}
 	if (res)
-		*res = (struct tier2_put_result){p.gen, n_chunks, total, 0};
+		*res = (struct tier2_put_result){p.gen,
+		                                 s.n_chunks,
+		                                 total,
+		                                 0,
+		                                 s.stream_bytes + s.new_part_bytes + rec_len,
+		                                 s.shared_bytes};
 out:
 	if (v.cs)
 		(void)checksum_end(v.cs);
-	if (st != TIER2_OK && p.sent)
-		undo(&p, record_sent, &old);
+	if (st != TIER2_OK && (p.sent || s.n_refs))
+		undo(&p, record_sent, &old, &s);
 	if (stats) {
 		stats->puts += st == TIER2_OK && !existed;
 		stats->put_existing += existed;
 		stats->put_failures += st != TIER2_OK;
 	}
+	stream_free(&s);
+	free(old.parts);
+	free(part_sums);
 	free(rec_bytes);
 	free(sums);
 	return st;
@@ -547,8 +1012,10 @@ enum tier2_status tier2_put(struct cluster_router *r, const char *ns, const uint
 	}
 	struct tier2_put_options o = opt ? *opt : (struct tier2_put_options){0};
 	uint32_t cs = o.chunk_size ? o.chunk_size : TIER2_CHUNK_MAX;
-	for (uint32_t i = 0; i < n_blobs; i++)
+	for (uint32_t i = 0; i < n_blobs; i++) {
 		layers[i].size = blobs[i].size;
+		layers[i].tag = blobs[i].size ? *(const uint8_t *)blobs[i].data : 0;
+	}
 	/* the arguments checked before any checksum is computed */
 	enum tier2_status st = check_args(ns, salt_len, n_tokens, layers, n_blobs, cs, err, errsz);
 	if (st == TIER2_OK) {

@@ -19,10 +19,84 @@ size_t tier2_record_size(uint32_t salt_len, uint32_t n_tokens, uint32_t n_layers
 	       (size_t)n_layers * 16u + 4 + 4 + (size_t)n_chunks * 8u + 8;
 }
 
+size_t tier2_record_size_v2(uint32_t salt_len, uint32_t n_tokens, uint32_t n_layers,
+                            uint32_t n_chunks, uint32_t n_split, uint32_t n_parts)
+{
+	return tier2_record_size(salt_len, n_tokens, n_layers, n_chunks) + 4 + 4 +
+	       (size_t)n_split * 16u + (size_t)n_parts * 8u;
+}
+
 uint64_t tier2_chunk_count(uint64_t total, uint32_t chunk_size)
 {
 	return total / chunk_size + (total % chunk_size != 0);
 }
+
+uint64_t tier2_stream_size(const struct tier2_record *rec)
+{
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < rec->n_layers; i++)
+		total += rec->layers[i].size;
+	for (uint32_t i = 0; i < rec->n_split; i++) {
+		const struct tier2_split *sp = &rec->split[i];
+		uint64_t nb = sp->seq_len / rec->row_block;
+		total -= nb * (tier2_part_size(sp, rec->row_block, 0) +
+		               tier2_part_size(sp, rec->row_block, 1));
+	}
+	return total;
+}
+
+/* Checks the split layers of a version-2 record against its layers, tokens
+ * and limits; the number of parts to *n_parts. 0, or -1 with a message. */
+static int check_splits(const struct tier2_record *rec, uint32_t *n_parts, char *err, size_t errsz)
+{
+	uint64_t parts = 0;
+	*n_parts = 0;
+	if (rec->row_block < 16 || rec->row_block > TIER2_ROW_BLOCK_MAX ||
+	    rec->row_block % 16 != 0 || rec->n_split > rec->n_layers) {
+		tier2_io_err(err, errsz,
+		             "tier2 record: row block %u (a multiple of 16 in 16..%u), %u split "
+		             "layers of %u",
+		             rec->row_block, TIER2_ROW_BLOCK_MAX, rec->n_split, rec->n_layers);
+		return -1;
+	}
+	for (uint32_t i = 0; i < rec->n_split; i++) {
+		const struct tier2_split *sp = &rec->split[i];
+		int order = sp->layer < rec->n_layers &&
+		            (i == 0 || sp->layer > rec->split[i - 1].layer);
+		/* seq_len <= 2^22, k_row + v_row < 2^33: no overflow in 64 bits */
+		int shape = order && sp->seq_len >= rec->row_block &&
+		            sp->seq_len <= rec->n_tokens && sp->k_row >= 1 && sp->v_row >= 1 &&
+		            rec->layers[sp->layer].size ==
+		                    TIER2_MLA_HEAD + 4u +
+		                            4u * (uint64_t)sp->seq_len *
+		                                    ((uint64_t)sp->k_row + sp->v_row) &&
+		            tier2_part_size(sp, rec->row_block, 0) <= TIER2_PART_MAX &&
+		            tier2_part_size(sp, rec->row_block, 1) <= TIER2_PART_MAX;
+		if (!shape) {
+			tier2_io_err(
+			        err, errsz,
+			        "tier2 record: split %u: layer %u (of %u, increasing), seq_len "
+			        "%u (%u..%u tokens), rows of %u and %u floats (>= 1, parts of "
+			        "at most %u bytes) do not make its size",
+			        i, sp->layer, rec->n_layers, sp->seq_len, rec->row_block,
+			        rec->n_tokens, sp->k_row, sp->v_row, TIER2_PART_MAX);
+			return -1;
+		}
+		parts += 2u * (uint64_t)(sp->seq_len / rec->row_block);
+		if (parts > TIER2_MAX_PARTS) {
+			tier2_io_err(err, errsz, "tier2 record: more than %u parts at split %u",
+			             TIER2_MAX_PARTS, i);
+			return -1;
+		}
+	}
+	*n_parts = (uint32_t)parts;
+	return 0;
+}
+
+/* The checks of a record's sizes that encoder and decoder share: layer
+ * sizes, splits (version 2), the chunk count of the stream. */
+static int check_sizes(const struct tier2_record *rec, unsigned version, uint32_t *n_parts,
+                       char *err, size_t errsz);
 
 /* The sum of the layers' sizes, or 0 when one is 0 or the sum passes the
  * limit. */
@@ -37,6 +111,38 @@ static uint64_t total_size(const struct tier2_layer *layers, uint32_t n, uint32_
 		total += layers[i].size;
 	}
 	return total;
+}
+
+static int check_sizes(const struct tier2_record *rec, unsigned version, uint32_t *n_parts,
+                       char *err, size_t errsz)
+{
+	uint32_t bad = 0;
+	*n_parts = 0;
+	uint64_t total = total_size(rec->layers, rec->n_layers, &bad);
+	if (!total) {
+		tier2_io_err(err, errsz,
+		             "tier2 record: layer %u of %u has size %llu (empty, or the sizes pass "
+		             "%llu bytes)",
+		             bad, rec->n_layers, (unsigned long long)rec->layers[bad].size,
+		             (unsigned long long)TIER2_MAX_ENTRY_BYTES);
+		return -1;
+	}
+	if (version == 2 && check_splits(rec, n_parts, err, errsz) != 0)
+		return -1;
+	if (version != 2 && (rec->row_block || rec->n_split)) {
+		tier2_io_err(err, errsz, "tier2 record: version 1 has no row block");
+		return -1;
+	}
+	uint64_t stream = version == 2 ? tier2_stream_size(rec) : total;
+	if (tier2_chunk_count(stream, rec->chunk_size) != rec->n_chunks) {
+		tier2_io_err(err, errsz,
+		             "tier2 record: %u chunks, but a stream of %llu bytes cut every %u "
+		             "makes %llu",
+		             rec->n_chunks, (unsigned long long)stream, rec->chunk_size,
+		             (unsigned long long)tier2_chunk_count(stream, rec->chunk_size));
+		return -1;
+	}
+	return 0;
 }
 
 int tier2_record_encode(const struct tier2_record *rec, uint8_t **out, size_t *len, char *err,
@@ -56,20 +162,18 @@ int tier2_record_encode(const struct tier2_record *rec, uint8_t **out, size_t *l
 		        rec->n_chunks);
 		return -1;
 	}
-	uint32_t bad = 0;
-	uint64_t total = total_size(rec->layers, rec->n_layers, &bad);
-	if (!total) {
-		tier2_io_err(err, errsz,
-		             "tier2 record: layer %u is empty or the sizes pass %llu bytes", bad,
-		             (unsigned long long)TIER2_MAX_ENTRY_BYTES);
+	unsigned version = rec->version ? rec->version : 1u;
+	uint32_t n_parts = 0;
+	if (version > TIER2_RECORD_VERSION) {
+		tier2_io_err(err, errsz, "tier2 record: version %u", version);
 		return -1;
 	}
-	if (tier2_chunk_count(total, rec->chunk_size) != rec->n_chunks) {
-		tier2_io_err(err, errsz, "tier2 record: %u chunks for %llu bytes cut every %u",
-		             rec->n_chunks, (unsigned long long)total, rec->chunk_size);
+	if (check_sizes(rec, version, &n_parts, err, errsz) != 0)
 		return -1;
-	}
-	size_t n = tier2_record_size(rec->salt_len, rec->n_tokens, rec->n_layers, rec->n_chunks);
+	size_t n = version == 2 ? tier2_record_size_v2(rec->salt_len, rec->n_tokens, rec->n_layers,
+	                                               rec->n_chunks, rec->n_split, n_parts)
+	                        : tier2_record_size(rec->salt_len, rec->n_tokens, rec->n_layers,
+	                                            rec->n_chunks);
 	unsigned char *b = malloc(n);
 	if (!b) {
 		tier2_io_err(err, errsz, "tier2 record: out of memory for %zu bytes", n);
@@ -77,7 +181,7 @@ int tier2_record_encode(const struct tier2_record *rec, uint8_t **out, size_t *l
 	}
 	unsigned char *p = b;
 	memcpy(p, TIER2_RECORD_MAGIC, 4);
-	le16(p + 4, TIER2_RECORD_VERSION);
+	le16(p + 4, (uint16_t)version);
 	le16(p + 6, 0);
 	tier2_put_le64(p + 8, rec->generation);
 	memcpy(p + 16, rec->fingerprint, 32);
@@ -101,6 +205,19 @@ int tier2_record_encode(const struct tier2_record *rec, uint8_t **out, size_t *l
 	p += 8;
 	for (uint32_t i = 0; i < rec->n_chunks; i++, p += 8)
 		tier2_put_le64(p, rec->chunk_xxh3[i]);
+	if (version == 2) {
+		tier2_put_le32(p, rec->row_block);
+		tier2_put_le32(p + 4, rec->n_split);
+		p += 8;
+		for (uint32_t i = 0; i < rec->n_split; i++, p += 16) {
+			tier2_put_le32(p, rec->split[i].layer);
+			tier2_put_le32(p + 4, rec->split[i].seq_len);
+			tier2_put_le32(p + 8, rec->split[i].k_row);
+			tier2_put_le32(p + 12, rec->split[i].v_row);
+		}
+		for (uint32_t i = 0; i < n_parts; i++, p += 8)
+			tier2_put_le64(p, rec->part_xxh3[i]);
+	}
 	tier2_put_le64(p, XXH3_64bits(b, (size_t)(p - b)));
 	*out = b;
 	*len = n;
@@ -155,16 +272,18 @@ int tier2_record_decode(const void *buf, size_t len, struct tier2_record *out, c
 	}
 	unsigned version = (unsigned)r.b[4] | (unsigned)r.b[5] << 8;
 	unsigned flags = (unsigned)r.b[6] | (unsigned)r.b[7] << 8;
-	if (version != TIER2_RECORD_VERSION || flags != 0) {
-		tier2_io_err(err, errsz,
-		             "tier2 record: version %u flags %#x (this reader knows version %u, "
-		             "no flags)",
-		             version, flags, TIER2_RECORD_VERSION);
+	if (version < 1 || version > TIER2_RECORD_VERSION || flags != 0) {
+		tier2_io_err(
+		        err, errsz,
+		        "tier2 record: version %u flags %#x (this reader knows versions 1..%u, "
+		        "no flags)",
+		        version, flags, TIER2_RECORD_VERSION);
 		return -1;
 	}
 	uint64_t generation = tier2_get_le64(r.b + 8);
 	r.off = REC_HEAD;
 	uint32_t salt_len = 0, n_tokens = 0, n_layers = 0, chunk_size = 0, n_chunks = 0;
+	uint32_t row_block = 0, n_split = 0;
 	if (u32_at(&r, "salt_len", TIER2_MAX_SALT, 0, &salt_len) != 0 ||
 	    need(&r, salt_len, "the salt") != 0)
 		return -1;
@@ -186,12 +305,39 @@ int tier2_record_decode(const void *buf, size_t len, struct tier2_record *out, c
 		return -1;
 	size_t chk_off = r.off;
 	r.off += (size_t)n_chunks * 8u;
-	if (r.len - r.off != 8) {
+	size_t split_off = 0, parts_off = 0;
+	uint64_t n_parts_max = 0; /* what the bytes left can hold; checked below */
+	if (version == 2) {
+		if (u32_at(&r, "row_block", TIER2_ROW_BLOCK_MAX, 16, &row_block) != 0 ||
+		    u32_at(&r, "the split count", n_layers, 0, &n_split) != 0 ||
+		    need(&r, (uint64_t)n_split * 16u + 8u, "the split layers and the record sum") !=
+		            0)
+			return -1;
+		split_off = r.off;
+		r.off += (size_t)n_split * 16u;
+		parts_off = r.off;
+		n_parts_max = (r.len - r.off - 8) / 8;
+		if (n_parts_max > TIER2_MAX_PARTS)
+			n_parts_max = TIER2_MAX_PARTS;
+	}
+	/* the parts' count is known only from the split layers: their sums are
+	 * the bytes between here and the record sum, checked once decoded */
+	size_t n_part_bytes = r.len - r.off - 8;
+	if (version == 1 && n_part_bytes != 0) {
 		tier2_io_err(err, errsz,
 		             "tier2 record: %zu trailing bytes after the record sum at offset %zu",
-		             r.len - r.off - 8, r.off + 8);
+		             n_part_bytes, r.off + 8);
 		return -1;
 	}
+	if (n_part_bytes % 8 != 0 || n_part_bytes / 8 > n_parts_max) {
+		tier2_io_err(err, errsz,
+		             "tier2 record: %zu bytes of part sums at offset %zu (a multiple of 8, "
+		             "at most %u parts)",
+		             n_part_bytes, r.off, TIER2_MAX_PARTS);
+		return -1;
+	}
+	uint32_t n_parts = (uint32_t)(n_part_bytes / 8);
+	r.off += n_part_bytes;
 	uint64_t sum = XXH3_64bits(r.b, r.off);
 	if (tier2_get_le64(r.b + r.off) != sum) {
 		tier2_io_err(err, errsz, "tier2 record: record sum %016llx, its bytes give %016llx",
@@ -199,8 +345,10 @@ int tier2_record_decode(const void *buf, size_t len, struct tier2_record *out, c
 		             (unsigned long long)sum);
 		return -1;
 	}
-	/* one allocation: layers, chunk sums, tokens, salt (8-byte fields first) */
+	/* one allocation: layers, chunk and part sums, splits, tokens, salt
+	 * (8-byte fields first) */
 	size_t mem_len = (size_t)n_layers * sizeof(struct tier2_layer) + (size_t)n_chunks * 8u +
+	                 (size_t)n_parts * 8u + (size_t)n_split * sizeof(struct tier2_split) +
 	                 (size_t)n_tokens * 4u + salt_len;
 	unsigned char *mem = malloc(mem_len);
 	if (!mem) {
@@ -209,34 +357,24 @@ int tier2_record_decode(const void *buf, size_t len, struct tier2_record *out, c
 	}
 	struct tier2_layer *layers = (struct tier2_layer *)(void *)mem;
 	uint64_t *chunks = (uint64_t *)(void *)(mem + (size_t)n_layers * sizeof(*layers));
-	uint32_t *tokens = (uint32_t *)(void *)(chunks + n_chunks);
+	uint64_t *parts = chunks + n_chunks;
+	struct tier2_split *split = (struct tier2_split *)(void *)(parts + n_parts);
+	uint32_t *tokens = (uint32_t *)(void *)(split + n_split);
 	uint8_t *salt = (uint8_t *)(tokens + n_tokens);
 	for (uint32_t i = 0; i < n_layers; i++) {
 		layers[i].size = tier2_get_le64(r.b + lay_off + (size_t)i * 16u);
 		layers[i].xxh3 = tier2_get_le64(r.b + lay_off + (size_t)i * 16u + 8);
-	}
-	uint32_t bad = 0;
-	uint64_t total = total_size(layers, n_layers, &bad);
-	if (!total || tier2_chunk_count(total, chunk_size) != n_chunks) {
-		if (!total)
-			tier2_io_err(
-			        err, errsz,
-			        "tier2 record: layer %u of %u has size %llu (empty, or the sizes "
-			        "pass "
-			        "%llu bytes)",
-			        bad, n_layers, (unsigned long long)layers[bad].size,
-			        (unsigned long long)TIER2_MAX_ENTRY_BYTES);
-		else
-			tier2_io_err(
-			        err, errsz,
-			        "tier2 record: %u chunks, but %llu bytes cut every %u make %llu",
-			        n_chunks, (unsigned long long)total, chunk_size,
-			        (unsigned long long)tier2_chunk_count(total, chunk_size));
-		free(mem);
-		return -1;
+		layers[i].tag = 0;
 	}
 	for (uint32_t i = 0; i < n_chunks; i++)
 		chunks[i] = tier2_get_le64(r.b + chk_off + (size_t)i * 8u);
+	for (uint32_t i = 0; i < n_parts; i++)
+		parts[i] = tier2_get_le64(r.b + parts_off + (size_t)i * 8u);
+	for (uint32_t i = 0; i < n_split; i++) {
+		const unsigned char *q = r.b + split_off + (size_t)i * 16u;
+		split[i] = (struct tier2_split){tier2_get_le32(q), tier2_get_le32(q + 4),
+		                                tier2_get_le32(q + 8), tier2_get_le32(q + 12)};
+	}
 	for (uint32_t i = 0; i < n_tokens; i++)
 		tokens[i] = tier2_get_le32(r.b + tok_off + (size_t)i * 4u);
 	if (salt_len)
@@ -252,7 +390,25 @@ int tier2_record_decode(const void *buf, size_t len, struct tier2_record *out, c
 	out->chunk_size = chunk_size;
 	out->n_chunks = n_chunks;
 	out->chunk_xxh3 = chunks;
+	out->version = (uint16_t)version;
+	out->row_block = row_block;
+	out->n_split = n_split;
+	out->split = split;
+	out->part_xxh3 = parts;
 	out->mem = mem;
+	uint32_t want_parts = 0;
+	int bad = check_sizes(out, version, &want_parts, err, errsz) != 0;
+	if (!bad && want_parts != n_parts) {
+		tier2_io_err(err, errsz, "tier2 record: %u part sums, the split layers make %u",
+		             n_parts, want_parts);
+		bad = 1;
+	}
+	if (bad) {
+		tier2_record_free(out);
+		return -1;
+	}
+	for (uint32_t i = 0; i < n_split; i++)
+		layers[split[i].layer].tag = 2;
 	return 0;
 }
 

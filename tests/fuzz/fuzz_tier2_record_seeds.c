@@ -1,5 +1,6 @@
 /* Seeds for fuzz_tier2_record: records as tier2_put writes them, with and
- * without a salt, one chunk or many, one layer or several.
+ * without a salt, one chunk or many, one layer or several, versions 1 and 2
+ * (MLA layers split in blocks of 16 or 32 rows, or none).
  * usage: fuzz_tier2_record_seeds DIR */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,7 @@ int main(int argc, char **argv)
 	uint32_t tokens[70];
 	for (uint32_t i = 0; i < 70; i++)
 		tokens[i] = 151643u + i * 13u;
-	struct tier2_layer layers[4] = {{45069, 1}, {45069, 2}, {10249, 3}, {45069, 4}};
+	struct tier2_layer layers[4] = {{45069, 1, 0}, {45069, 2, 0}, {10249, 3, 0}, {45069, 4, 0}};
 	uint64_t sums[146];
 	for (int i = 0; i < 146; i++)
 		sums[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
@@ -58,5 +59,36 @@ int main(int argc, char **argv)
 	rec.chunk_size = 4096;
 	rec.n_chunks = 12; /* 45069 bytes */
 	rc |= write_seed(argv[1], 2, &rec);
+	/* version 2: the twin's shape, MLA layers 1 and 3 of 70 rows (k 3, v 2
+	 * floats) in blocks of 16 (4 blocks, 8 parts each) and of 32 */
+	struct tier2_layer v2l[4] = {{45069, 1, 1}, {1413, 2, 2}, {10249, 3, 1}, {1413, 4, 2}};
+	struct tier2_split split[2] = {{1, 70, 3, 2}, {3, 70, 3, 2}};
+	uint64_t parts[16];
+	for (int i = 0; i < 16; i++)
+		parts[i] = 0x2545f4914f6cdd1dull * (uint64_t)(i + 1);
+	rec = (struct tier2_record){.generation = 0x8877665544332211ull,
+	                            .salt_len = 4,
+	                            .salt = (const uint8_t *)"salt",
+	                            .n_tokens = 70,
+	                            .tokens = tokens,
+	                            .n_layers = 4,
+	                            .layers = v2l,
+	                            .chunk_size = 4096,
+	                            .n_chunks = 14, /* 58144 - 2 x 1280 bytes: 55584 */
+	                            .chunk_xxh3 = sums,
+	                            .version = 2,
+	                            .row_block = 16,
+	                            .n_split = 2,
+	                            .split = split,
+	                            .part_xxh3 = parts};
+	memset(rec.fingerprint, 0xcd, sizeof(rec.fingerprint));
+	rc |= write_seed(argv[1], 3, &rec);
+	rec.row_block = 32; /* 2 blocks each: 8 parts */
+	rec.n_chunks = 14;  /* 58144 - 2 x 640 bytes: 56864 */
+	rc |= write_seed(argv[1], 4, &rec);
+	rec.row_block = 128; /* none as long as a block */
+	rec.n_split = 0;
+	rec.n_chunks = 15; /* 58144 bytes */
+	rc |= write_seed(argv[1], 5, &rec);
 	return rc;
 }

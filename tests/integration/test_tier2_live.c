@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "checksum.h"
 #include "clusterutil.h"
 #include "model.h"
 #include "prefix.h"
@@ -467,7 +468,7 @@ static enum tier2_status put_from(struct cluster_router *r, const char *ns, cons
 	struct storeutil_snap s = storeutil_snap(twin, p, seed);
 	struct tier2_layer *layers = calloc(s.n, sizeof(*layers));
 	for (uint32_t i = 0; i < s.n; i++)
-		layers[i] = (struct tier2_layer){s.blobs[i].size, s.blobs[i].xxh3};
+		layers[i] = (struct tier2_layer){s.blobs[i].size, s.blobs[i].xxh3, 0};
 	if (bad_layer < s.n)
 		layers[bad_layer].xxh3 ^= 1;
 	struct odd_src os = {.s = &s, .fail_at = fail_at};
@@ -577,7 +578,7 @@ static void test_put_from_source(void **state)
 	assert_int_equal(count_keys(r, "k3:src:c:*"), before);
 	assert_int_equal(longest(r, "src", "s", conv, 100, key, &st), 60);
 	/* no source */
-	struct tier2_layer one = {10, 0};
+	struct tier2_layer one = {10, 0, 0};
 	assert_int_equal(tier2_put_from(r, "src", fp, "s", 1, conv, 5, &one, 1, NULL, NULL, NULL,
 	                                &st, err, sizeof(err)),
 	                 TIER2_INVALID);
@@ -875,6 +876,317 @@ static void test_ledger_pages(void **state)
 }
 
 /* The twin model, a conversation, and three masters. */
+/* ---- MLA row blocks shared between a conversation's turns ---- */
+
+/* Keys of ns of one kind ('p' parts, 'q' their referrers, ...) on every
+ * master. */
+static size_t count_kind(struct cluster_router *r, const char *ns, char kind)
+{
+	char match[TIER2_NAME_MAX];
+	snprintf(match, sizeof(match), "k3:%s:%c:*", ns, kind);
+	size_t n = 0;
+	for (size_t m = 0; m < cluster_n_masters(r); m++) {
+		char cursor[32] = "0";
+		do {
+			const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
+			size_t lens[6];
+			for (int k = 0; k < 6; k++)
+				lens[k] = strlen(argv[k]);
+			redisReply *rep = NULL;
+			if (cluster_command_node(r, m, 6, argv, lens, &rep) != 0)
+				fail_msg("SCAN: %s", cluster_error(r));
+			assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+			assert_int_equal(rep->elements, 2);
+			snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
+			n += rep->element[1]->elements;
+			freeReplyObject(rep);
+		} while (strcmp(cursor, "0") != 0);
+	}
+	return n;
+}
+
+/* A turn of the conversation: rows of rows_seed (the same in every turn), KDA
+ * of seed; with one float of layer 3's row 10 of k changed when tweak. */
+static struct storeutil_snap conv_turn(uint32_t p, uint32_t seed, int tweak)
+{
+	struct storeutil_snap s = storeutil_conv_snap(twin, p, 5, seed);
+	if (tweak) {
+		assert_int_equal(s.bufs[3][0], 2); /* the twin's layer 3 is MLA */
+		s.bufs[3][TIER2_MLA_HEAD + 10 * 4] ^= 0x40;
+		s.blobs[3].xxh3 = checksum_blob(s.bufs[3], s.blobs[3].size, 3);
+	}
+	return s;
+}
+
+static uint32_t turn_ttl; /* put_turn's TTL (0: none) */
+
+static enum tier2_status put_turn(struct cluster_router *r, const char *ns,
+                                  const struct storeutil_snap *s, uint32_t p, uint32_t row_block,
+                                  uint64_t fail_at, struct tier2_put_result *res,
+                                  struct tier2_stats *stats, char *err, size_t errsz)
+{
+	struct tier2_layer *layers = calloc(s->n, sizeof(*layers));
+	for (uint32_t i = 0; i < s->n; i++)
+		layers[i] = (struct tier2_layer){s->blobs[i].size, s->blobs[i].xxh3, s->bufs[i][0]};
+	struct odd_src os = {.s = s, .fail_at = fail_at};
+	struct tier2_source src = {odd_read, &os};
+	struct tier2_put_options o = {
+	        .row_block = row_block, .chunk_size = 65536, .ttl_s = turn_ttl};
+	enum tier2_status st = tier2_put_from(r, ns, fp, "c", 1, conv, p, layers, s->n, &src, &o,
+	                                      res, stats, err, errsz);
+	free(layers);
+	return st;
+}
+
+static uint64_t blob_sum(const struct storeutil_snap *s)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < s->n; i++)
+		n += s->blobs[i].size;
+	return n;
+}
+
+static void key_of(uint32_t p, uint8_t key[32])
+{
+	assert_int_equal(prefix_key(fp, "c", 1, conv, p, key), 0);
+}
+
+static void get_turn_exact(struct cluster_router *r, const char *ns, uint32_t p,
+                           const struct storeutil_snap *s)
+{
+	uint8_t key[32];
+	key_of(p, key);
+	struct tier2_entry e;
+	char err[512] = "";
+	enum tier2_status st = tier2_get(r, ns, key, &e, NULL, err, sizeof(err));
+	if (st != TIER2_OK)
+		fail_msg("get of turn %u: %s: %s", p, tier2_status_name(st), err);
+	assert_int_equal(e.n_blobs, s->n);
+	for (uint32_t i = 0; i < s->n; i++) {
+		assert_int_equal(e.blobs[i].size, s->blobs[i].size);
+		assert_memory_equal(e.blobs[i].data, s->bufs[i], s->blobs[i].size);
+	}
+	tier2_entry_free(&e);
+}
+
+static void delete_turn(struct cluster_router *r, const char *ns, uint32_t p)
+{
+	uint8_t key[32];
+	key_of(p, key);
+	struct tier2_record rec;
+	record_of(r, ns, key, &rec);
+	char err[512] = "";
+	uint64_t freed = 0;
+	enum tier2_status st = tier2_delete(r, ns, key, rec.generation, &freed, err, sizeof(err));
+	if (st != TIER2_OK)
+		fail_msg("delete of turn %u: %s: %s", p, tier2_status_name(st), err);
+	assert_true(freed > 0);
+	tier2_record_free(&rec);
+}
+
+/* The name of part (0 k, 1 v) of block b of the entry's first split layer. */
+static void part_name(struct cluster_router *r, const char *ns, uint32_t p, uint32_t b, int part,
+                      char *name, char kind)
+{
+	uint8_t key[32];
+	key_of(p, key);
+	struct tier2_record rec;
+	record_of(r, ns, key, &rec);
+	assert_int_equal(rec.version, 2);
+	assert_true(rec.n_split >= 1);
+	assert_true(b < rec.split[0].seq_len / rec.row_block);
+	uint8_t(*h)[PREFIX_NODE_LEN] = malloc((size_t)(p / 16 + 1) * PREFIX_NODE_LEN);
+	prefix_block_hashes(fp, "c", 1, conv, p, h);
+	uint32_t d = (b + 1) * rec.row_block / 16;
+	uint64_t x = rec.part_xxh3[2 * b + (uint32_t)part];
+	if (kind == 'p')
+		tier2_name_part(name, ns, h[d], rec.split[0].layer, part, x);
+	else
+		tier2_name_refs(name, ns, h[d], rec.split[0].layer, part, x);
+	free(h);
+	tier2_record_free(&rec);
+}
+
+static void test_conversation_blocks(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	const char *ns = "blk";
+	static const uint32_t turns[3] = {200, 400, 700};
+	struct storeutil_snap s[3];
+	struct tier2_stats st = {0};
+	char err[512] = "";
+	uint64_t sum_out = 0, sum_blobs = 0;
+	for (int t = 0; t < 3; t++) {
+		s[t] = conv_turn(turns[t], 100 + (uint32_t)t, 0);
+		struct tier2_put_result res;
+		uint64_t before = st.bytes_out;
+		enum tier2_status rc =
+		        put_turn(r, ns, &s[t], turns[t], 64, 0, &res, &st, err, sizeof(err));
+		if (rc != TIER2_OK)
+			fail_msg("put turn %u: %s: %s", turns[t], tier2_status_name(rc), err);
+		uint64_t out = st.bytes_out - before, blobs = blob_sum(&s[t]);
+		print_message(
+		        "turn of %u tokens: blobs %llu bytes, bytes_out %llu, new_bytes %llu, "
+		        "shared_bytes %llu\n",
+		        turns[t], (unsigned long long)blobs, (unsigned long long)out,
+		        (unsigned long long)res.new_bytes, (unsigned long long)res.shared_bytes);
+		assert_int_equal(res.bytes, blobs);
+		if (t == 0) {
+			assert_int_equal(res.shared_bytes, 0);
+		} else {
+			assert_true(res.shared_bytes > 0);
+			assert_true(out < blobs);
+			/* what this put sent: all but the rows the earlier turns hold */
+			assert_true(res.new_bytes + res.shared_bytes > blobs);
+			assert_true(res.new_bytes < blobs);
+		}
+		sum_out += out;
+		sum_blobs += blobs;
+	}
+	print_message("three turns: blobs %llu bytes, bytes_out %llu\n",
+	              (unsigned long long)sum_blobs, (unsigned long long)sum_out);
+	/* turn 1 (200: 3 blocks a layer), 2 (400: 6), 3 (700: 10); two MLA
+	 * layers of two parts: turn 2 shares 3 blocks, turn 3 6 */
+	assert_int_equal(st.parts_new, 2 * 2 * 10);
+	assert_int_equal(st.parts_shared, 2 * 2 * (3 + 6));
+	assert_int_equal(count_kind(r, ns, 'p'), 2 * 2 * 10);
+	assert_int_equal(count_kind(r, ns, 'q'), 2 * 2 * 10);
+	for (int t = 0; t < 3; t++)
+		get_turn_exact(r, ns, turns[t], &s[t]);
+	uint8_t key[32];
+	struct tier2_record rec;
+	key_of(400, key);
+	record_of(r, ns, key, &rec);
+	assert_int_equal(rec.version, 2);
+	assert_int_equal(rec.row_block, 64);
+	assert_int_equal(rec.n_split, 2);
+	assert_int_equal(rec.split[0].layer, 3);
+	assert_int_equal(rec.split[1].layer, 7);
+	tier2_record_free(&rec);
+
+	/* other bytes at a block's position: a part of its own, the rest shared */
+	struct storeutil_snap v = conv_turn(416, 9, 1);
+	struct tier2_stats vs = {0};
+	struct tier2_put_result res;
+	if (put_turn(r, ns, &v, 416, 64, 0, &res, &vs, err, sizeof(err)) != TIER2_OK)
+		fail_msg("put of the variant: %s", err);
+	assert_int_equal(vs.parts_new, 1);
+	assert_int_equal(vs.parts_shared, 2 * 2 * 6 - 1);
+	get_turn_exact(r, ns, 416, &v);
+	get_turn_exact(r, ns, 400, &s[1]);
+	char vk[TIER2_NAME_MAX], tk[TIER2_NAME_MAX];
+	part_name(r, ns, 416, 0, 0, vk, 'p');
+	part_name(r, ns, 400, 0, 0, tk, 'p');
+	assert_string_not_equal(vk, tk);
+
+	/* turn 1 deleted: the others keep their rows */
+	delete_turn(r, ns, 200);
+	get_turn_exact(r, ns, 400, &s[1]);
+	get_turn_exact(r, ns, 700, &s[2]);
+	get_turn_exact(r, ns, 416, &v);
+
+	/* the variant's own part overwritten (damaged), then gone (missing) */
+	const char *setrange[] = {"SETRANGE", vk, "5", "x"};
+	freeReplyObject(cmd(r, 4, setrange));
+	key_of(416, key);
+	assert_int_equal(get_status(r, ns, key, NULL, err, sizeof(err)), TIER2_DAMAGED);
+	assert_non_null(strstr(err, "part"));
+	get_turn_exact(r, ns, 400, &s[1]);
+	const char *del[] = {"DEL", vk};
+	freeReplyObject(cmd(r, 2, del));
+	assert_int_equal(get_status(r, ns, key, NULL, err, sizeof(err)), TIER2_MISSING);
+
+	/* a referrers' set evicted: the delete still leaves nothing behind */
+	char q[TIER2_NAME_MAX];
+	part_name(r, ns, 700, 8, 1, q, 'q');
+	const char *delq[] = {"DEL", q};
+	redisReply *rep = cmd(r, 2, delq);
+	assert_int_equal(rep->integer, 1);
+	freeReplyObject(rep);
+
+	delete_turn(r, ns, 416);
+	get_turn_exact(r, ns, 400, &s[1]);
+	delete_turn(r, ns, 400);
+	get_turn_exact(r, ns, 700, &s[2]);
+	delete_turn(r, ns, 700);
+	assert_int_equal(count_kind(r, ns, 'p'), 0);
+	assert_int_equal(count_kind(r, ns, 'q'), 0);
+	assert_int_equal(count_kind(r, ns, 'c'), 0);
+	assert_int_equal(count_kind(r, ns, 'e'), 0);
+
+	/* a source failing amid the second MLA layer's v parts: nothing left */
+	uint64_t at = 0;
+	for (uint32_t i = 0; i < 7; i++)
+		at += s[2].blobs[i].size;
+	at += s[2].blobs[7].size - 20000;
+	assert_int_equal(put_turn(r, ns, &s[2], 700, 64, at, NULL, NULL, err, sizeof(err)),
+	                 TIER2_DAMAGED);
+	assert_int_equal(count_kind(r, ns, 'p'), 0);
+	assert_int_equal(count_kind(r, ns, 'q'), 0);
+	assert_int_equal(count_kind(r, ns, 'c'), 0);
+
+	/* row_block 0: a version-1 record, blobs whole, read as before */
+	struct tier2_stats v1 = {0};
+	if (put_turn(r, ns, &s[1], 400, 0, 0, &res, &v1, err, sizeof(err)) != TIER2_OK)
+		fail_msg("put v1: %s", err);
+	key_of(400, key);
+	record_of(r, ns, key, &rec);
+	assert_int_equal(rec.version, 1);
+	assert_int_equal(rec.n_split, 0);
+	tier2_record_free(&rec);
+	assert_int_equal(v1.parts_new + v1.parts_shared, 0);
+	assert_int_equal(res.shared_bytes, 0);
+	assert_true(res.new_bytes > blob_sum(&s[1]));
+	assert_int_equal(count_kind(r, ns, 'p'), 0);
+	get_turn_exact(r, ns, 400, &s[1]);
+	/* and re-published with blocks: the version-1 chunks replaced */
+	if (put_turn(r, ns, &s[1], 400, 64, 0, &res, NULL, err, sizeof(err)) != TIER2_OK)
+		fail_msg("put v2 over v1: %s", err);
+	get_turn_exact(r, ns, 400, &s[1]);
+	/* and again with other KDA: the old generation's parts unreferenced */
+	if (put_turn(r, ns, &s[1], 400, 64, 0, &res, NULL, err, sizeof(err)) != TIER2_OK)
+		fail_msg("put v2 over v2: %s", err);
+	assert_int_equal(count_kind(r, ns, 'p'), 2 * 2 * 6);
+	delete_turn(r, ns, 400);
+	assert_int_equal(count_kind(r, ns, 'p'), 0);
+	assert_int_equal(count_kind(r, ns, 'q'), 0);
+	assert_int_equal(count_kind(r, ns, 'c'), 0);
+
+	/* expiries: a part takes the longest of its referrers', none if one has none */
+	turn_ttl = 100;
+	if (put_turn(r, ns, &s[0], 200, 64, 0, &res, NULL, err, sizeof(err)) != TIER2_OK)
+		fail_msg("put with a TTL: %s", err);
+	char pk[TIER2_NAME_MAX], pq[TIER2_NAME_MAX];
+	part_name(r, ns, 200, 1, 1, pk, 'p');
+	part_name(r, ns, 200, 1, 1, pq, 'q');
+	const char *ttl_p[] = {"TTL", pk}, *ttl_q[] = {"TTL", pq};
+	rep = cmd(r, 2, ttl_p);
+	assert_true(rep->integer > 0 && rep->integer <= 100);
+	freeReplyObject(rep);
+	rep = cmd(r, 2, ttl_q);
+	assert_true(rep->integer > 0 && rep->integer <= 100);
+	freeReplyObject(rep);
+	turn_ttl = 0;
+	if (put_turn(r, ns, &s[1], 400, 64, 0, &res, NULL, err, sizeof(err)) != TIER2_OK)
+		fail_msg("put without a TTL: %s", err);
+	rep = cmd(r, 2, ttl_p);
+	assert_int_equal(rep->integer, -1);
+	freeReplyObject(rep);
+	rep = cmd(r, 2, ttl_q);
+	assert_int_equal(rep->integer, -1);
+	freeReplyObject(rep);
+	delete_turn(r, ns, 200);
+	delete_turn(r, ns, 400);
+	assert_int_equal(count_kind(r, ns, 'p'), 0);
+	assert_int_equal(count_kind(r, ns, 'q'), 0);
+
+	storeutil_snap_free(&v);
+	for (int t = 0; t < 3; t++)
+		storeutil_snap_free(&s[t]);
+	cluster_router_free(r);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -914,6 +1226,7 @@ int main(void)
 	        cmocka_unit_test(test_list),
 	        cmocka_unit_test(test_ledger),
 	        cmocka_unit_test(test_ledger_pages),
+	        cmocka_unit_test(test_conversation_blocks),
 	        cmocka_unit_test(test_cluster_unreachable),
 	};
 	return cmocka_run_group_tests_name("tier 2 on a real cluster", tests, setup, teardown);

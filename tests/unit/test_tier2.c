@@ -28,9 +28,9 @@ static void sample(struct sample *s)
 	memset(s, 0, sizeof(*s));
 	for (uint32_t i = 0; i < 40; i++)
 		s->tokens[i] = 1000u + i * 7u;
-	s->layers[0] = (struct tier2_layer){5000, 0x1111};
-	s->layers[1] = (struct tier2_layer){1, 0x2222};
-	s->layers[2] = (struct tier2_layer){3000, 0x3333};
+	s->layers[0] = (struct tier2_layer){5000, 0x1111, 0};
+	s->layers[1] = (struct tier2_layer){1, 0x2222, 0};
+	s->layers[2] = (struct tier2_layer){3000, 0x3333, 0};
 	s->chunks[0] = 0xaaaa;
 	s->chunks[1] = 0xbbbb;
 	s->rec = (struct tier2_record){.generation = 0x0123456789abcdefull,
@@ -199,7 +199,7 @@ static void test_counts_refused(void **state)
 	memcpy(c, b, len);
 	put32(c + OFF_CS, 8192); /* 8001 bytes in chunks of 8192: 1, not 2 */
 	resum(c, len);
-	refused(c, len, "2 chunks, but 8001 bytes cut every 8192 make 1");
+	refused(c, len, "2 chunks, but a stream of 8001 bytes cut every 8192 makes 1");
 	/* an empty layer */
 	memcpy(c, b, len);
 	put64(c + OFF_LAYERS + 16, 0);
@@ -218,9 +218,18 @@ static void test_counts_refused(void **state)
 	refused(c, len, "layer 2 of 3");
 	/* a version, flags or magic this reader does not know */
 	memcpy(c, b, len);
+	c[4] = 3;
+	resum(c, len);
+	refused(c, len, "version 3");
+	memcpy(c, b, len);
+	c[4] = 0;
+	resum(c, len);
+	refused(c, len, "version 0");
+	/* a version-1 record read as version 2: its sum is no row block */
+	memcpy(c, b, len);
 	c[4] = 2;
 	resum(c, len);
-	refused(c, len, "version 2");
+	refused(c, len, "row_block");
 	memcpy(c, b, len);
 	c[6] = 1;
 	resum(c, len);
@@ -265,11 +274,11 @@ static void test_encode_refusals(void **state)
 	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
 	assert_null(b);
 	assert_int_equal(len, 0);
-	assert_non_null(strstr(err, "3 chunks for 8001 bytes"));
+	assert_non_null(strstr(err, "3 chunks, but a stream of 8001 bytes"));
 	sample(&s);
 	s.layers[1].size = 0;
 	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
-	assert_non_null(strstr(err, "layer 1 is empty"));
+	assert_non_null(strstr(err, "layer 1 of 3 has size 0"));
 	sample(&s);
 	s.rec.chunk_size = TIER2_CHUNK_MAX + 1;
 	assert_int_equal(tier2_record_encode(&s.rec, &b, &len, err, sizeof(err)), -1);
@@ -280,6 +289,203 @@ static void test_encode_refusals(void **state)
 	assert_int_equal(tier2_chunk_count(7, 7), 1);
 	assert_int_equal(tier2_chunk_count(8, 7), 2);
 	assert_int_equal(tier2_chunk_count(669ull << 20, TIER2_CHUNK_MAX), 669);
+}
+
+/* ---- version 2: split MLA layers and their parts ---- */
+
+/* The sample as version 2, row block 16: layer 1 MLA of 40 rows of 3 + 2
+ * floats (813 bytes, 2 blocks), layer 2 MLA of 33 rows of 1 + 4 (673 bytes,
+ * 2 blocks): 8 parts of 1280 bytes, a stream of 5206 bytes in 2 chunks. */
+struct sample2 {
+	struct sample s;
+	struct tier2_split split[2];
+	uint64_t parts[8];
+};
+
+static void sample2(struct sample2 *v)
+{
+	sample(&v->s);
+	v->s.layers[1].size = 813;
+	v->s.layers[2].size = 673;
+	v->split[0] = (struct tier2_split){1, 40, 3, 2};
+	v->split[1] = (struct tier2_split){2, 33, 1, 4};
+	for (int i = 0; i < 8; i++)
+		v->parts[i] = 0x5000u + (uint64_t)i;
+	v->s.rec.version = 2;
+	v->s.rec.row_block = 16;
+	v->s.rec.n_split = 2;
+	v->s.rec.split = v->split;
+	v->s.rec.part_xxh3 = v->parts;
+}
+
+#define OFF_V2    (OFF_NCHUNK + 4u + 2u * 8u) /* row_block */
+#define OFF_SPLIT (OFF_V2 + 8u)
+#define OFF_PARTS (OFF_SPLIT + 2u * 16u)
+
+static void test_v2_round_trip(void **state)
+{
+	(void)state;
+	struct sample2 v;
+	sample2(&v);
+	size_t len = 0;
+	uint8_t *b = encoded(&v.s.rec, &len);
+	assert_int_equal(len, tier2_record_size_v2(5, 40, 3, 2, 2, 8));
+	assert_int_equal(len, OFF_PARTS + 8u * 8u + 8u);
+	assert_memory_equal(b, "K3T2\2\0\0\0", 8);
+	assert_int_equal(tier2_stream_size(&v.s.rec), 5206);
+	struct tier2_record out;
+	char err[320] = "";
+	if (tier2_record_decode(b, len, &out, err, sizeof(err)) != 0)
+		fail_msg("decode: %s", err);
+	assert_int_equal(out.version, 2);
+	assert_int_equal(out.row_block, 16);
+	assert_int_equal(out.n_split, 2);
+	assert_memory_equal(out.split, v.split, sizeof(v.split));
+	assert_memory_equal(out.part_xxh3, v.parts, sizeof(v.parts));
+	assert_int_equal(out.layers[0].tag, 0);
+	assert_int_equal(out.layers[1].tag, 2);
+	assert_int_equal(out.layers[2].tag, 2);
+	assert_int_equal(out.n_chunks, 2);
+	assert_memory_equal(out.tokens, v.s.tokens, sizeof(v.s.tokens));
+	size_t len2 = 0;
+	uint8_t *b2 = encoded(&out, &len2);
+	assert_int_equal(len2, len);
+	assert_memory_equal(b2, b, len);
+	free(b2);
+	tier2_record_free(&out);
+	/* no split layer (none as long as a block): version 2 all the same */
+	v.s.rec.row_block = 64;
+	v.s.rec.n_split = 0;
+	assert_int_equal(tier2_stream_size(&v.s.rec), 6486); /* still 2 chunks */
+	free(b);
+	b = encoded(&v.s.rec, &len);
+	if (tier2_record_decode(b, len, &out, err, sizeof(err)) != 0)
+		fail_msg("decode: %s", err);
+	assert_int_equal(out.version, 2);
+	assert_int_equal(out.n_split, 0);
+	tier2_record_free(&out);
+	free(b);
+}
+
+static void test_v2_refusals(void **state)
+{
+	(void)state;
+	struct sample2 v;
+	sample2(&v);
+	size_t len = 0;
+	uint8_t *b = encoded(&v.s.rec, &len);
+	/* cut at every length, with and without the sum made right */
+	uint8_t *c = malloc(len + 16);
+	for (size_t l = 0; l < len; l++) {
+		memcpy(c, b, l);
+		refused(c, l, NULL);
+		if (l >= 8) {
+			resum(c, l);
+			refused(c, l, NULL);
+		}
+	}
+	/* every byte changed: refused (by a check of its field, or the sum) */
+	for (size_t k = 0; k < len; k++) {
+		memcpy(c, b, len);
+		c[k] ^= 0x10;
+		refused(c, len, NULL);
+	}
+	struct {
+		size_t off;
+		uint32_t val;
+		const char *want;
+	} bad[] = {
+	        {OFF_V2, 24, "row block 24"},
+	        {OFF_V2, 8, "row_block 8"},
+	        {OFF_V2, 65552, "row_block 65552"},
+	        {OFF_V2, 32, "the split layers make 4"}, /* 1 block each */
+	        {OFF_V2 + 4, 4, "split count 4"},
+	        {OFF_V2 + 4, 1, "10 part sums, the split layers make 4"},
+	        {OFF_SPLIT, 3, "split 0"},      /* no such layer */
+	        {OFF_SPLIT + 16, 1, "split 1"}, /* not increasing */
+	        {OFF_SPLIT + 16, 0, "split 1"},
+	        {OFF_SPLIT + 4, 41, "split 0"}, /* more rows than tokens */
+	        {OFF_SPLIT + 4, 8, "split 0"},  /* fewer than a block */
+	        {OFF_SPLIT + 8, 4, "split 0"},  /* rows that do not make the size */
+	        {OFF_SPLIT + 8, 0, "split 0"},
+	        {OFF_SPLIT + 12, 0, "split 0"},
+	        {OFF_SPLIT + 8, 0x80000000u, "split 0"}, /* no overflow */
+	        {OFF_CS, 8192, "stream of 5206 bytes cut every 8192 makes 1"},
+	        {OFF_NCHUNK, 2, NULL}, /* itself: accepted */
+	};
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		memcpy(c, b, len);
+		put32(c + bad[k].off, bad[k].val);
+		resum(c, len);
+		if (!bad[k].want) {
+			struct tier2_record out;
+			assert_int_equal(tier2_record_decode(c, len, &out, NULL, 0), 0);
+			tier2_record_free(&out);
+			continue;
+		}
+		refused(c, len, bad[k].want);
+	}
+	/* a part sum more or fewer than the splits make */
+	memcpy(c, b, len - 8);
+	put64(c + len - 8, 0x77);
+	resum(c, len + 8);
+	refused(c, len + 8, "9 part sums, the split layers make 8");
+	memcpy(c, b, len - 16);
+	resum(c, len - 8);
+	refused(c, len - 8, "7 part sums, the split layers make 8");
+	memcpy(c, b, len - 8);
+	resum(c, len - 5);
+	refused(c, len - 5, "bytes of part sums");
+	/* a version-2 record claimed as version 1: its tail is trailing */
+	memcpy(c, b, len);
+	c[4] = 1;
+	resum(c, len);
+	refused(c, len, "trailing");
+	free(c);
+	free(b);
+}
+
+static void test_v2_encode_refusals(void **state)
+{
+	(void)state;
+	struct sample2 v;
+	sample2(&v);
+	uint8_t *b = NULL;
+	size_t len = 0;
+	char err[256] = "";
+	v.s.rec.version = 1; /* version 1 has no row block */
+	assert_int_equal(tier2_record_encode(&v.s.rec, &b, &len, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "version 1 has no row block"));
+	v.s.rec.version = 3;
+	assert_int_equal(tier2_record_encode(&v.s.rec, &b, &len, err, sizeof(err)), -1);
+	sample2(&v);
+	v.split[1].k_row = 2;
+	assert_int_equal(tier2_record_encode(&v.s.rec, &b, &len, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "split 1"));
+	/* more than TIER2_MAX_PARTS parts: 9 layers of 2^22 rows in blocks of
+	 * 16 make 2^19 parts each */
+	uint32_t n = TIER2_MAX_TOKENS;
+	uint32_t *tokens = calloc(n, sizeof(*tokens));
+	struct tier2_layer layers[9];
+	struct tier2_split split[9];
+	for (uint32_t i = 0; i < 9; i++) {
+		layers[i] = (struct tier2_layer){13u + 4u * (uint64_t)n * 2u, 0, 2};
+		split[i] = (struct tier2_split){i, n, 1, 1};
+	}
+	struct tier2_record rec = {.n_tokens = n,
+	                           .tokens = tokens,
+	                           .n_layers = 9,
+	                           .layers = layers,
+	                           .chunk_size = TIER2_CHUNK_MAX,
+	                           .n_chunks = 1,
+	                           .version = 2,
+	                           .row_block = 16,
+	                           .n_split = 9,
+	                           .split = split};
+	assert_int_equal(tier2_record_encode(&rec, &b, &len, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "more than 4194304 parts"));
+	assert_null(b);
+	free(tokens);
 }
 
 static void test_names(void **state)
@@ -523,6 +729,9 @@ int main(void)
 	        cmocka_unit_test(test_counts_refused),
 	        cmocka_unit_test(test_corrupted),
 	        cmocka_unit_test(test_encode_refusals),
+	        cmocka_unit_test(test_v2_round_trip),
+	        cmocka_unit_test(test_v2_refusals),
+	        cmocka_unit_test(test_v2_encode_refusals),
 	        cmocka_unit_test(test_names),
 	        cmocka_unit_test(test_namespaces),
 	        cmocka_unit_test(test_tail_hash),
