@@ -135,6 +135,9 @@ void t2_count_router(struct k3d_t2 *t, struct cluster_router *r, struct cluster_
 	atomic_fetch_add(&t->n.bytes_in, ts->bytes_in - ts_seen->bytes_in);
 	atomic_fetch_add(&t->n.bytes_out, ts->bytes_out - ts_seen->bytes_out);
 	atomic_fetch_add(&t->n.stale, ts->stale - ts_seen->stale);
+	atomic_fetch_add(&t->n.parts_new, ts->parts_new - ts_seen->parts_new);
+	atomic_fetch_add(&t->n.parts_shared, ts->parts_shared - ts_seen->parts_shared);
+	atomic_fetch_add(&t->n.part_bytes_saved, ts->part_bytes_saved - ts_seen->part_bytes_saved);
 	*ts_seen = *ts;
 }
 
@@ -464,6 +467,9 @@ static void count_miss(struct k3d_t2 *t, enum tier2_status st)
 		break;
 	case TIER2_TIMEOUT:
 		atomic_fetch_add(&t->n.misses_timeout, 1);
+		break;
+	case TIER2_TOO_LARGE:
+		atomic_fetch_add(&t->n.misses_too_large, 1);
 		break;
 	default:
 		atomic_fetch_add(&t->n.misses_node_error, 1);

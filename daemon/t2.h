@@ -63,6 +63,13 @@
 	  "Fetches that missed: a round trip ran out of time.")                                    \
 	X(misses_node_error, "tier2_misses_node_error_total",                                      \
 	  "Fetches that missed: a node failed or refused.")                                        \
+	X(misses_too_large, "tier2_misses_too_large_total",                                        \
+	  "Fetches not made: the entry is over --max-payload or --max-bytes.")                     \
+	X(parts_new, "tier2_parts_new_total", "MLA block parts this daemon wrote to the cluster.") \
+	X(parts_shared, "tier2_parts_shared_total",                                                \
+	  "MLA block parts the cluster held already: referenced, not sent again.")                 \
+	X(part_bytes_saved, "tier2_part_bytes_saved_total",                                        \
+	  "Bytes of MLA block parts not sent because the cluster held them.")                      \
 	X(store_refused, "tier2_store_refused_total",                                              \
 	  "Fetched entries the local store refused (validation, room).")                           \
 	X(copies, "tier2_copies_total", "Entries copied to the cluster.")                          \

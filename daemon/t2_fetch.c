@@ -78,8 +78,12 @@ static void probe(struct fetcher *f, struct t2_item *it)
 		it->st = TIER2_NODE_ERROR;
 		snprintf(it->err, sizeof(it->err), "the daemon is stopping");
 	} else {
-		it->st = tier2_get(f->r, t->cfg.ns, it->key, &it->entry, &f->ts, it->err,
-		                   sizeof(it->err));
+		/* no larger than a publish the daemon would take */
+		uint64_t max = t->srv->cfg.max_payload < t->srv->cfg.max_bytes
+		                       ? t->srv->cfg.max_payload
+		                       : t->srv->cfg.max_bytes;
+		it->st = tier2_get_max(f->r, t->cfg.ns, it->key, max, &it->entry, &f->ts, it->err,
+		                       sizeof(it->err));
 		if (it->st != TIER2_OK)
 			t2_release(t);
 	}

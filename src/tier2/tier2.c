@@ -23,6 +23,8 @@ const char *tier2_status_name(enum tier2_status st)
 		return "invalid";
 	case TIER2_NOMEM:
 		return "nomem";
+	case TIER2_TOO_LARGE:
+		return "too-large";
 	}
 	return "unknown";
 }

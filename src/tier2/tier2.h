@@ -168,9 +168,11 @@ enum tier2_status {
 	TIER2_NODE_ERROR, /* a node refused, is backing off, or answered an error */
 	TIER2_INVALID,    /* the caller's arguments */
 	TIER2_NOMEM,
+	TIER2_TOO_LARGE, /* tier2_get_max: the entry is larger than the caller takes */
 };
 
-/* "ok", "missing", "damaged", "timeout", "node-error", "invalid", "nomem". */
+/* "ok", "missing", "damaged", "timeout", "node-error", "invalid", "nomem",
+ * "too-large". */
 const char *tier2_status_name(enum tier2_status st);
 
 /* Counters that the calls add to (the caller zeroes them once). */
@@ -191,6 +193,7 @@ struct tier2_stats {
 	uint64_t miss_damaged;      /* a check failed */
 	uint64_t miss_timeout;      /* a round trip timed out */
 	uint64_t miss_node;         /* a node failed otherwise */
+	uint64_t miss_too_large;    /* tier2_get_max: the entry was over the caller's limit */
 	uint64_t parts_new;         /* block parts a put wrote (absent before) */
 	uint64_t parts_shared;      /* block parts a put found there and referenced */
 	uint64_t part_bytes_saved;  /* the bytes of those shared parts (not sent) */
@@ -440,6 +443,14 @@ struct tier2_entry {
 enum tier2_status tier2_get(struct cluster_router *r, const char *ns,
                             const uint8_t key[TIER2_KEY_LEN], struct tier2_entry *entry,
                             struct tier2_stats *stats, char *err, size_t errsz);
+/* tier2_get of an entry of at most max_bytes (the sum of its layers; 0: no
+ * limit): a larger one is TIER2_TOO_LARGE (counted in miss_too_large) once
+ * its record is read, before any memory is taken for its bytes or a chunk
+ * is read. */
+enum tier2_status tier2_get_max(struct cluster_router *r, const char *ns,
+                                const uint8_t key[TIER2_KEY_LEN], uint64_t max_bytes,
+                                struct tier2_entry *entry, struct tier2_stats *stats, char *err,
+                                size_t errsz);
 
 void tier2_entry_free(struct tier2_entry *entry);
 

@@ -251,11 +251,20 @@ static void count(struct tier2_stats *stats, enum tier2_status st)
 	stats->miss_damaged += st == TIER2_DAMAGED;
 	stats->miss_timeout += st == TIER2_TIMEOUT;
 	stats->miss_node += st == TIER2_NODE_ERROR;
+	stats->miss_too_large += st == TIER2_TOO_LARGE;
 }
 
 enum tier2_status tier2_get(struct cluster_router *r, const char *ns,
                             const uint8_t key[TIER2_KEY_LEN], struct tier2_entry *entry,
                             struct tier2_stats *stats, char *err, size_t errsz)
+{
+	return tier2_get_max(r, ns, key, 0, entry, stats, err, errsz);
+}
+
+enum tier2_status tier2_get_max(struct cluster_router *r, const char *ns,
+                                const uint8_t key[TIER2_KEY_LEN], uint64_t max_bytes,
+                                struct tier2_entry *entry, struct tier2_stats *stats, char *err,
+                                size_t errsz)
 {
 	memset(entry, 0, sizeof(*entry));
 	if (tier2_ns_check(ns, err, errsz) != 0)
@@ -271,6 +280,17 @@ enum tier2_status tier2_get(struct cluster_router *r, const char *ns,
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < rec.n_layers; i++)
 		total += rec.layers[i].size; /* bounded by the decoder */
+	if (max_bytes && total > max_bytes) {
+		char name[TIER2_NAME_MAX];
+		tier2_name_record(name, ns, key);
+		tier2_io_err(err, errsz,
+		             "tier2: get %s: the entry holds %llu bytes, over the %llu this caller "
+		             "takes",
+		             name, (unsigned long long)total, (unsigned long long)max_bytes);
+		tier2_record_free(&rec);
+		count(stats, TIER2_TOO_LARGE);
+		return TIER2_TOO_LARGE;
+	}
 	struct tier2_entry e = {
 	        .salt_len = rec.salt_len, .prefix_len = rec.n_tokens, .n_blobs = rec.n_layers};
 	memcpy(e.fingerprint, rec.fingerprint, 32);

@@ -351,6 +351,24 @@ static void test_expiry_and_small_chunks(void **state)
 		tier2_name_node(name, "ttl", h[d]);
 		assert_true(ttl_of(r, name) > 500);
 	}
+	/* a caller that takes at most one byte less than the entry: refused
+	 * before a chunk is read; exactly its size: served */
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < rec.n_layers; i++)
+		total += rec.layers[i].size;
+	struct tier2_stats before = st;
+	struct tier2_entry e;
+	char err[512] = "";
+	assert_int_equal(tier2_get_max(r, "ttl", key, total - 1, &e, &st, err, sizeof(err)),
+	                 TIER2_TOO_LARGE);
+	assert_null(e.blobs);
+	assert_non_null(strstr(err, "over the"));
+	assert_int_equal(st.miss_too_large, before.miss_too_large + 1);
+	assert_true(st.bytes_in - before.bytes_in < total / 10); /* the record alone */
+	uint64_t in_before = st.bytes_in;
+	assert_int_equal(tier2_get_max(r, "ttl", key, total, &e, &st, err, sizeof(err)), TIER2_OK);
+	assert_true(st.bytes_in - in_before >= total);
+	tier2_entry_free(&e);
 	tier2_record_free(&rec);
 	/* without an expiry: none */
 	put(r, "ttl", "s", conv, 20, 5, NULL, &st);
