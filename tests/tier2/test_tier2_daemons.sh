@@ -118,6 +118,10 @@ done
 ok "alternating daemons: no warnings from the worker" $([ ! -s "$out.err" ]; echo $?)
 ok "daemon b answered lookups with fetched entries" $([ "$(stat_of b tier2_hits)" -ge 1 ]; echo $?)
 ok "daemon a answered lookups with fetched entries" $([ "$(stat_of a tier2_hits)" -ge 1 ]; echo $?)
+shared=$(($(stat_of a tier2_parts_shared) + $(stat_of b tier2_parts_shared)))
+saved=$(($(stat_of a tier2_part_bytes_saved) + $(stat_of b tier2_part_bytes_saved)))
+sent=$(($(stat_of a tier2_bytes_out) + $(stat_of b tier2_bytes_out)))
+ok "MLA block parts shared between turns in the cluster ($shared parts, $saved bytes not sent; $sent sent)" $([ "$shared" -ge 1 ] && [ "$saved" -gt 0 ]; echo $?)
 ok "no fetch missed" $([ "$(stat_of b tier2_misses_damaged)" = 0 ] && [ "$(stat_of b tier2_misses_missing)" = 0 ]; echo $?)
 
 # ---- a daemon restarted with an empty store restores from the cluster --------------------
