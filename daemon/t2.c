@@ -214,6 +214,11 @@ static void arm(struct k3d_t2_wait *w, uint64_t s, uint32_t ms)
 	evtimer_add(w->timer, &tv);
 }
 
+uint64_t t2_now_ms(void)
+{
+	return (uint64_t)(k3d_now() * 1e3) + 1; /* never 0: 0 is "not busy" */
+}
+
 /* ---- what one fetch holds ------------------------------------------------------ */
 
 int t2_hold(struct k3d_t2 *t)
@@ -306,6 +311,13 @@ int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local)
 		limit = TIER2_MAX_TOKENS;
 	if (limit == 0 || local->prefix_len >= limit || l->salt.len > TIER2_MAX_SALT)
 		return 0;
+	/* the fetch thread is held up (a slow or stopped node, a large fetch)
+	 * past what a lookup would wait: answer at once, not --tier2-wait later */
+	uint64_t busy = atomic_load(&t->busy_since_ms);
+	if (busy && t2_now_ms() - busy > t->cfg.wait_ms) {
+		atomic_fetch_add(&t->n.lookups_skipped, 1);
+		return 0;
+	}
 	struct t2_item *it = calloc(1, sizeof(*it));
 	struct k3d_t2_wait *w = calloc(1, sizeof(*w));
 	if (it) {

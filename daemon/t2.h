@@ -46,7 +46,8 @@
 #define K3D_T2_COUNTERS(X)                                                                         \
 	X(lookups, "tier2_lookups_total", "Lookups that asked the cluster.")                       \
 	X(lookups_skipped, "tier2_lookups_skipped_total",                                          \
-	  "Lookups answered locally: the fetch queue was full.")                                   \
+	  "Lookups answered locally at once: the fetch thread was busy past --tier2-wait, or its " \
+	  "queue full.")                                                                           \
 	X(waits_expired, "tier2_waits_expired_total",                                              \
 	  "Lookups answered locally: no answer within --tier2-wait.")                              \
 	X(lookup_errors, "tier2_lookup_errors_total",                                              \

@@ -134,10 +134,12 @@ void *t2_fetch_main(void *arg)
 			t2_post(f.t, it);
 			continue;
 		}
+		atomic_store(&f.t->busy_since_ms, t2_now_ms());
 		if (it->kind == T2_LIST)
 			list(&f, it);
 		else
 			probe(&f, it);
+		atomic_store(&f.t->busy_since_ms, 0);
 		t2_count_router(f.t, f.r, &f.seen, &f.ts, &f.ts_seen);
 	}
 	cluster_router_free(f.r);

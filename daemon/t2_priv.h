@@ -104,6 +104,9 @@ struct k3d_t2 {
 	 * one at a time, under fetchq.mu */
 	int holding;
 	struct t2_refused refused[T2_REFUSED]; /* under fetchq.mu */
+	/* t2_now_ms() when the fetch thread took the item it works on; 0 while
+	 * it waits for one */
+	_Atomic uint64_t busy_since_ms;
 	unsigned refused_next;
 	/* lookups waiting (loop thread only) */
 	struct k3d_t2_wait *waiters;
@@ -121,6 +124,9 @@ int t2_hold(struct k3d_t2 *t);
 void t2_release(struct k3d_t2 *t);
 /* Whether the store refused key's entry lately (fetch thread). */
 int t2_refused(struct k3d_t2 *t, const uint8_t *key);
+
+/* Milliseconds of k3d_now(), never 0. */
+uint64_t t2_now_ms(void);
 
 /* Wakes the loop: an item is on doneq. */
 void t2_post(struct k3d_t2 *t, struct t2_item *it);
