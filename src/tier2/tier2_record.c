@@ -350,7 +350,7 @@ int tier2_record_decode(const void *buf, size_t len, struct tier2_record *out, c
 	size_t mem_len = (size_t)n_layers * sizeof(struct tier2_layer) + (size_t)n_chunks * 8u +
 	                 (size_t)n_parts * 8u + (size_t)n_split * sizeof(struct tier2_split) +
 	                 (size_t)n_tokens * 4u + salt_len;
-	unsigned char *mem = malloc(mem_len);
+	unsigned char *mem = calloc(1, mem_len); /* padding too: a decoded record compares whole */
 	if (!mem) {
 		tier2_io_err(err, errsz, "tier2 record: out of memory for %zu bytes", mem_len);
 		return -1;
