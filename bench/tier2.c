@@ -8,15 +8,23 @@
  *    started on an empty store each round (--tier2-wait 5000), is asked for a
  *    prompt extending it (k3cache_lookup: the cluster is searched, the entry
  *    fetched whole and checked, stored locally) and the entry is restored into
- *    pre-touched caller buffers (k3cache_restore_into). Baseline of the same
- *    run: the same bytes from the same cluster with hiredis GETs of the entry's
- *    record and chunk keys (k3:k3cache:e:KEY, k3:k3cache:c:KEY:GEN:I), each GET
- *    sent to the master owning the key by the project's router (cluster.h), 16
- *    in flight as tier2_get reads them, each value copied into the same
- *    buffers; no checks. One untimed round of each first, then rounds
- *    alternating; ratio = GETs' time / cold restore's time. Each round also
- *    times tier2_get alone in a new process (the fetch thread's read, checked):
- *    the fetch's share of the cold lookup.
+ *    pre-touched caller buffers (k3cache_restore_into). The daemon copies
+ *    it as a record of version 2 (tier2.h "Block parts"): its MLA rows in
+ *    blocks of 64 are parts of their own, the chunks hold the rest. Baseline
+ *    of the same run: every byte of the entry from the same cluster with
+ *    hiredis GETs of its record (k3:k3cache:e:KEY), every chunk
+ *    (k3:k3cache:c:KEY:GEN:I) and every part the record names
+ *    (k3:k3cache:p:{NODE:L:P:XXH}, NODE from prefix_block_hashes of the
+ *    record's tokens), named as tier2_get names them; each GET sent to the
+ *    master owning the key by the project's router (cluster.h), 16 in flight
+ *    (chunks, then parts; tier2_get reads parts 32 at a time), each value
+ *    copied into the same buffers where tier2_get puts it; no checks of sums,
+ *    but the bytes read must be the entry's and the record's. One untimed
+ *    round of each first, then rounds alternating; ratio = GETs' time / cold
+ *    restore's time. Each round also times tier2_get alone in a new process
+ *    (the fetch thread's read, checked): the fetch's share of the cold
+ *    lookup. Daemon A's tier2_bytes_out and tier2_parts_new for the copy are
+ *    printed.
  * 2. Hit ratio. A k3worker conversation (tiny model, a process per turn): on
  *    A alone; with turns alternating A and B; all turns on A, then replayed on
  *    a fresh B. Tokens reused / prompt tokens, from the worker's [PREFIX]
@@ -53,6 +61,7 @@
 #include "k3cache/k3cache.h"
 #include "k3shape.h"
 #include "model.h"
+#include "prefix.h"
 #include "tier2/cluster.h"
 #include "tier2/tier2.h"
 
@@ -480,92 +489,231 @@ static double cold_round(const struct snap *s, double *t_lookup)
 	return t2 - t0;
 }
 
-/* Where the bytes of chunks go: the layers end to end. */
+/* A run of a layer's blob that the entry's stream (its chunks) holds, in
+ * stream order, as tier2_get places them: a layer whole, or of a split MLA
+ * layer its header, its k tail rows, its v count and its v tail rows. */
+struct seg {
+	uint32_t layer;
+	uint64_t off, len;
+};
+
+/* Where the bytes of chunks go: the runs of the stream end to end. */
 struct sink {
 	const struct snap *s;
-	uint32_t layer;
-	size_t off;
+	const struct seg *g;
+	size_t n_seg, seg;
+	uint64_t off; /* in the run seg */
 };
 
 static void sink_put(struct sink *k, const char *data, size_t len)
 {
 	while (len) {
-		if (k->layer >= k->s->n)
-			fail("GET: more bytes than the layers hold");
-		size_t take = k->s->sizes[k->layer] - k->off;
-		if (take > len)
-			take = len;
-		memcpy((char *)k->s->dst[k->layer] + k->off, data, take);
+		while (k->seg < k->n_seg && k->off == k->g[k->seg].len) {
+			k->seg++;
+			k->off = 0;
+		}
+		if (k->seg == k->n_seg)
+			fail("GET: the chunks hold more bytes than the entry's stream");
+		const struct seg *q = &k->g[k->seg];
+		size_t take = q->len - k->off < len ? (size_t)(q->len - k->off) : len;
+		memcpy((char *)k->s->dst[q->layer] + q->off + k->off, data, take);
 		data += take;
 		len -= take;
 		k->off += take;
-		if (k->off == k->s->sizes[k->layer]) {
-			k->layer++;
-			k->off = 0;
-		}
 	}
 }
 
+/* The runs of rec's stream (rec's layers are s's), into g (4 per layer). */
+static size_t stream_segs(const struct snap *s, const struct tier2_record *rec, struct seg *g)
+{
+	size_t k = 0;
+	uint32_t next = 0;
+	for (uint32_t i = 0; i < rec->n_layers; i++) {
+		uint64_t size = rec->layers[i].size;
+		if (next < rec->n_split && rec->split[next].layer == i) {
+			const struct tier2_split *sp = &rec->split[next++];
+			uint64_t nb = sp->seq_len / rec->row_block;
+			uint64_t kb = 4u * (uint64_t)sp->seq_len * sp->k_row;
+			uint64_t kparts = nb * tier2_part_size(sp, rec->row_block, 0);
+			uint64_t vparts = nb * tier2_part_size(sp, rec->row_block, 1);
+			uint64_t vat = TIER2_MLA_HEAD + kb; /* the v count */
+			if (vat + 4u + vparts > size)
+				fail("record: split layer %u's parts overrun its %llu bytes", i,
+				     (unsigned long long)size);
+			g[k++] = (struct seg){i, 0, TIER2_MLA_HEAD};
+			g[k++] = (struct seg){i, TIER2_MLA_HEAD + kparts, kb - kparts};
+			g[k++] = (struct seg){i, vat, 4};
+			g[k++] = (struct seg){i, vat + 4u + vparts, size - (vat + 4u + vparts)};
+		} else {
+			g[k++] = (struct seg){i, 0, size};
+		}
+		if (size != s->sizes[i])
+			fail("record: layer %u has %llu bytes, not %zu", i,
+			     (unsigned long long)size, s->sizes[i]);
+	}
+	return k;
+}
+
+/* One GET's buffers. */
+struct get_cmd {
+	char name[TIER2_NAME_MAX];
+	const char *argv[2];
+	size_t len[2];
+};
+
+static struct cluster_cmd get_cmd(struct get_cmd *c, size_t name_len)
+{
+	c->argv[0] = "GET";
+	c->argv[1] = c->name;
+	c->len[0] = 3;
+	c->len[1] = name_len;
+	return (struct cluster_cmd){c->name, name_len, 2, c->argv, c->len, NULL};
+}
+
+/* A block part of the entry: where it goes, and its name's pieces. */
+struct part_at {
+	uint32_t layer;
+	int part; /* 0 k, 1 v */
+	uint64_t xxh3, off, size;
+	const uint8_t *node; /* h_{(b+1)B/16} */
+};
+
+/* What a GET round read. */
+struct get_stats {
+	uint32_t n_chunks, n_parts, version, row_block, n_split;
+	uint64_t record, chunks, parts; /* value bytes */
+};
+
 /* The same bytes with hiredis GETs through the router: the record, then
- * every chunk, 16 in flight, each value copied into the caller's buffers. */
-static double get_round(const struct snap *s, uint32_t *n_chunks)
+ * every chunk, then every block part it names (each named as tier2_get names
+ * it), IN_FLIGHT GETs per pipeline, each value copied into the caller's
+ * buffers where tier2_get puts it; no checks of sums. */
+static double get_round(const struct snap *s, struct get_stats *gs)
 {
 	clear_dst(s);
+	memset(gs, 0, sizeof(*gs));
 	char err[512];
 	struct cluster_options o = {0};
 	double t0 = benchutil_now();
 	struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
 	if (!r)
 		fail("router: %s", err);
-	char name[TIER2_NAME_MAX];
-	size_t nl = tier2_name_record(name, NS, s->key);
-	const char *argv[2] = {"GET", name};
-	size_t argvlen[2] = {3, nl};
-	redisReply *rep = NULL;
-	if (cluster_command_argv(r, name, nl, 2, argv, argvlen, &rep) != 0)
-		fail("GET %s: %s", name, cluster_error(r));
-	struct tier2_record rec;
-	if (rep->type != REDIS_REPLY_STRING)
-		fail("GET %s: not a string (type %d)", name, rep->type);
-	if (tier2_record_decode(rep->str, rep->len, &rec, err, sizeof(err)) != 0)
-		fail("%s: %s", name, err);
-	freeReplyObject(rep);
-	if (rec.n_layers != s->n)
-		fail("%s: %u layers, not %u", name, rec.n_layers, s->n);
-	struct sink k = {s, 0, 0};
-	struct {
-		char name[TIER2_NAME_MAX];
-		const char *argv[2];
-		size_t len[2];
-	} c[IN_FLIGHT];
+	struct get_cmd c[IN_FLIGHT];
 	struct cluster_cmd cmds[IN_FLIGHT];
+	cmds[0] = get_cmd(&c[0], tier2_name_record(c[0].name, NS, s->key));
+	if (cluster_pipeline(r, cmds, 1) != 0)
+		fail("GET %s: %s", c[0].name, cluster_error(r));
+	struct tier2_record rec;
+	const redisReply *rep = cmds[0].reply;
+	if (rep->type != REDIS_REPLY_STRING)
+		fail("GET %s: not a string (type %d)", c[0].name, rep->type);
+	if (tier2_record_decode(rep->str, rep->len, &rec, err, sizeof(err)) != 0)
+		fail("%s: %s", c[0].name, err);
+	gs->record = rep->len;
+	freeReplyObject(cmds[0].reply);
+	if (rec.n_layers != s->n)
+		fail("record: %u layers, not %u", rec.n_layers, s->n);
+	struct seg *g = calloc((size_t)s->n * 4u, sizeof(*g));
+	if (!g)
+		fail("out of memory");
+	struct sink k = {s, g, stream_segs(s, &rec, g), 0, 0};
 	for (uint32_t first = 0; first < rec.n_chunks; first += IN_FLIGHT) {
 		uint32_t n = rec.n_chunks - first < IN_FLIGHT ? rec.n_chunks - first : IN_FLIGHT;
-		for (uint32_t j = 0; j < n; j++) {
-			size_t len =
-			        tier2_name_chunk(c[j].name, NS, s->key, rec.generation, first + j);
-			c[j].argv[0] = "GET";
-			c[j].argv[1] = c[j].name;
-			c[j].len[0] = 3;
-			c[j].len[1] = len;
-			cmds[j] =
-			        (struct cluster_cmd){c[j].name, len, 2, c[j].argv, c[j].len, NULL};
-		}
+		for (uint32_t j = 0; j < n; j++)
+			cmds[j] = get_cmd(&c[j], tier2_name_chunk(c[j].name, NS, s->key,
+			                                          rec.generation, first + j));
 		if (cluster_pipeline(r, cmds, n) != 0)
 			fail("GET of chunks: %s", cluster_error(r));
 		for (uint32_t j = 0; j < n; j++) {
 			if (cmds[j].reply->type != REDIS_REPLY_STRING)
 				fail("GET %s: not a string", c[j].name);
 			sink_put(&k, cmds[j].reply->str, cmds[j].reply->len);
+			gs->chunks += cmds[j].reply->len;
 			freeReplyObject(cmds[j].reply);
 		}
 	}
+	while (k.seg < k.n_seg && k.off == g[k.seg].len) {
+		k.seg++;
+		k.off = 0;
+	}
+	if (k.seg != k.n_seg)
+		fail("GET: the chunks end before the entry's stream");
+	free(g);
+	/* the parts: per split layer in order, per block b its k then its v
+	 * part, named by node h_{(b+1)B/16} of the record's tokens */
+	size_t n_parts = 0;
+	for (uint32_t i = 0; rec.version == 2 && i < rec.n_split; i++)
+		n_parts += 2u * (size_t)(rec.split[i].seq_len / rec.row_block);
+	if (n_parts) {
+		uint8_t(*h)[PREFIX_NODE_LEN] =
+		        malloc(((size_t)rec.n_tokens / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
+		struct part_at *pa = calloc(n_parts, sizeof(*pa));
+		if (!h || !pa)
+			fail("out of memory");
+		prefix_block_hashes(rec.fingerprint, rec.salt, rec.salt_len, rec.tokens,
+		                    rec.n_tokens, h);
+		size_t at = 0;
+		for (uint32_t i = 0; i < rec.n_split; i++) {
+			const struct tier2_split *sp = &rec.split[i];
+			uint32_t nb = sp->seq_len / rec.row_block;
+			uint64_t kb = 4u * (uint64_t)sp->seq_len * sp->k_row;
+			for (uint32_t b = 0; b < nb; b++)
+				for (int part = 0; part < 2; part++, at++) {
+					struct part_at *q = &pa[at];
+					q->layer = sp->layer;
+					q->part = part;
+					q->xxh3 = rec.part_xxh3[at];
+					q->size = tier2_part_size(sp, rec.row_block, part);
+					q->off = TIER2_MLA_HEAD + (uint64_t)b * q->size +
+					         (part ? kb + 4u : 0);
+					q->node = h[(size_t)(b + 1u) *
+					            (rec.row_block / PREFIX_BLOCK)];
+				}
+		}
+		for (size_t first = 0; first < n_parts; first += IN_FLIGHT) {
+			size_t n = n_parts - first < IN_FLIGHT ? n_parts - first : IN_FLIGHT;
+			for (size_t j = 0; j < n; j++) {
+				const struct part_at *q = &pa[first + j];
+				cmds[j] =
+				        get_cmd(&c[j], tier2_name_part(c[j].name, NS, q->node,
+				                                       q->layer, q->part, q->xxh3));
+			}
+			if (cluster_pipeline(r, cmds, n) != 0)
+				fail("GET of parts: %s", cluster_error(r));
+			for (size_t j = 0; j < n; j++) {
+				const struct part_at *q = &pa[first + j];
+				rep = cmds[j].reply;
+				if (rep->type != REDIS_REPLY_STRING)
+					fail("GET %s: not a string (type %d)", c[j].name,
+					     rep->type);
+				if (rep->len != q->size || q->off + q->size > s->sizes[q->layer])
+					fail("GET %s: %zu bytes at %llu of layer %u, the record "
+					     "says %llu",
+					     c[j].name, rep->len, (unsigned long long)q->off,
+					     q->layer, (unsigned long long)q->size);
+				memcpy((char *)s->dst[q->layer] + q->off, rep->str, rep->len);
+				gs->parts += rep->len;
+				freeReplyObject(cmds[j].reply);
+			}
+		}
+		free(pa);
+		free(h);
+	}
 	cluster_router_free(r);
 	double t = benchutil_now() - t0;
-	if (k.layer != s->n)
-		fail("GET: the chunks end before the layers");
-	*n_chunks = rec.n_chunks;
+	gs->n_chunks = rec.n_chunks;
+	gs->n_parts = (uint32_t)n_parts;
+	gs->version = rec.version;
+	gs->row_block = rec.row_block;
+	gs->n_split = rec.n_split;
 	tier2_record_free(&rec);
+	uint64_t bytes_read = gs->record + gs->chunks + gs->parts;
+	if (bytes_read != s->total + gs->record)
+		fail("GET: read %llu bytes (record %llu, chunks %llu, parts %llu), not the "
+		     "entry's %llu + the record's %llu",
+		     (unsigned long long)bytes_read, (unsigned long long)gs->record,
+		     (unsigned long long)gs->chunks, (unsigned long long)gs->parts,
+		     (unsigned long long)s->total, (unsigned long long)gs->record);
 	check_bytes(s, "GET");
 	return t;
 }
@@ -642,7 +790,8 @@ static void part1(struct daemon *a)
 	put_model(a, s.m);
 	struct k3cache_publish_result res;
 	struct k3cache_error e;
-	uint64_t before = copies_over(a, NULL);
+	uint64_t before = copies_over(a, NULL), out0 = counter(a, "tier2_bytes_out"),
+	         parts0 = counter(a, "tier2_parts_new"), shared0 = counter(a, "tier2_parts_shared");
 	double t0 = benchutil_now();
 	if (k3cache_publish(a->c, k3cache_model_fingerprint(s.m), NULL, 0, s.prompt, SNAP_P, bufs,
 	                    s.n, &res, &e) != 0)
@@ -652,6 +801,9 @@ static void part1(struct daemon *a)
 	double t_copy = benchutil_now() - t0;
 	if (counter(a, "tier2_copies") < 1)
 		fail("daemon a: the snapshot was not copied to the cluster");
+	uint64_t copy_out = counter(a, "tier2_bytes_out") - out0,
+	         copy_parts = counter(a, "tier2_parts_new") - parts0,
+	         copy_shared = counter(a, "tier2_parts_shared") - shared0;
 	memcpy(s.key, res.key, sizeof(s.key));
 	for (uint32_t i = 0; i < s.n; i++) {
 		free((void *)bufs[i].data);
@@ -667,12 +819,25 @@ static void part1(struct daemon *a)
 	       n_kda, n_mla, SNAP_P, (double)s.total / 1048576.0);
 	printf("   daemon A: publish %.0f ms; publish + copy to the cluster %.0f ms (%.2f GB/s)\n",
 	       ms(t_pub), ms(t_copy), (double)s.total / t_copy / 1e9);
+	printf("   daemon A's copy: tier2_bytes_out %llu, tier2_parts_new %llu, "
+	       "tier2_parts_shared %llu\n",
+	       (unsigned long long)copy_out, (unsigned long long)copy_parts,
+	       (unsigned long long)copy_shared);
 	/* one untimed round of each: the first fault of the heap's pages and the
 	 * page cache's is then behind both */
-	uint32_t n_chunks = 0;
-	double t_lookup = 0, w_cold = cold_round(&s, &t_lookup), w_get = get_round(&s, &n_chunks);
-	printf("   %u chunks of at most 1 MiB; warm-up (untimed): cold %.0f ms, GETs %.0f ms\n",
-	       n_chunks, ms(w_cold), ms(w_get));
+	struct get_stats gs;
+	double t_lookup = 0, w_cold = cold_round(&s, &t_lookup), w_get = get_round(&s, &gs);
+	printf("   record version %u, row block %u, %u split MLA layers: %u chunks of at most "
+	       "1 MiB (%.1f MiB) and %u parts (%.1f MiB)\n",
+	       gs.version, gs.row_block, gs.n_split, gs.n_chunks, (double)gs.chunks / 1048576.0,
+	       gs.n_parts, (double)gs.parts / 1048576.0);
+	uint64_t gs_read = gs.record + gs.chunks + gs.parts;
+	printf("   GETs read %llu bytes = the entry's %llu + the record's %llu (record %llu + "
+	       "chunks %llu + parts %llu)\n",
+	       (unsigned long long)gs_read, (unsigned long long)s.total,
+	       (unsigned long long)gs.record, (unsigned long long)gs.record,
+	       (unsigned long long)gs.chunks, (unsigned long long)gs.parts);
+	printf("   warm-up (untimed): cold %.0f ms, GETs %.0f ms\n", ms(w_cold), ms(w_get));
 	printf("   %-7s %10s %10s %10s %7s %10s %7s %8s %14s\n", "round", "cold ms", "lookup ms",
 	       "restore ms", "GB/s", "GETs ms", "GB/s", "ratio", "tier2_get ms");
 	double ratio[ROUNDS];
@@ -680,9 +845,9 @@ static void part1(struct daemon *a)
 		double cold, get;
 		if (r % 2 == 0) {
 			cold = cold_round(&s, &t_lookup);
-			get = get_round(&s, &n_chunks);
+			get = get_round(&s, &gs);
 		} else {
-			get = get_round(&s, &n_chunks);
+			get = get_round(&s, &gs);
 			cold = cold_round(&s, &t_lookup);
 		}
 		ratio[r] = get / cold;
@@ -700,11 +865,12 @@ static void part1(struct daemon *a)
 	       sorted[ROUNDS / 2] >= 0.8 ? "met" : "NOT met");
 	printf("   (cold: B started on an empty store, untimed; timed from its lookup, which "
 	       "searches the cluster, fetches and checks the entry and stores it, to the end "
-	       "of restore_into; GETs: a new router, the record and %u chunk GETs, no checks; "
+	       "of restore_into; GETs: a new router, the record, %u chunk and %u part GETs, %u in "
+	       "flight, no checks; "
 	       "tier2_get: the fetch thread's read of the entry, checked, in a new process, "
 	       "after the other two: the fetch's share of the lookup, the rest being the search, "
 	       "the local store's write and the wake-ups)\n",
-	       n_chunks);
+	       gs.n_chunks, gs.n_parts, IN_FLIGHT);
 	for (uint32_t i = 0; i < s.n; i++)
 		free(s.dst[i]);
 	free(s.dst);
@@ -1095,7 +1261,13 @@ int main(int argc, char **argv)
 		       "(scripts/install-deps)\n");
 		return 0;
 	}
-	snprintf(dir, sizeof(dir), "%s", d);
+	/* absolute: redis-server enters its --dir before it opens its
+	 * --cluster-config-file, which a relative path would then miss */
+	char cwd[256];
+	if (d[0] != '/' && getcwd(cwd, sizeof(cwd)))
+		snprintf(dir, sizeof(dir), "%s/%s", cwd, d);
+	else
+		snprintf(dir, sizeof(dir), "%s", d);
 	benchutil_rm_rf(dir);
 	if (mkdir(dir, 0755) != 0)
 		fail("%s: %s", dir, strerror(errno));
