@@ -683,14 +683,6 @@ static void default_owner(struct k3d_t2 *t, const char *db)
 	snprintf(t->owner, sizeof(t->owner), "%.40s-%016llx", host, (unsigned long long)h);
 }
 
-/* Whether the router's last failure was the cluster refusing our
- * credentials: that will not mend by itself. */
-static int auth_refused(const char *msg)
-{
-	return strstr(msg, "AUTH") || strstr(msg, "WRONGPASS") || strstr(msg, "NOAUTH") ||
-	       strstr(msg, "NOPERM");
-}
-
 static void t2_free(struct k3d_t2 *t)
 {
 	if (t->password) {
@@ -749,7 +741,9 @@ int k3d_t2_start(struct k3d_server *srv)
 		goto fail;
 	if (cluster_refresh(r) != 0) {
 		const char *why = cluster_error(r);
-		if (auth_refused(why)) {
+		/* a node that answered AUTH with an error: wrong credentials,
+		 * which will not mend by themselves (a time-out might) */
+		if (cluster_stats(r).auth_refused) {
 			k3d_log(K3D_LOG_ERROR,
 			        "--tier2 %s: the cluster refuses our credentials: %s (check "
 			        "--tier2-user and --tier2-password-file)",

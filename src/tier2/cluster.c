@@ -245,6 +245,7 @@ static redisContext *node_ready(struct cluster_router *r, int idx)
 				snprintf(reason, sizeof(reason), "unexpected reply (type %d)",
 				         rep->type);
 			freeReplyObject(rep);
+			r->stats.auth_refused++;
 			node_fail(r, n, "AUTH", reason, 0);
 			return NULL;
 		}

@@ -160,6 +160,8 @@ struct cluster_stats {
 	uint64_t moved;         /* MOVED redirections followed */
 	uint64_t asks;          /* ASK redirections followed */
 	uint64_t map_refreshes; /* slot maps read and installed */
+	uint64_t auth_refused;  /* AUTHs a node answered with an error (not a time-out):
+	                           wrong credentials, which waiting does not mend */
 };
 
 struct cluster_router;

@@ -287,6 +287,7 @@ static void test_acl(void **state)
 	if (!strstr(cluster_error(r), want[0]) && !strstr(cluster_error(r), want[1]))
 		fail_msg("\"%s\" does not say \"%s\"", cluster_error(r), want[0]);
 	assert_non_null(strstr(cluster_error(r), "cluster: no node gave a slot map (2 asked)"));
+	assert_true(cluster_stats(r).auth_refused >= 1);
 	redisReply *rep = (redisReply *)1;
 	const char *argv[] = {"GET", "k"};
 	const size_t lens[] = {3, 1};
@@ -298,6 +299,7 @@ static void test_acl(void **state)
 	o.password = "right-secret";
 	r = router(&o);
 	assert_int_equal(cluster_refresh(r), 0);
+	assert_int_equal(cluster_stats(r).auth_refused, 0);
 	want_ok(cmd(r, "SET", "acl-key", "v"));
 	want_str(cmd(r, "GET", "acl-key", NULL), "v");
 	cluster_router_free(r);

@@ -262,6 +262,17 @@ ok "a stopped cluster: a turn still equals --no-cache" $(diff <(answers "$dir/re
 ok "a stopped cluster: the first turn took $first ms (its lookup waits 2 s at most)" $([ "$first" -lt 15000 ]; echo $?)
 ok "a stopped cluster: the wait expired, counted" $([ "$(stat_of a tier2_waits_expired)" -ge 1 ]; echo $?)
 ok "a stopped cluster: the next turn does not wait ($second ms; the fetch thread is held up)" $([ "$second" -lt $((first - 1500)) ] && [ "$(stat_of a tier2_lookups_skipped)" -ge 1 ]; echo $?)
+# a client that leaves while its lookup waits: forgotten, nothing else changes
+kill -TERM "${dpid[b]}"; wait "${dpid[b]}" 2>/dev/null
+start_daemon b --tier2-wait 5000
+cp "$dir/stopped.replies" "$dir/gone.replies"
+"$worker" --socket "$dir/b.sock" --conversation "$conv" --turn 2 --replies "$dir/gone.replies" \
+  --salt stopped > "$dir/gone" 2>&1 &
+gpid=$!
+sleep 0.7
+kill -9 $gpid; wait $gpid 2>/dev/null
+ok "a client gone while its lookup waited: the daemon lives and answers" $(kill -0 "${dpid[b]}" && "$ctl" --socket "$dir/b.sock" ping >/dev/null; echo $?)
+ok "a client gone while its lookup waited: its lookup was asked of the cluster" $([ "$(stat_of b tier2_lookups)" -ge 1 ]; echo $?)
 : > "$dir/term"
 cp "$dir/stopped.replies" "$dir/term.replies"
 (turn b 2 "$dir/term" stopped) &
