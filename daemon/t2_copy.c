@@ -245,7 +245,11 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		struct timespec now;
 		clock_gettime(CLOCK_REALTIME, &now);
 		struct tier2_owned o = {.generation = res.generation,
-		                        .bytes = res.new_bytes,
+		                        /* all it uses, shared parts too: a part
+		                         * outlives the entry that wrote it while
+		                         * later turns use it, so counting only
+		                         * what each put created undercounts */
+		                        .bytes = res.new_bytes + res.shared_bytes,
 		                        .score = (double)now.tv_sec * 1e3 +
 		                                 (double)now.tv_nsec / 1e6};
 		memcpy(o.key, key, TIER2_KEY_LEN); /* counted here even when the cluster's copy of

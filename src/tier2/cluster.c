@@ -38,6 +38,7 @@ struct cluster_router {
 	uint64_t refreshed_at;
 	size_t refresh_next; /* the node a refresh asks first */
 	unsigned round;
+	int pause; /* a reply said TRYAGAIN: pause before the next round */
 	struct cluster_map *scratch;
 	struct cluster_stats stats;
 	char err[512];
@@ -468,6 +469,16 @@ static int judge(struct cluster_router *r, struct node *from, const char *name, 
 	node_ok(from);
 	if (rep->type != REDIS_REPLY_ERROR)
 		return 1;
+	if (rep->len >= 8 && !memcmp(rep->str, "TRYAGAIN", 8)) {
+		/* a command on several keys of a slot that is moving, some of
+		 * them moved: sent again, routed anew, after a pause */
+		freeReplyObject(rep);
+		r->stats.tryagains++;
+		r->pause = 1;
+		*target = RESOLVE;
+		*asking = 0;
+		return 0;
+	}
 	struct cluster_redirect rd;
 	char why[200], at[272];
 	int rc = cluster_redirect_parse(rep->str, rep->len, from->addr.host, &rd, why, sizeof(why));
@@ -480,6 +491,16 @@ static int judge(struct cluster_router *r, struct node *from, const char *name, 
 	}
 	*target = follow(r, from, name, &rd, can_refresh, asking);
 	return *target == -1 ? -1 : 0;
+}
+
+/* Before a command that met TRYAGAIN is sent again: 10 ms, doubling with
+ * each attempt (at most 160 ms; CLUSTER_MAX_REDIRECTS attempts). */
+static void tryagain_pause(struct cluster_router *r, int attempt)
+{
+	r->pause = 0;
+	long ms = 10L << (attempt < 4 ? attempt : 4);
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
 }
 
 int cluster_command_argv(struct cluster_router *r, const char *key, size_t keylen, int argc,
@@ -524,6 +545,10 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 		}
 		if (rc < 0)
 			return -1;
+		if (target == RESOLVE) { /* TRYAGAIN */
+			tryagain_pause(r, hop);
+			target = slot_target(r, slot);
+		}
 		if (hop + 1 > CLUSTER_MAX_REDIRECTS) {
 			char at[272];
 			seterr(r, "cluster: %s: more than %d redirections for slot %u (last to %s)",
@@ -654,6 +679,8 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 		for (size_t j = 0; j < k; j++)
 			pipeline_read(r, order[j], cmds, st, n);
 		/* every connection is drained: the map may be read now */
+		if (r->pause)
+			tryagain_pause(r, round);
 		(void)maybe_refresh(r);
 		for (size_t i = 0; i < n; i++)
 			if (st[i].target == RESOLVE)

@@ -8,8 +8,10 @@
  *   after a node error; not more than once per backoff_min_ms unless it has
  *   none.
  * - MOVED sets that slot to the named node (and the map is refreshed); ASK
- *   sends ASKING then the command to the named node, leaving the map alone. A
- *   command is redirected at most CLUSTER_MAX_REDIRECTS times.
+ *   sends ASKING then the command to the named node, leaving the map alone;
+ *   TRYAGAIN (a command on several keys of a slot being moved, some of them
+ *   moved) sends it again, routed anew, after a pause of 10 ms doubling to
+ *   160 ms. A command is redirected at most CLUSTER_MAX_REDIRECTS times.
  * - One blocking hiredis connection per node, opened on first use, with AUTH
  *   [user] password when a password is set. Every connect, write and read has
  *   a deadline (connect_timeout_ms, command_timeout_ms: hiredis's socket
@@ -160,6 +162,8 @@ struct cluster_stats {
 	uint64_t moved;         /* MOVED redirections followed */
 	uint64_t asks;          /* ASK redirections followed */
 	uint64_t map_refreshes; /* slot maps read and installed */
+	uint64_t tryagains;     /* TRYAGAIN replies (multi-key commands on a moving slot),
+	                           sent again after a pause */
 	uint64_t auth_refused;  /* AUTHs a node answered with an error (not a time-out):
 	                           wrong credentials, which waiting does not mend */
 };

@@ -129,7 +129,8 @@ static enum tier2_status scan_master(struct lister *l, size_t m, const char *pat
 		if (st == TIER2_OK)
 			st = records(l, (const uint8_t(*)[TIER2_KEY_LEN])k, n);
 		free(k);
-	} while (st == TIER2_OK && !l->stop && strcmp(cursor, "0") != 0);
+	} while (st == TIER2_OK && !l->stop && strspn(cursor, "0") != strlen(cursor));
+	/* (a cursor of zeros ends the scan: "00" too, which the parser takes) */
 	return st;
 }
 

@@ -38,6 +38,13 @@ static inline void clusterutil_sleep_ms(long ms)
 }
 
 /* 1 when prog is an executable on PATH. */
+static inline double clusterutil_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static inline int clusterutil_on_path(const char *prog)
 {
 	const char *path = getenv("PATH");

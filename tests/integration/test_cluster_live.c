@@ -311,6 +311,66 @@ static void test_acl(void **state)
 	cluster_router_free(r);
 }
 
+/* A command on two keys of a slot being moved, one of them moved already:
+ * TRYAGAIN, sent again after pauses; once the slot has moved whole, it is
+ * answered (by MOVED, followed). */
+static void test_tryagain(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router(NULL);
+	const char *k1 = "{try}a", *k2 = "{try}b";
+	unsigned slot = cluster_key_slot(k1, strlen(k1));
+	want_ok(cmd(r, "SET", k1, "1"));
+	want_ok(cmd(r, "SET", k2, "2"));
+	struct cluster_addr a;
+	assert_int_equal(cluster_slot_node(r, slot, &a), 0);
+	int from = clusterutil_index(&cl, a.port), to = (from + 1) % cl.n;
+	setslot(to, slot, "IMPORTING", from);
+	setslot(from, slot, "MIGRATING", to);
+	char ok[16] = "";
+	if (clusterutil_cmd(&cl, from, ok, sizeof(ok), "MIGRATE 127.0.0.1 %d %s 0 5000",
+	                    cl.port[to], k1) != 0)
+		fail_msg("MIGRATE %s", k1);
+	const char *argv[] = {"EVAL", "return redis.call('EXISTS', KEYS[1], KEYS[2])", "2", k1, k2};
+	size_t lens[5];
+	for (int i = 0; i < 5; i++)
+		lens[i] = strlen(argv[i]);
+	redisReply *rep = NULL;
+	double t0 = clusterutil_now();
+	assert_int_equal(cluster_command_argv(r, k1, strlen(k1), 5, argv, lens, &rep), -1);
+	double took = clusterutil_now() - t0;
+	assert_null(rep);
+	assert_true(cluster_stats(r).tryagains >= 5);
+	assert_true(took > 0.25); /* 10 + 20 + 40 + 80 + 160 ms of pauses */
+	assert_non_null(strstr(cluster_error(r), "more than"));
+	/* the rest moved and the slot given away: the same command is answered */
+	if (clusterutil_cmd(&cl, from, ok, sizeof(ok), "MIGRATE 127.0.0.1 %d %s 0 5000",
+	                    cl.port[to], k2) != 0)
+		fail_msg("MIGRATE %s", k2);
+	for (int i = 0; i < cl.n; i++)
+		setslot(i, slot, "NODE", to);
+	assert_int_equal(cluster_command_argv(r, k1, strlen(k1), 5, argv, lens, &rep), 0);
+	assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+	assert_int_equal(rep->integer, 2);
+	freeReplyObject(rep);
+	/* and in a pipeline, mid-move again (back to `from`) */
+	setslot(from, slot, "IMPORTING", to);
+	setslot(to, slot, "MIGRATING", from);
+	if (clusterutil_cmd(&cl, to, ok, sizeof(ok), "MIGRATE 127.0.0.1 %d %s 0 5000",
+	                    cl.port[from], k1) != 0)
+		fail_msg("MIGRATE %s back", k1);
+	uint64_t before = cluster_stats(r).tryagains;
+	struct cluster_cmd c = {k1, strlen(k1), 5, argv, lens, NULL};
+	assert_int_equal(cluster_pipeline(r, &c, 1), 1);
+	assert_true(cluster_stats(r).tryagains > before);
+	if (clusterutil_cmd(&cl, to, ok, sizeof(ok), "MIGRATE 127.0.0.1 %d %s 0 5000",
+	                    cl.port[from], k2) != 0)
+		fail_msg("MIGRATE %s back", k2);
+	for (int i = 0; i < cl.n; i++)
+		setslot(i, slot, "NODE", from);
+	cluster_router_free(r);
+}
+
 static void test_stopped_and_killed_node(void **state)
 {
 	(void)state;
@@ -536,7 +596,9 @@ int main(void)
 		return 77;
 	}
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_set_get_spread), cmocka_unit_test(test_ask_and_moved),
+	        cmocka_unit_test(test_set_get_spread),
+	        cmocka_unit_test(test_ask_and_moved),
+	        cmocka_unit_test(test_tryagain),
 	        cmocka_unit_test(test_acl),
 	        cmocka_unit_test(test_stopped_and_killed_node), /* last: it kills a node */
 	};
