@@ -103,7 +103,7 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 	        {"model", required_argument, NULL, 'm'}, {"sort", required_argument, NULL, 's'},
 	        {"limit", required_argument, NULL, 'l'}, {"json", no_argument, NULL, 'j'},
 	        {"tier2", no_argument, NULL, 't'},       {NULL, 0, NULL, 0}};
-	const char *model = NULL, *sort = "used";
+	const char *model = NULL, *sort = NULL;
 	int tier2 = 0;
 	uint32_t limit = 0;
 	int json = g->json, c;
@@ -137,6 +137,13 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 	if (tier2 && g->db)
 		return ctl_cmd_usage_error(self,
 		                           "--tier2 asks the daemon's second tier: not with --db");
+	/* the cluster keeps no uses, hits or times: longest first there */
+	if (!sort)
+		sort = tier2 ? "len" : "used";
+	if (tier2 && strcmp(sort, "len") && strcmp(sort, "size"))
+		return ctl_cmd_usage_error(
+		        self, "with --tier2, --sort takes len or size (the cluster keeps no uses, "
+		              "hits or times)");
 	if (!strcmp(sort, "used"))
 		cmp = cmp_used;
 	else if (!strcmp(sort, "size"))
@@ -183,7 +190,21 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++)
 		total += rows[i].bytes;
-	if (json) {
+	if (json && tier2) {
+		json_t *arr = json_array();
+		for (size_t i = 0; i < shown; i++) {
+			const struct row *r = &rows[i];
+			json_array_append_new(
+			        arr,
+			        json_pack("{s:o,s:s,s:o,s:i,s:i,s:I,s:i}", "key",
+			                  ctl_hex_json(r->key, 32), "model", r->model,
+			                  "fingerprint", ctl_hex_json(r->fp, 32), "prefix_len",
+			                  (int)r->prefix_len, "layers", (int)r->layers, "bytes",
+			                  (json_int_t)r->bytes, "salt_len", (int)r->salt_len));
+		}
+		ctl_print_json(stdout, json_pack("{s:o,s:I,s:I}", "entries", arr, "total_entries",
+		                                 (json_int_t)n, "total_bytes", (json_int_t)total));
+	} else if (json) {
 		json_t *arr = json_array();
 		for (size_t i = 0; i < shown; i++) {
 			const struct row *r = &rows[i];
@@ -200,6 +221,21 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 		}
 		ctl_print_json(stdout, json_pack("{s:o,s:I,s:I}", "entries", arr, "total_entries",
 		                                 (json_int_t)n, "total_bytes", (json_int_t)total));
+	} else if (tier2) {
+		printf("%-16s %-20s %8s %6s %10s\n", "KEY", "MODEL", "PREFIX", "LAYERS", "SIZE");
+		for (size_t i = 0; i < shown; i++) {
+			const struct row *r = &rows[i];
+			char key[65], size[32];
+			hexutil_encode(r->key, 32, key);
+			key[16] = 0;
+			ctl_size(r->bytes, size, sizeof(size));
+			printf("%-16s %-20.20s %8u %6u %10s\n", key, r->model, r->prefix_len,
+			       r->layers, size);
+		}
+		char tsize[32];
+		ctl_size(total, tsize, sizeof(tsize));
+		printf("%zu entr%s in the cluster, %s whole (shared MLA parts counted in each)\n",
+		       n, n == 1 ? "y" : "ies", tsize);
 	} else {
 		printf("%-16s %-20s %8s %6s %10s %10s %6s %10s %10s\n", "KEY", "MODEL", "PREFIX",
 		       "LAYERS", "SIZE", "OWN", "HITS", "LAST-USED", "CREATED");

@@ -87,9 +87,11 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        fleets can share one (default k3cache)\n"
 	        "  --tier2-owner NAME    this daemon's name for its budget's ledger in the\n"
 	        "                        cluster (default: host name and store path hash)\n"
-	        "  --tier2-timeout MS    deadline of each cluster round trip (default 500)\n"
+	        "  --tier2-timeout MS    deadline of each cluster round trip, 1 to 60000\n"
+	        "                        milliseconds (default 500)\n"
 	        "  --tier2-wait MS       how long a lookup waits for the cluster's answer\n"
-	        "                        before answering from the local store (default 20);\n"
+	        "                        before answering from the local store, 1 to 60000\n"
+	        "                        milliseconds (default 20);\n"
 	        "                        once a longer entry is found it waits for its fetch\n"
 	        "                        (at most --stall-timeout)\n"
 	        "  --log-level LEVEL     error, warn, info (default) or debug (also each\n"
@@ -386,6 +388,14 @@ int main(int argc, char **argv)
 		case O_T2: {
 			struct cluster_seeds seeds;
 			char err[256];
+			if (strchr(optarg, '@')) { /* never echo a password */
+				fprintf(stderr, "k3cached: --tier2: a seed holds a user or "
+				                "password (\"...@\"): "
+				                "give them with --tier2-user and "
+				                "--tier2-password-file, never "
+				                "in the seed list\n");
+				return 2;
+			}
 			if (cluster_seeds_parse(optarg, &seeds, err, sizeof(err)) != 0) {
 				fprintf(stderr, "k3cached: --tier2 %s: %s\n", optarg, err);
 				return 2;

@@ -683,6 +683,40 @@ static void default_owner(struct k3d_t2 *t, const char *db)
 	snprintf(t->owner, sizeof(t->owner), "%.40s-%016llx", host, (unsigned long long)h);
 }
 
+/* Whether the user may use the namespace's keys and run the parts'
+ * scripts: a NOPERM now is an error at start-up, not a copy failing later
+ * with no reason given. 0, or -1 after logging why. A node that does not
+ * answer passes (it is tried again as the daemon runs). */
+static int check_rights(struct k3d_t2 *t, struct cluster_router *r)
+{
+	char key[TIER2_NAME_MAX + 16];
+	int n = snprintf(key, sizeof(key), "k3:%s:q:{rights-check}", t->cfg.ns);
+	const char *exists[] = {"EXISTS", key};
+	const char *eval[] = {"EVAL", "return redis.call('EXISTS', KEYS[1])", "1", key};
+	size_t elen[] = {6, (size_t)n}, vlen[] = {4, strlen(eval[1]), 1, (size_t)n};
+	const char **argvs[] = {exists, eval};
+	const size_t *lens[] = {elen, vlen};
+	const int argcs[] = {2, 4};
+	for (int i = 0; i < 2; i++) {
+		redisReply *rep = NULL;
+		if (cluster_command_argv(r, key, (size_t)n, argcs[i], argvs[i], lens[i], &rep) != 0)
+			return 0;
+		int denied = rep->type == REDIS_REPLY_ERROR && rep->str &&
+		             !strncmp(rep->str, "NOPERM", 6);
+		if (denied)
+			k3d_log(K3D_LOG_ERROR,
+			        "--tier2 %s: the cluster does not let --tier2-user %s use the keys "
+			        "k3:%s:*: %s: %.*s (README, Second tier, lists the rights it "
+			        "needs)",
+			        t->cfg.seeds, t->cfg.user ? t->cfg.user : "(default)", t->cfg.ns,
+			        argvs[i][0], (int)(rep->len < 200 ? rep->len : 200), rep->str);
+		freeReplyObject(rep);
+		if (denied)
+			return -1;
+	}
+	return 0;
+}
+
 static void t2_free(struct k3d_t2 *t)
 {
 	if (t->password) {
@@ -739,6 +773,7 @@ int k3d_t2_start(struct k3d_server *srv)
 	struct cluster_router *r = t2_router(t);
 	if (!r)
 		goto fail;
+	size_t masters = 0;
 	if (cluster_refresh(r) != 0) {
 		const char *why = cluster_error(r);
 		/* a node that answered AUTH with an error: wrong credentials,
@@ -751,10 +786,26 @@ int k3d_t2_start(struct k3d_server *srv)
 			cluster_router_free(r);
 			goto fail;
 		}
+		/* a server that answered, but is not a cluster: no retry mends it */
+		if (strstr(why, "cluster support disabled")) {
+			k3d_log(K3D_LOG_ERROR,
+			        "--tier2 %s: not a Redis Cluster (%s): the second tier needs a "
+			        "cluster (cluster-enabled yes, made with redis-cli --cluster "
+			        "create)",
+			        cfg->seeds, why);
+			cluster_router_free(r);
+			goto fail;
+		}
 		k3d_log(K3D_LOG_WARN,
 		        "--tier2 %s: the cluster cannot be reached now (%s); serving from the "
 		        "local store and trying again",
 		        cfg->seeds, why);
+	} else {
+		masters = cluster_n_masters(r);
+		if (check_rights(t, r) != 0) {
+			cluster_router_free(r);
+			goto fail;
+		}
 	}
 	cluster_router_free(r);
 	t->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -778,9 +829,12 @@ int k3d_t2_start(struct k3d_server *srv)
 	}
 	char cap[32];
 	units_format_size(t->cfg.max_bytes, cap, sizeof(cap));
-	k3d_log(K3D_LOG_INFO, "tier2: cluster %s, namespace %s, %s, owner %s, at most %s",
-	        cfg->seeds, t->cfg.ns, t->cfg.mode == K3D_T2_READ_ONLY ? "read-only" : "write-back",
-	        t->owner, cap);
+	char seen[48] = "not reached yet";
+	if (masters)
+		snprintf(seen, sizeof(seen), "%zu masters", masters);
+	k3d_log(K3D_LOG_INFO, "tier2: cluster %s (%s), namespace %s, %s, owner %s, at most %s",
+	        cfg->seeds, seen, t->cfg.ns,
+	        t->cfg.mode == K3D_T2_READ_ONLY ? "read-only" : "write-back", t->owner, cap);
 	return 0;
 fail:
 	t2_free(t);

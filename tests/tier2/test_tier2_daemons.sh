@@ -203,7 +203,11 @@ n=$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))' <<
 # alt: 4 turns; fault-damaged and fault-missing: turns 1 and 2 each (the records stay)
 ok "ls --tier2: the cluster's $n entries are listed" $([ "$n" -ge 8 ]; echo $?)
 out=$("$ctl" --socket "$dir/a.sock" ls --tier2 --model k3worker-tiny)
-ok "ls --tier2 --model: a table naming the model" $(grep -q " k3worker-tiny" <<<"$out" && grep -Eq '^[0-9]+ entries,' <<<"$(tail -1 <<<"$out")"; echo $?)
+ok "ls --tier2 --model: a table naming the model" $(grep -q " k3worker-tiny" <<<"$out" && grep -Eq '^[0-9]+ entries in the cluster,' <<<"$(tail -1 <<<"$out")" && ! grep -q HITS <<<"$out"; echo $?)
+"$ctl" --socket "$dir/a.sock" ls --tier2 --sort hits >/dev/null 2>"$dir/ls.err"; rc=$?
+ok "ls --tier2 --sort hits: a usage error (the cluster keeps no hits)" $([ $rc = 2 ] && grep -q 'len or size' "$dir/ls.err"; echo $?)
+out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2)
+ok "ls --tier2 --json: no hits or times it does not have" $(python3 -c 'import json,sys; e=json.load(sys.stdin)["entries"]; sys.exit(0 if e and all("hits" not in x and "last_used" not in x for x in e) else 1)' <<<"$out"; echo $?)
 "$ctl" --db "$dir/a.db" ls --tier2 >/dev/null 2>"$dir/ls.err"; rc=$?
 ok "ls --tier2 with --db: a usage error" $([ $rc = 2 ] && grep -q 'not with --db' "$dir/ls.err"; echo $?)
 
@@ -294,6 +298,24 @@ for _ in $(seq 100); do kill -0 $cpid 2>/dev/null || break; sleep 0.05; done
 if kill -0 $cpid 2>/dev/null; then kill -9 $cpid; rc=running; else wait $cpid; rc=$?; fi
 ok "a wrong password: the daemon exits 1 (got $rc)" $([ "$rc" = 1 ]; echo $?)
 ok "a wrong password: it says why" $(grep -q 'refuses our credentials' "$dir/c.log"; echo $?)
+# start-up refusals that no retry mends: exit 1, and why
+refused() { # refused NAME WANT ARGS...: the daemon exits 1 at start-up saying WANT
+  local name=$1 want=$2; shift 2
+  "$daemon" --db "$dir/$name.db" --socket "$dir/$name.sock" "$@" 2>"$dir/$name.log" &
+  local p=$! rc=running
+  for _ in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.05; done
+  if kill -0 $p 2>/dev/null; then kill -9 $p; wait $p 2>/dev/null; else wait $p; rc=$?; fi
+  ok "$name: exits 1 (got $rc) saying \"$want\"" $([ "$rc" = 1 ] && grep -q -- "$want" "$dir/$name.log"; echo $?)
+}
+refused rights "does not let --tier2-user k3 use the keys k3:other:" --tier2 "$seeds" \
+  --tier2-user k3 --tier2-password-file "$dir/pw" --tier2-namespace other
+plain=$((base + 60)); while ! free_port "$plain"; do plain=$((plain + 1)); done
+redis-server --port "$plain" --bind 127.0.0.1 --save "" --appendonly no > "$dir/plain.log" 2>&1 &
+pids[3]=$!
+for _ in $(seq 100); do redis-cli -p "$plain" ping >/dev/null 2>&1 && break; sleep 0.05; done
+refused plain "not a Redis Cluster" --tier2 "redis://127.0.0.1:$plain"
+"$daemon" --tier2 'redis://:s3cret-pw@127.0.0.1:1' 2>"$dir/e.log"; rc=$?
+ok "a password in the seed: a usage error that does not print it" $([ $rc = 2 ] && grep -q 'never in the seed list' "$dir/e.log" && ! grep -q s3cret "$dir/e.log"; echo $?)
 "$daemon" --tier2-mode read-only 2>"$dir/d.log"; rc=$?
 ok "--tier2-mode without --tier2: a usage error (2)" $([ $rc = 2 ] && grep -q 'needs --tier2' "$dir/d.log"; echo $?)
 
