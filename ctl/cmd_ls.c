@@ -140,7 +140,7 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 	/* the cluster keeps no uses, hits or times: longest first there */
 	if (!sort)
 		sort = tier2 ? "len" : "used";
-	if (tier2 && strcmp(sort, "len") && strcmp(sort, "size"))
+	if (tier2 && strcmp(sort, "len") != 0 && strcmp(sort, "size") != 0)
 		return ctl_cmd_usage_error(
 		        self, "with --tier2, --sort takes len or size (the cluster keeps no uses, "
 		              "hits or times)");
