@@ -17,7 +17,8 @@ static int is_size_counter(const char *name)
 	return !strcmp(name, "bytes") || !strcmp(name, "max_bytes") || !strcmp(name, "map_size") ||
 	       !strcmp(name, "file_bytes") || !strcmp(name, "inflight_bytes") ||
 	       !strcmp(name, "bytes_in") || !strcmp(name, "bytes_out") ||
-	       !strcmp(name, "logical_bytes") || !strcmp(name, "window_bytes");
+	       !strcmp(name, "logical_bytes") || !strcmp(name, "window_bytes") ||
+	       (!strncmp(name, "tier2_", 6) && strstr(name, "bytes")); /* the second tier's */
 }
 
 /* One Stat request; *resp to free with ctl_response_free(). */
