@@ -388,7 +388,9 @@ void k3d_t2_list(struct k3d_conn *c)
 	if (it->has_model)
 		memcpy(it->fingerprint, l->model.data, 32);
 	it->waiter = w->id = ++t->next_waiter;
-	if (t2_queue_push(&t->fetchq, it) != 0) {
+	/* on the copy thread, so that lookups' searches do not wait behind a
+	 * scan of the cluster (in read-only mode there is none) */
+	if (t2_queue_push(t->copy_started ? &t->copyq : &t->fetchq, it) != 0) {
 		k3d_t2_item_free(it);
 		event_free(w->timer);
 		free(w);
@@ -401,6 +403,45 @@ void k3d_t2_list(struct k3d_conn *c)
 	c->t2 = w;
 	arm(w, c->srv->cfg.stall_timeout, 0);
 	k3d_conn_set_state(c, K3D_TIER2);
+}
+
+static int collect(const struct tier2_listed *e, void *ctx)
+{
+	struct t2_item *it = ctx;
+	if (it->has_model && memcmp(e->fingerprint, it->fingerprint, 32) != 0)
+		return 0;
+	if (it->n_listed >= it->limit)
+		return 1;
+	if (it->n_listed == it->cap_listed) {
+		size_t cap = it->cap_listed ? 2 * it->cap_listed : 256;
+		struct tier2_listed *grown = realloc(it->listed, cap * sizeof(*grown));
+		if (!grown)
+			return 1;
+		it->listed = grown;
+		it->cap_listed = cap;
+	}
+	uint8_t *salt = malloc(e->salt_len ? e->salt_len : 1);
+	if (!salt)
+		return 1;
+	if (e->salt_len)
+		memcpy(salt, e->salt, e->salt_len);
+	it->listed[it->n_listed] = *e;
+	it->listed[it->n_listed++].salt = salt;
+	return 0;
+}
+
+void t2_list_run(struct k3d_t2 *t, struct cluster_router *r, struct tier2_stats *ts,
+                 struct t2_item *it)
+{
+	if (r) {
+		it->st = tier2_list(r, t->cfg.ns, it->has_model ? it->fingerprint : NULL, it->limit,
+		                    collect, it, ts, it->err, sizeof(it->err));
+	} else {
+		it->st = TIER2_NOMEM;
+		snprintf(it->err, sizeof(it->err), "no router (out of memory at start-up)");
+	}
+	it->kind = T2_LISTED;
+	t2_post(t, it);
 }
 
 /* Answers a List of the cluster's entries. */

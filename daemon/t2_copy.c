@@ -275,6 +275,11 @@ void *t2_copy_main(void *arg)
 		struct t2_item *it = t2_queue_pop(&c.t->copyq);
 		if (!it)
 			break;
+		if (it->kind == T2_LIST) { /* a listing runs here, off the lookups' thread */
+			t2_list_run(c.t, c.r, &c.ts, it);
+			t2_count_router(c.t, c.r, &c.seen, &c.ts, &c.ts_seen);
+			continue;
+		}
 		if (c.r) {
 			copy_one(&c, it->key);
 			t2_count_router(c.t, c.r, &c.seen, &c.ts, &c.ts_seen);

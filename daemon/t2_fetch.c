@@ -91,35 +91,6 @@ static void probe(struct fetcher *f, struct t2_item *it)
 	t2_post(t, it);
 }
 
-static int collect(const struct tier2_listed *e, void *ctx)
-{
-	struct t2_item *it = ctx;
-	if (it->has_model && memcmp(e->fingerprint, it->fingerprint, 32) != 0)
-		return 0;
-	if (it->n_listed >= it->limit)
-		return 1;
-	struct tier2_listed *grown = realloc(it->listed, (it->n_listed + 1) * sizeof(*grown));
-	if (!grown)
-		return 1;
-	it->listed = grown;
-	uint8_t *salt = malloc(e->salt_len ? e->salt_len : 1);
-	if (!salt)
-		return 1;
-	if (e->salt_len)
-		memcpy(salt, e->salt, e->salt_len);
-	it->listed[it->n_listed] = *e;
-	it->listed[it->n_listed++].salt = salt;
-	return 0;
-}
-
-static void list(struct fetcher *f, struct t2_item *it)
-{
-	it->st = tier2_list(f->r, f->t->cfg.ns, it->has_model ? it->fingerprint : NULL, it->limit,
-	                    collect, it, &f->ts, it->err, sizeof(it->err));
-	it->kind = T2_LISTED;
-	t2_post(f->t, it);
-}
-
 void *t2_fetch_main(void *arg)
 {
 	struct fetcher f = {.t = arg};
@@ -128,6 +99,10 @@ void *t2_fetch_main(void *arg)
 		struct t2_item *it = t2_queue_pop(&f.t->fetchq);
 		if (!it)
 			break;
+		if (it->kind == T2_LIST) { /* in read-only mode (t2.c, k3d_t2_list) */
+			t2_list_run(f.t, f.r, &f.ts, it);
+			continue;
+		}
 		if (!f.r) { /* no router (out of memory at start): every lookup answers locally */
 			it->kind = T2_NONE;
 			it->st = TIER2_NOMEM;
@@ -135,10 +110,7 @@ void *t2_fetch_main(void *arg)
 			continue;
 		}
 		atomic_store(&f.t->busy_since_ms, t2_now_ms());
-		if (it->kind == T2_LIST)
-			list(&f, it);
-		else
-			probe(&f, it);
+		probe(&f, it);
 		atomic_store(&f.t->busy_since_ms, 0);
 		t2_count_router(f.t, f.r, &f.seen, &f.ts, &f.ts_seen);
 	}

@@ -42,7 +42,7 @@ struct t2_item {
 	enum tier2_status st;
 	struct tier2_entry entry;    /* T2_FETCHED */
 	struct tier2_listed *listed; /* T2_LISTED: each salt malloc'd */
-	size_t n_listed;
+	size_t n_listed, cap_listed;
 	uint32_t limit; /* T2_LIST */
 	int has_model;  /* T2_LIST: of fingerprint only */
 	char err[256];
@@ -130,6 +130,11 @@ uint64_t t2_now_ms(void);
 
 /* Wakes the loop: an item is on doneq. */
 void t2_post(struct k3d_t2 *t, struct t2_item *it);
+
+/* Runs a T2_LIST item with router r (NULL: fails it) and posts it back as
+ * T2_LISTED; on the copy thread, or the fetch thread in read-only mode. */
+void t2_list_run(struct k3d_t2 *t, struct cluster_router *r, struct tier2_stats *ts,
+                 struct t2_item *it);
 
 void *t2_copy_main(void *arg);
 void *t2_fetch_main(void *arg);

@@ -204,6 +204,11 @@ n=$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))' <<
 ok "ls --tier2: the cluster's $n entries are listed" $([ "$n" -ge 8 ]; echo $?)
 out=$("$ctl" --socket "$dir/a.sock" ls --tier2 --model k3worker-tiny)
 ok "ls --tier2 --model: a table naming the model" $(grep -q " k3worker-tiny" <<<"$out" && grep -Eq '^[0-9]+ entries in the cluster,' <<<"$(tail -1 <<<"$out")" && ! grep -q HITS <<<"$out"; echo $?)
+start_daemon ro --tier2-mode read-only
+out=$("$ctl" --socket "$dir/ro.sock" --json ls --tier2)
+nro=$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))' <<<"$out")
+ok "ls --tier2 on a read-only daemon (no copy thread): the same $nro entries" $([ "$nro" = "$n" ]; echo $?)
+kill -TERM "${dpid[ro]}"; wait "${dpid[ro]}" 2>/dev/null
 "$ctl" --socket "$dir/a.sock" ls --tier2 --sort hits >/dev/null 2>"$dir/ls.err"; rc=$?
 ok "ls --tier2 --sort hits: a usage error (the cluster keeps no hits)" $([ $rc = 2 ] && grep -q 'len or size' "$dir/ls.err"; echo $?)
 out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2)
