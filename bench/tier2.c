@@ -489,18 +489,10 @@ static double cold_round(const struct snap *s, double *t_lookup)
 	return t2 - t0;
 }
 
-/* A run of a layer's blob that the entry's stream (its chunks) holds, in
- * stream order, as tier2_get places them: a layer whole, or of a split MLA
- * layer its header, its k tail rows, its v count and its v tail rows. */
-struct seg {
-	uint32_t layer;
-	uint64_t off, len;
-};
-
 /* Where the bytes of chunks go: the runs of the stream end to end. */
 struct sink {
 	const struct snap *s;
-	const struct seg *g;
+	const struct tier2_run *g;
 	size_t n_seg, seg;
 	uint64_t off; /* in the run seg */
 };
@@ -514,7 +506,7 @@ static void sink_put(struct sink *k, const char *data, size_t len)
 		}
 		if (k->seg == k->n_seg)
 			fail("GET: the chunks hold more bytes than the entry's stream");
-		const struct seg *q = &k->g[k->seg];
+		const struct tier2_run *q = &k->g[k->seg];
 		size_t take = q->len - k->off < len ? (size_t)(q->len - k->off) : len;
 		memcpy((char *)k->s->dst[q->layer] + q->off + k->off, data, take);
 		data += take;
@@ -523,35 +515,15 @@ static void sink_put(struct sink *k, const char *data, size_t len)
 	}
 }
 
-/* The runs of rec's stream (rec's layers are s's), into g (4 per layer). */
-static size_t stream_segs(const struct snap *s, const struct tier2_record *rec, struct seg *g)
+/* The runs of rec's stream (tier2_stream_runs), into g (4 per layer); rec's
+ * layers must be s's. */
+static size_t stream_segs(const struct snap *s, const struct tier2_record *rec, struct tier2_run *g)
 {
-	size_t k = 0;
-	uint32_t next = 0;
-	for (uint32_t i = 0; i < rec->n_layers; i++) {
-		uint64_t size = rec->layers[i].size;
-		if (next < rec->n_split && rec->split[next].layer == i) {
-			const struct tier2_split *sp = &rec->split[next++];
-			uint64_t nb = sp->seq_len / rec->row_block;
-			uint64_t kb = 4u * (uint64_t)sp->seq_len * sp->k_row;
-			uint64_t kparts = nb * tier2_part_size(sp, rec->row_block, 0);
-			uint64_t vparts = nb * tier2_part_size(sp, rec->row_block, 1);
-			uint64_t vat = TIER2_MLA_HEAD + kb; /* the v count */
-			if (vat + 4u + vparts > size)
-				fail("record: split layer %u's parts overrun its %llu bytes", i,
-				     (unsigned long long)size);
-			g[k++] = (struct seg){i, 0, TIER2_MLA_HEAD};
-			g[k++] = (struct seg){i, TIER2_MLA_HEAD + kparts, kb - kparts};
-			g[k++] = (struct seg){i, vat, 4};
-			g[k++] = (struct seg){i, vat + 4u + vparts, size - (vat + 4u + vparts)};
-		} else {
-			g[k++] = (struct seg){i, 0, size};
-		}
-		if (size != s->sizes[i])
+	for (uint32_t i = 0; i < rec->n_layers; i++)
+		if (rec->layers[i].size != s->sizes[i])
 			fail("record: layer %u has %llu bytes, not %zu", i,
-			     (unsigned long long)size, s->sizes[i]);
-	}
-	return k;
+			     (unsigned long long)rec->layers[i].size, s->sizes[i]);
+	return tier2_stream_runs(rec, g);
 }
 
 /* One GET's buffers. */
@@ -613,7 +585,7 @@ static double get_round(const struct snap *s, struct get_stats *gs)
 	freeReplyObject(cmds[0].reply);
 	if (rec.n_layers != s->n)
 		fail("record: %u layers, not %u", rec.n_layers, s->n);
-	struct seg *g = calloc((size_t)s->n * 4u, sizeof(*g));
+	struct tier2_run *g = calloc((size_t)s->n * 4u, sizeof(*g));
 	if (!g)
 		fail("out of memory");
 	struct sink k = {s, g, stream_segs(s, &rec, g), 0, 0};

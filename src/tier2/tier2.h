@@ -261,6 +261,18 @@ static inline uint64_t tier2_part_size(const struct tier2_split *s, uint32_t row
  * less the bytes of every part. rec must be valid (encoded or decoded). */
 uint64_t tier2_stream_size(const struct tier2_record *rec);
 
+/* A run of a layer's blob that the stream holds. */
+struct tier2_run {
+	uint32_t layer;
+	uint64_t off, len;
+};
+
+/* The runs of rec's stream, in stream order, into out (room for 4 per
+ * layer): a layer whole is one; a split MLA layer has its header, its k tail
+ * rows, its v count and its v tail rows. rec must be valid (encoded or
+ * decoded: its splits fit their layers). Returns the number of runs. */
+size_t tier2_stream_runs(const struct tier2_record *rec, struct tier2_run *out);
+
 /* Encodes rec (its counts within the limits above, n_chunks consistent with
  * its sizes) into a malloc'd buffer: 0 with *out and *len set, or -1 with a
  * message in err (a limit exceeded, no memory). */

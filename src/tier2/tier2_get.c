@@ -71,42 +71,6 @@ static enum tier2_status get_record(struct cluster_router *r, const char *ns, co
 	return st;
 }
 
-/* Where the stream's bytes go: runs of a layer's blob, in stream order. */
-struct seg {
-	uint32_t layer;
-	uint64_t off, len;
-};
-
-/* The runs of rec's stream: a whole layer is one; a split MLA layer has its
- * header, its k tail rows, its v count and its v tail rows. *n runs into a
- * malloc'd array, or NULL when out of memory. */
-static struct seg *segments(const struct tier2_record *rec, size_t *n)
-{
-	/* the decoder ensures n_layers >= 1; the analyzer cannot see it */
-	struct seg *g = calloc((size_t)(rec->n_layers ? rec->n_layers : 1) * 4u, sizeof(*g));
-	size_t k = 0;
-	uint32_t next_split = 0;
-	for (uint32_t i = 0; g && i < rec->n_layers; i++) {
-		uint64_t size = rec->layers[i].size;
-		if (next_split < rec->n_split && rec->split[next_split].layer == i) {
-			const struct tier2_split *sp = &rec->split[next_split++];
-			uint64_t nb = sp->seq_len / rec->row_block;
-			uint64_t kb = 4u * (uint64_t)sp->seq_len * sp->k_row;
-			uint64_t kparts = nb * tier2_part_size(sp, rec->row_block, 0);
-			uint64_t vparts = nb * tier2_part_size(sp, rec->row_block, 1);
-			uint64_t vat = TIER2_MLA_HEAD + kb; /* the v count */
-			g[k++] = (struct seg){i, 0, TIER2_MLA_HEAD};
-			g[k++] = (struct seg){i, TIER2_MLA_HEAD + kparts, kb - kparts};
-			g[k++] = (struct seg){i, vat, 4};
-			g[k++] = (struct seg){i, vat + 4u + vparts, size - (vat + 4u + vparts)};
-		} else {
-			g[k++] = (struct seg){i, 0, size};
-		}
-	}
-	*n = k;
-	return g;
-}
-
 /* Reads every chunk of rec into the blobs, checking each one. */
 static enum tier2_status get_chunks(struct cluster_router *r, const char *ns, const uint8_t *key,
                                     const struct tier2_record *rec, struct tier2_entry_blob *b,
@@ -117,7 +81,10 @@ static enum tier2_status get_chunks(struct cluster_router *r, const char *ns, co
 	uint64_t total = tier2_stream_size(rec);
 	size_t n_seg = 0, seg = 0;
 	uint64_t off = 0; /* in the segment seg */
-	struct seg *g = segments(rec, &n_seg);
+	/* the decoder ensures n_layers >= 1; the analyzer cannot see it */
+	struct tier2_run *g = malloc((size_t)(rec->n_layers ? rec->n_layers : 1) * 4u * sizeof(*g));
+	if (g)
+		n_seg = tier2_stream_runs(rec, g);
 	if (!g) {
 		tier2_io_err(err, errsz, "tier2: get: out of memory");
 		return TIER2_NOMEM;
@@ -173,7 +140,14 @@ static enum tier2_status get_chunks(struct cluster_router *r, const char *ns, co
 					st = TIER2_DAMAGED;
 					break;
 				}
-				const struct seg *q = &g[seg];
+				const struct tier2_run *q = &g[seg];
+				if (!b[q->layer].data) { /* cannot be: every blob is allocated */
+					tier2_io_err(err, errsz,
+					             "tier2: get: layer %u has no buffer",
+					             q->layer);
+					st = TIER2_NOMEM;
+					break;
+				}
 				uint64_t take = q->len - off;
 				if (take > rep->len - done)
 					take = rep->len - done;

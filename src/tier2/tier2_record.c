@@ -31,6 +31,31 @@ uint64_t tier2_chunk_count(uint64_t total, uint32_t chunk_size)
 	return total / chunk_size + (total % chunk_size != 0);
 }
 
+size_t tier2_stream_runs(const struct tier2_record *rec, struct tier2_run *out)
+{
+	size_t k = 0;
+	uint32_t next = 0;
+	for (uint32_t i = 0; i < rec->n_layers; i++) {
+		uint64_t size = rec->layers[i].size;
+		if (next < rec->n_split && rec->split[next].layer == i) {
+			const struct tier2_split *sp = &rec->split[next++];
+			uint64_t nb = sp->seq_len / rec->row_block;
+			uint64_t kb = 4u * (uint64_t)sp->seq_len * sp->k_row;
+			uint64_t kparts = nb * tier2_part_size(sp, rec->row_block, 0);
+			uint64_t vparts = nb * tier2_part_size(sp, rec->row_block, 1);
+			uint64_t vat = TIER2_MLA_HEAD + kb; /* the v count */
+			out[k++] = (struct tier2_run){i, 0, TIER2_MLA_HEAD};
+			out[k++] = (struct tier2_run){i, TIER2_MLA_HEAD + kparts, kb - kparts};
+			out[k++] = (struct tier2_run){i, vat, 4};
+			out[k++] = (struct tier2_run){i, vat + 4u + vparts,
+			                              size - (vat + 4u + vparts)};
+		} else {
+			out[k++] = (struct tier2_run){i, 0, size};
+		}
+	}
+	return k;
+}
+
 uint64_t tier2_stream_size(const struct tier2_record *rec)
 {
 	uint64_t total = 0;
