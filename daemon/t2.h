@@ -89,6 +89,8 @@
 	X(node_errors, "tier2_node_errors_total",                                                  \
 	  "Round trips or connections to a node that failed.")                                     \
 	X(timeouts, "tier2_timeouts_total", "Of those, the ones that ran out of time.")            \
+	X(resent, "tier2_resent_total",                                                            \
+	  "Commands sent again to the new master of their slot after theirs failed (a failover).") \
 	X(stale, "tier2_stale_total", "Index fields whose record was gone or did not match.")
 
 enum k3d_t2_mode { K3D_T2_WRITE_BACK = 0, K3D_T2_READ_ONLY };

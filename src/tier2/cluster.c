@@ -15,6 +15,9 @@
 #define ROUTER_MAX_NODES (CLUSTER_MAX_NODES + CLUSTER_MAX_SEEDS + 256)
 /* a redirection's target to be read from the map once it is refreshed */
 #define RESOLVE (-2)
+/* a command whose node could not be reached or dropped its connection (not
+ * a timeout): sent once more if the refreshed map names another node */
+#define GONE (-3)
 
 struct node {
 	struct cluster_addr addr;
@@ -38,7 +41,8 @@ struct cluster_router {
 	uint64_t refreshed_at;
 	size_t refresh_next; /* the node a refresh asks first */
 	unsigned round;
-	int pause; /* a reply said TRYAGAIN: pause before the next round */
+	int pause;          /* a reply said TRYAGAIN: pause before the next round */
+	int fail_timed_out; /* the last node failure ran out of time */
 	struct cluster_map *scratch;
 	struct cluster_stats stats;
 	char err[512];
@@ -134,6 +138,7 @@ static void node_fail(struct cluster_router *r, struct node *n, const char *what
 	seterr(r, "redis %s: %s: %s", addr_text(&n->addr, at, sizeof(at)), what, reason);
 	snprintf(n->last_err, sizeof(n->last_err), "%s: %s", what, reason);
 	r->stats.node_errors++;
+	r->fail_timed_out = timed_out;
 	if (timed_out)
 		r->stats.timeouts++;
 	node_close(n);
@@ -192,6 +197,7 @@ static redisContext *node_ready(struct cluster_router *r, int idx)
 	char at[272];
 	if (n->ctx)
 		return n->ctx;
+	r->fail_timed_out = 0; /* a node backing off costs no time */
 	uint64_t now = now_ms();
 	if (n->retry_at > now) {
 		r->stats.backoff_skips++;
@@ -503,6 +509,28 @@ static void tryagain_pause(struct cluster_router *r, int attempt)
 	nanosleep(&ts, NULL);
 }
 
+/* After node `failed` could not be reached, or dropped its connection,
+ * while a command for slot was on its way (not a timeout: a call's time
+ * stays bounded): the node the refreshed map names for slot when that is
+ * another (a replica promoted by a failover), where the command is sent
+ * once more; -1 otherwise, with the failure's message kept. The commands
+ * sent here may thus reach a node twice (the first time unanswered): the
+ * callers' commands are idempotent (cluster.h). */
+static int failed_over(struct cluster_router *r, unsigned slot, int failed)
+{
+	if (r->fail_timed_out)
+		return -1;
+	char why[sizeof(r->err)];
+	memcpy(why, r->err, sizeof(why));
+	(void)maybe_refresh(r);
+	int t = r->slot[slot] == CLUSTER_NO_NODE ? -1 : r->slot[slot];
+	memcpy(r->err, why, sizeof(why));
+	if (t < 0 || t == failed)
+		return -1;
+	r->stats.resent++;
+	return t;
+}
+
 int cluster_command_argv(struct cluster_router *r, const char *key, size_t keylen, int argc,
                          const char **argv, const size_t *argvlen, redisReply **reply)
 {
@@ -517,11 +545,15 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 	if (maybe_refresh(r) != 0)
 		return -1;
 	int target = slot_target(r, slot);
-	int asking = 0;
+	int asking = 0, resent = 0;
 	for (int hop = 0; target >= 0; hop++) {
 		struct node *n = &r->nodes[target];
-		if (!node_ready(r, target))
-			return -1;
+		if (!node_ready(r, target)) {
+			if (asking || resent || (target = failed_over(r, slot, target)) < 0)
+				return -1;
+			resent = 1;
+			continue;
+		}
 		errno = 0;
 		if (asking && redisAppendCommand(n->ctx, "ASKING") != REDIS_OK) {
 			node_io_fail(r, n, "ASKING", errno);
@@ -536,8 +568,12 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 			freeReplyObject(ok);
 		}
 		redisReply *rep = roundtrip(r, n, name, argc, argv, argvlen);
-		if (!rep)
-			return -1;
+		if (!rep) {
+			if (asking || resent || (target = failed_over(r, slot, target)) < 0)
+				return -1;
+			resent = 1;
+			continue;
+		}
 		int rc = judge(r, n, name, rep, 1, &target, &asking);
 		if (rc > 0) {
 			*reply = rep;
@@ -548,6 +584,8 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 		if (target == RESOLVE) { /* TRYAGAIN */
 			tryagain_pause(r, hop);
 			target = slot_target(r, slot);
+			if (target < 0) /* the map lost the slot: the message is set */
+				return -1;
 		}
 		if (hop + 1 > CLUSTER_MAX_REDIRECTS) {
 			char at[272];
@@ -562,10 +600,21 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 
 /* A pipelined command's state between rounds. */
 struct pstate {
-	int target; /* node index, RESOLVE, or -1: done or failed */
+	int target; /* node index, RESOLVE, GONE (with `failed`), or -1: done or failed */
 	int asking; /* ASKING goes first */
 	int sent;   /* the node it was appended to this round, or -1 */
+	int failed; /* GONE: the node that failed it */
+	int resent; /* sent again after its node failed (once at most) */
 };
+
+/* The command's node failed: GONE (sent once more after the map is
+ * refreshed, when it names another node) or failed for good. */
+static void pipeline_lost(struct pstate *st, int t, int timed_out)
+{
+	st->target = timed_out || st->resent || st->asking ? -1 : GONE;
+	st->failed = t;
+	st->sent = -1;
+}
 
 /* Appends every command of node t this round; on failure none of them gets a
  * reply. */
@@ -588,13 +637,11 @@ static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd 
 		else
 			node_io_fail(r, nd, "pipeline", errno);
 	}
-	if (!ok) {
-		for (size_t i = 0; i < n; i++) {
-			if (st[i].target == t) {
-				st[i].target = -1;
-				st[i].sent = -1;
-			}
-		}
+	if (!ok) { /* nothing was written to the node: the buffer went with it */
+		int timed_out = r->fail_timed_out;
+		for (size_t i = 0; i < n; i++)
+			if (st[i].target == t)
+				pipeline_lost(&st[i], t, timed_out);
 	}
 }
 
@@ -604,6 +651,7 @@ static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *c
 {
 	struct node *nd = &r->nodes[t];
 	char name[40];
+	int timed_out = 0; /* the node's failure this round */
 	for (size_t i = 0; i < n; i++) {
 		if (st[i].sent != t)
 			continue;
@@ -620,9 +668,11 @@ static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *c
 		if (ok)
 			ok = redisGetReply(nd->ctx, (void **)&rep) == REDIS_OK && rep;
 		if (!ok) {
-			if (nd->ctx)
+			if (nd->ctx) {
 				node_io_fail(r, nd, name, errno);
-			st[i].target = -1;
+				timed_out = r->fail_timed_out;
+			}
+			pipeline_lost(&st[i], t, timed_out);
 			continue;
 		}
 		int target = t, asking = 0;
@@ -682,10 +732,16 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 		if (r->pause)
 			tryagain_pause(r, round);
 		(void)maybe_refresh(r);
-		for (size_t i = 0; i < n; i++)
-			if (st[i].target == RESOLVE)
-				st[i].target = slot_target(
-				        r, cluster_key_slot(cmds[i].key, cmds[i].keylen));
+		for (size_t i = 0; i < n; i++) {
+			unsigned slot = cluster_key_slot(cmds[i].key, cmds[i].keylen);
+			if (st[i].target == RESOLVE) {
+				st[i].target = slot_target(r, slot);
+			} else if (st[i].target == GONE) {
+				r->fail_timed_out = 0;
+				st[i].target = failed_over(r, slot, st[i].failed);
+				st[i].resent = st[i].target >= 0;
+			}
+		}
 	}
 	size_t failed = 0;
 	for (size_t i = 0; i < n; i++) {

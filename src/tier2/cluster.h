@@ -20,7 +20,15 @@
  * - A node that failed (connect, AUTH, I/O, timeout, protocol) is not tried
  *   again before its backoff passes: backoff_min_ms after the first failure,
  *   doubling to backoff_max_ms; a good round trip resets it. Meanwhile the
- *   commands for its slots fail at once.
+ *   commands for its slots fail at once, unless the map names another node.
+ * - A command whose node could not be reached, or dropped the connection
+ *   before answering (not a timeout, nor after ASK), is sent once more when
+ *   the map, refreshed then (within the backoff_min_ms limit), names another
+ *   master for its slot: a replica a failover promoted. It may so reach a
+ *   dead master and then its successor, so commands given to the router
+ *   must be idempotent (tier2's are: GET, SET of a value named by its
+ *   content or generation, DEL, sets, sorted sets, hashes, scripts that
+ *   add or remove one member).
  * - Replies are hiredis redisReply trees that the caller frees
  *   (freeReplyObject). Error replies other than MOVED and ASK (WRONGTYPE,
  *   CLUSTERDOWN, OOM...) are replies, not failures.
@@ -164,6 +172,8 @@ struct cluster_stats {
 	uint64_t map_refreshes; /* slot maps read and installed */
 	uint64_t tryagains;     /* TRYAGAIN replies (multi-key commands on a moving slot),
 	                           sent again after a pause */
+	uint64_t resent;        /* commands sent again to the new master of their slot
+	                           after theirs could not be reached (a failover) */
 	uint64_t auth_refused;  /* AUTHs a node answered with an error (not a time-out):
 	                           wrong credentials, which waiting does not mend */
 };

@@ -481,7 +481,9 @@ static void test_stopped_and_killed_node(void **state)
 struct fake {
 	int fd;
 	int port;
-	const char *reply; /* NULL: never answers */
+	const char *reply;         /* NULL: never answers */
+	const char *const *script; /* else these, one per command, the last repeated */
+	size_t n_script, at;
 	pthread_t thread;
 };
 
@@ -494,16 +496,20 @@ static void *fake_run(void *arg)
 			return NULL;
 		char buf[512];
 		while (recv(c, buf, sizeof(buf), 0) > 0) {
-			if (f->reply)
-				(void)send(c, f->reply, strlen(f->reply), MSG_NOSIGNAL);
+			const char *reply = f->reply;
+			if (f->n_script)
+				reply = f->script[f->at < f->n_script ? f->at++ : f->n_script - 1];
+			if (reply)
+				(void)send(c, reply, strlen(reply), MSG_NOSIGNAL);
 		}
 		close(c);
 	}
 }
 
-static void fake_start(struct fake *f, const char *reply)
+/* Listens on a port of its own (f->port); fake_go then answers. */
+static void fake_listen(struct fake *f)
 {
-	f->reply = reply;
+	memset(f, 0, sizeof(*f));
 	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET};
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -513,7 +519,18 @@ static void fake_start(struct fake *f, const char *reply)
 	assert_int_equal(listen(f->fd, 4), 0);
 	assert_int_equal(getsockname(f->fd, (struct sockaddr *)&a, &len), 0);
 	f->port = ntohs(a.sin_port);
+}
+
+static void fake_go(struct fake *f)
+{
 	assert_int_equal(pthread_create(&f->thread, NULL, fake_run, f), 0);
+}
+
+static void fake_start(struct fake *f, const char *reply)
+{
+	fake_listen(f);
+	f->reply = reply;
+	fake_go(f);
 }
 
 /* After the routers closed their connections: shutting the listening socket
@@ -569,6 +586,47 @@ static void test_fake_nodes(void **state)
 	fake_stop(&junk);
 }
 
+/* A node whose redirections lose the command's slot from the map, and then
+ * says TRYAGAIN on the last hop allowed: the command fails with a message
+ * (it used to name the node of index -1, read before the router's table). */
+static void test_fake_lost_slot(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_listen(&f);
+	unsigned s = cluster_key_slot("k", 1), x = (s + 1) % CLUSTER_SLOTS;
+	char full[128], only_x[128], moved_unknown[64], moved[64];
+	snprintf(full, sizeof(full), "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
+	         f.port);
+	snprintf(only_x, sizeof(only_x),
+	         "*1\r\n*3\r\n:%u\r\n:%u\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", x, x, f.port);
+	snprintf(moved_unknown, sizeof(moved_unknown), "-MOVED %u ?:%d\r\n", x, f.port);
+	snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d\r\n", x, f.port);
+	const char *script[] = {
+	        full,   moved_unknown,
+	        only_x, moved,
+	        moved,  moved,
+	        moved,  "-TRYAGAIN Multiple keys request during rehashing of slot\r\n"};
+	f.script = script;
+	f.n_script = sizeof(script) / sizeof(script[0]);
+	fake_go(&f);
+	char seeds[64], err[256] = "";
+	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", f.port);
+	struct cluster_options o = {.command_timeout_ms = 300};
+	struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
+	assert_non_null(r);
+	const char *argv[] = {"GET", "k"};
+	const size_t lens[] = {3, 1};
+	redisReply *rep = NULL;
+	assert_int_equal(cluster_command_argv(r, "k", 1, 2, argv, lens, &rep), -1);
+	assert_null(rep);
+	if (!strstr(cluster_error(r), "no known master"))
+		fail_msg("\"%s\" does not say the slot has no known master", cluster_error(r));
+	assert_int_equal(f.at, f.n_script);
+	cluster_router_free(r);
+	fake_stop(&f);
+}
+
 static int cluster_up(void **state)
 {
 	(void)state;
@@ -586,6 +644,7 @@ int main(void)
 {
 	const struct CMUnitTest fakes[] = {
 	        cmocka_unit_test(test_fake_nodes),
+	        cmocka_unit_test(test_fake_lost_slot),
 	};
 	int rc = cmocka_run_group_tests_name("fake nodes", fakes, NULL, NULL);
 	if (rc != 0)
