@@ -204,7 +204,8 @@ static void on_wait_expired(evutil_socket_t fd, short what, void *arg)
 		k3d_conn_answered(c);
 		return;
 	}
-	atomic_fetch_add(&t->n.waits_expired, 1);
+	/* waiting for the search (--tier2-wait), or for a fetch (--stall-timeout) */
+	atomic_fetch_add(w->on_key ? &t->n.fetch_waits_expired : &t->n.waits_expired, 1);
 	resume(t, w); /* the search goes on: a longer entry found is fetched all the same */
 }
 
@@ -388,6 +389,9 @@ void k3d_t2_list(struct k3d_conn *c)
 	it->has_model = l->model.len == 32;
 	if (it->has_model)
 		memcpy(it->fingerprint, l->model.data, 32);
+	it->t = t;
+	/* its waiter is answered then: the listing stops too */
+	it->deadline_ms = t2_now_ms() + c->srv->cfg.stall_timeout * 1000u;
 	it->waiter = w->id = ++t->next_waiter;
 	/* on the copy thread, so that lookups' searches do not wait behind a
 	 * scan of the cluster (in read-only mode there is none) */
@@ -431,12 +435,19 @@ static int collect(const struct tier2_listed *e, void *ctx)
 	return 0;
 }
 
+/* Whether a listing is to stop: the daemon stops, or its waiter was answered. */
+static int list_cancelled(void *ctx)
+{
+	const struct t2_item *it = ctx;
+	return atomic_load(&it->t->stopping) || t2_now_ms() > it->deadline_ms;
+}
+
 void t2_list_run(struct k3d_t2 *t, struct cluster_router *r, struct tier2_stats *ts,
                  struct t2_item *it)
 {
 	if (r) {
 		it->st = tier2_list(r, t->cfg.ns, it->has_model ? it->fingerprint : NULL, it->limit,
-		                    collect, it, ts, it->err, sizeof(it->err));
+		                    collect, list_cancelled, it, ts, it->err, sizeof(it->err));
 	} else {
 		it->st = TIER2_NOMEM;
 		snprintf(it->err, sizeof(it->err), "no router (out of memory at start-up)");

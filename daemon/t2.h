@@ -50,6 +50,8 @@
 	  "queue full.")                                                                           \
 	X(waits_expired, "tier2_waits_expired_total",                                              \
 	  "Lookups answered locally: no answer within --tier2-wait.")                              \
+	X(fetch_waits_expired, "tier2_fetch_waits_expired_total",                                  \
+	  "Lookups answered locally: the fetch they waited for took over --stall-timeout.")        \
 	X(lookup_errors, "tier2_lookup_errors_total",                                              \
 	  "Longest-prefix searches that failed (a timeout or a node error).")                      \
 	X(hits, "tier2_hits_total", "Lookups answered with an entry fetched from the cluster.")    \

@@ -19,8 +19,8 @@ struct copier {
 	struct cluster_router *r;
 	struct cluster_stats seen;
 	struct tier2_stats ts, ts_seen;
-	struct tier2_owned *ledger; /* oldest first */
-	size_t n, cap;
+	struct tier2_owned *ledger; /* oldest first: [head, n) */
+	size_t head, n, cap;
 	uint64_t used;
 	int loaded;
 	double warned;  /* t2_warn: when it last logged */
@@ -115,6 +115,7 @@ static int load_ledger(struct copier *c)
 	}
 	free(c->ledger);
 	c->ledger = all;
+	c->head = 0;
 	c->n = c->cap = n;
 	c->used = 0;
 	for (size_t i = 0; i < n; i++)
@@ -129,6 +130,11 @@ static int load_ledger(struct copier *c)
 
 static int ledger_append(struct copier *c, const struct tier2_owned *o)
 {
+	if (c->n == c->cap && c->head && c->head >= c->cap / 2) { /* the deleted half: reused */
+		memmove(c->ledger, c->ledger + c->head, (c->n - c->head) * sizeof(*c->ledger));
+		c->n -= c->head;
+		c->head = 0;
+	}
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? 2 * c->cap : 64;
 		struct tier2_owned *grown = realloc(c->ledger, cap * sizeof(*grown));
@@ -143,13 +149,20 @@ static int ledger_append(struct copier *c, const struct tier2_owned *o)
 	return 0;
 }
 
+/* Deletes per copy at most: a budget cut by much (a restart with a smaller
+ * --tier2-max-bytes) is caught up over the next copies, and a SIGTERM waits
+ * for one delete, not thousands. */
+#define ROOM_DELETES_PER_COPY 64
+
 /* Deletes this daemon's oldest entries from the cluster until what it holds
  * is within its budget; the newest (just written) stays. */
 static void make_room(struct copier *c)
 {
 	struct k3d_t2 *t = c->t;
-	while (c->used > t->cfg.max_bytes && c->n > 1) {
-		struct tier2_owned o = c->ledger[0];
+	for (int done = 0; c->used > t->cfg.max_bytes && c->n - c->head > 1 &&
+	                   done < ROOM_DELETES_PER_COPY && !atomic_load(&t->stopping);
+	     done++) {
+		struct tier2_owned o = c->ledger[c->head];
 		char err[512] = "";
 		uint64_t freed = 0;
 		enum tier2_status st = tier2_delete(c->r, t->cfg.ns, o.key, o.generation, &freed,
@@ -167,8 +180,7 @@ static void make_room(struct copier *c)
 			return;
 		}
 		atomic_fetch_add(&t->n.deleted, st == TIER2_OK);
-		memmove(c->ledger, c->ledger + 1, (c->n - 1) * sizeof(*c->ledger));
-		c->n--;
+		c->head++;
 		c->used -= o.bytes;
 		atomic_store(&t->used_bytes, c->used);
 	}
@@ -277,7 +289,8 @@ void *t2_copy_main(void *arg)
 			break;
 		if (it->kind == T2_LIST) { /* a listing runs here, off the lookups' thread */
 			t2_list_run(c.t, c.r, &c.ts, it);
-			t2_count_router(c.t, c.r, &c.seen, &c.ts, &c.ts_seen);
+			if (c.r)
+				t2_count_router(c.t, c.r, &c.seen, &c.ts, &c.ts_seen);
 			continue;
 		}
 		if (c.r) {

@@ -100,7 +100,12 @@ void *t2_fetch_main(void *arg)
 		if (!it)
 			break;
 		if (it->kind == T2_LIST) { /* in read-only mode (t2.c, k3d_t2_list) */
+			/* held up meanwhile, as by a fetch: lookups do not wait */
+			atomic_store(&f.t->busy_since_ms, t2_now_ms());
 			t2_list_run(f.t, f.r, &f.ts, it);
+			atomic_store(&f.t->busy_since_ms, 0);
+			if (f.r)
+				t2_count_router(f.t, f.r, &f.seen, &f.ts, &f.ts_seen);
 			continue;
 		}
 		if (!f.r) { /* no router (out of memory at start): every lookup answers locally */

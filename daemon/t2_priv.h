@@ -43,8 +43,10 @@ struct t2_item {
 	struct tier2_entry entry;    /* T2_FETCHED */
 	struct tier2_listed *listed; /* T2_LISTED: each salt malloc'd */
 	size_t n_listed, cap_listed;
-	uint32_t limit; /* T2_LIST */
-	int has_model;  /* T2_LIST: of fingerprint only */
+	uint32_t limit;       /* T2_LIST */
+	int has_model;        /* T2_LIST: of fingerprint only */
+	uint64_t deadline_ms; /* T2_LIST: given up after (t2_now_ms), its waiter gone */
+	struct k3d_t2 *t;     /* T2_LIST: for the listing's deadline and the stop */
 	char err[256];
 };
 

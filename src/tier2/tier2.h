@@ -488,13 +488,18 @@ struct tier2_listed {
  * records that do not decode, are not bound to their key or are not strings
  * are skipped and counted in stats->stale (stats may be NULL). At most limit
  * entries (0: no limit). As SCAN, an entry may be passed twice, and one put
- * or moved during the listing may be missed. TIER2_OK (also when fn or limit
- * stopped it), or TIER2_INVALID, TIER2_TIMEOUT, TIER2_NODE_ERROR (also a
- * SCAN reply of another shape) or TIER2_NOMEM with a message in err (what was
- * listed before it stays listed). */
+ * or moved during the listing may be missed. cancelled (NULL: never) is
+ * asked before each SCAN page and each batch of records: non-zero ends the
+ * listing with TIER2_TIMEOUT (a caller's deadline or shutdown: a namespace
+ * of millions of entries, or a node whose SCAN never ends, takes as long as
+ * the caller lets it). TIER2_OK (also when fn or limit stopped it), or
+ * TIER2_INVALID, TIER2_TIMEOUT, TIER2_NODE_ERROR (also a SCAN reply of
+ * another shape) or TIER2_NOMEM with a message in err (what was listed before
+ * it stays listed). */
 enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uint8_t *fingerprint,
                              uint32_t limit, int (*fn)(const struct tier2_listed *e, void *ctx),
-                             void *ctx, struct tier2_stats *stats, char *err, size_t errsz);
+                             int (*cancelled)(void *ctx), void *ctx, struct tier2_stats *stats,
+                             char *err, size_t errsz);
 
 /* ---- a daemon's ledger (tier2_ledger.c) ---- */
 

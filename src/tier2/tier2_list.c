@@ -16,6 +16,7 @@ struct lister {
 	uint32_t limit, listed;
 	int stop;
 	int (*fn)(const struct tier2_listed *e, void *ctx);
+	int (*cancelled)(void *ctx);
 	void *ctx;
 	struct tier2_stats *stats;
 	char *err;
@@ -69,6 +70,16 @@ static enum tier2_status one(struct lister *l, const uint8_t *key, const redisRe
 	return TIER2_OK;
 }
 
+/* TIER2_TIMEOUT with the message set when the caller has given up. */
+static enum tier2_status given_up(struct lister *l)
+{
+	if (!l->cancelled || !l->cancelled(l->ctx))
+		return TIER2_OK;
+	tier2_io_err(l->err, l->errsz, "tier2: list: given up by the caller after %u entries",
+	             l->listed);
+	return TIER2_TIMEOUT;
+}
+
 /* Reads the records of keys[0..n) and lists them. */
 static enum tier2_status records(struct lister *l, const uint8_t (*keys)[TIER2_KEY_LEN], size_t n)
 {
@@ -77,6 +88,8 @@ static enum tier2_status records(struct lister *l, const uint8_t (*keys)[TIER2_K
 	enum tier2_status st = TIER2_OK;
 	for (size_t first = 0; first < n && st == TIER2_OK && !l->stop; first += RECORDS_PER_TRIP) {
 		size_t k = n - first < RECORDS_PER_TRIP ? n - first : RECORDS_PER_TRIP;
+		if ((st = given_up(l)) != TIER2_OK)
+			break;
 		for (size_t j = 0; j < k; j++)
 			tier2_io_cmd2(&cmds[j], &cb[j], "GET",
 			              tier2_name_record(cb[j].name, l->ns, keys[first + j]));
@@ -99,6 +112,8 @@ static enum tier2_status scan_master(struct lister *l, size_t m, const char *pat
 		const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", count};
 		size_t lens[6] = {4, strlen(cursor), 5, pattern_len, 5, (size_t)count_len};
 		redisReply *rep = NULL;
+		if ((st = given_up(l)) != TIER2_OK)
+			return st;
 		st = tier2_io_node(l->r, m, 6, argv, lens, &rep, "list: SCAN", l->err, l->errsz);
 		if (st != TIER2_OK)
 			return st;
@@ -136,7 +151,8 @@ static enum tier2_status scan_master(struct lister *l, size_t m, const char *pat
 
 enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uint8_t *fingerprint,
                              uint32_t limit, int (*fn)(const struct tier2_listed *e, void *ctx),
-                             void *ctx, struct tier2_stats *stats, char *err, size_t errsz)
+                             int (*cancelled)(void *ctx), void *ctx, struct tier2_stats *stats,
+                             char *err, size_t errsz)
 {
 	if (tier2_ns_check(ns, err, errsz) != 0)
 		return TIER2_INVALID;
@@ -149,6 +165,7 @@ enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uin
 	                   .fingerprint = fingerprint,
 	                   .limit = limit,
 	                   .fn = fn,
+	                   .cancelled = cancelled,
 	                   .ctx = ctx,
 	                   .stats = stats,
 	                   .err = err,

@@ -685,7 +685,15 @@ struct seen {
 	struct tier2_listed e[16];
 	uint8_t salt[16][8];
 	size_t stop_after; /* 0: never */
+	size_t give_up_at; /* gave_up says so when asked this many times (0: never) */
+	size_t asked;
 };
+
+static int gave_up(void *ctx)
+{
+	struct seen *s = ctx;
+	return ++s->asked == s->give_up_at;
+}
 
 static int on_listed(const struct tier2_listed *e, void *ctx)
 {
@@ -744,7 +752,8 @@ static void test_list(void **state)
 	struct seen s = {0};
 	char err[512] = "";
 	uint64_t stale = st.stale;
-	enum tier2_status rc = tier2_list(r, "lst", fp, 0, on_listed, &s, &st, err, sizeof(err));
+	enum tier2_status rc =
+	        tier2_list(r, "lst", fp, 0, on_listed, NULL, &s, &st, err, sizeof(err));
 	if (rc != TIER2_OK)
 		fail_msg("list: %s: %s", tier2_status_name(rc), err);
 	assert_int_equal(s.n, 3);
@@ -772,31 +781,46 @@ static void test_list(void **state)
 	assert_null(listed(&s, other));
 	/* every model: the other one too */
 	memset(&s, 0, sizeof(s));
-	assert_int_equal(tier2_list(r, "lst", NULL, 0, on_listed, &s, NULL, err, sizeof(err)),
+	assert_int_equal(tier2_list(r, "lst", NULL, 0, on_listed, NULL, &s, NULL, err, sizeof(err)),
 	                 TIER2_OK);
 	assert_int_equal(s.n, 4);
 	assert_non_null(listed(&s, other));
 	/* a limit; a function that stops */
 	memset(&s, 0, sizeof(s));
-	assert_int_equal(tier2_list(r, "lst", NULL, 2, on_listed, &s, NULL, err, sizeof(err)),
+	assert_int_equal(tier2_list(r, "lst", NULL, 2, on_listed, NULL, &s, NULL, err, sizeof(err)),
 	                 TIER2_OK);
 	assert_int_equal(s.n, 2);
 	memset(&s, 0, sizeof(s));
 	s.stop_after = 1;
-	assert_int_equal(tier2_list(r, "lst", fp, 0, on_listed, &s, NULL, err, sizeof(err)),
+	assert_int_equal(tier2_list(r, "lst", fp, 0, on_listed, NULL, &s, NULL, err, sizeof(err)),
 	                 TIER2_OK);
 	assert_int_equal(s.n, 1);
+	/* a caller that gives up: at once, then when asked the second time (a
+	 * SCAN page or a batch of records later) */
+	for (size_t after = 0; after < 2; after++) {
+		memset(&s, 0, sizeof(s));
+		s.give_up_at = after + 1;
+		assert_int_equal(tier2_list(r, "lst", NULL, 0, on_listed, gave_up, &s, NULL, err,
+		                            sizeof(err)),
+		                 TIER2_TIMEOUT);
+		assert_int_equal(s.asked, after + 1);
+		if (after == 0)
+			assert_int_equal(s.n, 0);
+		assert_non_null(strstr(err, "given up by the caller after"));
+	}
 	/* the other namespace holds its one entry; an empty one none */
 	memset(&s, 0, sizeof(s));
-	assert_int_equal(tier2_list(r, "lst2", fp, 0, on_listed, &s, NULL, err, sizeof(err)),
+	assert_int_equal(tier2_list(r, "lst2", fp, 0, on_listed, NULL, &s, NULL, err, sizeof(err)),
 	                 TIER2_OK);
 	assert_int_equal(s.n, 1);
 	memset(&s, 0, sizeof(s));
-	assert_int_equal(tier2_list(r, "none", NULL, 0, on_listed, &s, NULL, err, sizeof(err)),
-	                 TIER2_OK);
+	assert_int_equal(
+	        tier2_list(r, "none", NULL, 0, on_listed, NULL, &s, NULL, err, sizeof(err)),
+	        TIER2_OK);
 	assert_int_equal(s.n, 0);
-	assert_int_equal(tier2_list(r, "a{b}", NULL, 0, on_listed, &s, NULL, err, sizeof(err)),
-	                 TIER2_INVALID);
+	assert_int_equal(
+	        tier2_list(r, "a{b}", NULL, 0, on_listed, NULL, &s, NULL, err, sizeof(err)),
+	        TIER2_INVALID);
 	cluster_router_free(r);
 }
 

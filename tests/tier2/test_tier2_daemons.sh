@@ -140,6 +140,29 @@ ok "ls --tier2 --json: no hits or times it does not have" $(python3 -c 'import j
 "$ctl" --db "$dir/a.db" ls --tier2 >/dev/null 2>"$dir/ls.err"; rc=$?
 ok "ls --tier2 with --db: a usage error" $([ $rc = 2 ] && grep -q 'not with --db' "$dir/ls.err"; echo $?)
 
+# ---- the budget: --tier2-max-bytes, the ledger, oldest first ------------------------------------
+ledger_len() { redis-cli -c -p "${port[0]}" zcard k3:k3cache:o:bud; }
+start_daemon bud --tier2-owner bud --tier2-max-bytes 400000
+: > "$dir/bud"
+for k in 1 2 3 4; do turn bud "$k" "$dir/bud" budget; done
+wait_copies bud 5; ok "budget: five entries copied (the system prompt's and four turns')" $?
+used=$(stat_of bud tier2_used_bytes) del=$(stat_of bud tier2_deleted)
+ok "budget: the oldest deleted ($del) to keep $used bytes within 400000" $([ "$del" -ge 1 ] && [ "$used" -le 400000 ] && [ "$used" -gt 0 ]; echo $?)
+ok "budget: the ledger in the cluster holds the entries kept ($(ledger_len))" $([ "$(ledger_len)" = $((5 - del)) ]; echo $?)
+# a restart with a smaller budget: the ledger survives it, and the next copy
+# deletes the oldest until the rest fits
+kill -TERM "${dpid[bud]}"; wait "${dpid[bud]}" 2>/dev/null
+start_daemon bud --tier2-owner bud --tier2-max-bytes 250000
+grep -q "ledger holds $((5 - del)) entries, $used bytes" "$dir/bud.log"; ok "budget: the restarted daemon read its ledger back" $?
+: > "$dir/bud5"
+turn bud 1 "$dir/bud5" budget-2
+wait_copies bud 2; ok "budget: another conversation's first turn copied" $?
+used=$(stat_of bud tier2_used_bytes)
+ok "budget: a smaller budget kept ($used bytes of 250000, $(stat_of bud tier2_deleted) deleted, $(ledger_len) in the ledger)" $([ "$used" -le 250000 ] && [ "$(stat_of bud tier2_deleted)" -ge 1 ] && [ "$(ledger_len)" -ge 1 ]; echo $?)
+out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2)
+ok "budget: the other daemons' entries stay ($(python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))' <<<"$out") listed)" $(python3 -c 'import json,sys; sys.exit(0 if len(json.load(sys.stdin)["entries"]) >= '"$n"' else 1)' <<<"$out"; echo $?)
+stop_daemons bud
+
 # ---- a resharding during traffic -------------------------------------------------------------
 id0=$(redis-cli -p "${port[0]}" cluster myid) id1=$(redis-cli -p "${port[1]}" cluster myid)
 redis-cli --cluster reshard "127.0.0.1:${port[0]}" --cluster-from "$id0" --cluster-to "$id1" \
