@@ -736,40 +736,6 @@ static void default_owner(struct k3d_t2 *t, const char *db)
 	snprintf(t->owner, sizeof(t->owner), "%.40s-%016llx", host, (unsigned long long)h);
 }
 
-/* Whether the user may use the namespace's keys and run the parts'
- * scripts: a NOPERM now is an error at start-up, not a copy failing later
- * with no reason given. 0, or -1 after logging why. A node that does not
- * answer passes (it is tried again as the daemon runs). */
-static int check_rights(struct k3d_t2 *t, struct cluster_router *r)
-{
-	char key[TIER2_NAME_MAX + 16];
-	int n = snprintf(key, sizeof(key), "k3:%s:q:{rights-check}", t->cfg.ns);
-	const char *exists[] = {"EXISTS", key};
-	const char *eval[] = {"EVAL", "return redis.call('EXISTS', KEYS[1])", "1", key};
-	size_t elen[] = {6, (size_t)n}, vlen[] = {4, strlen(eval[1]), 1, (size_t)n};
-	const char **argvs[] = {exists, eval};
-	const size_t *lens[] = {elen, vlen};
-	const int argcs[] = {2, 4};
-	for (int i = 0; i < 2; i++) {
-		redisReply *rep = NULL;
-		if (cluster_command_argv(r, key, (size_t)n, argcs[i], argvs[i], lens[i], &rep) != 0)
-			return 0;
-		int denied = rep->type == REDIS_REPLY_ERROR && rep->str &&
-		             !strncmp(rep->str, "NOPERM", 6);
-		if (denied)
-			k3d_log(K3D_LOG_ERROR,
-			        "--tier2 %s: the cluster does not let --tier2-user %s use the keys "
-			        "k3:%s:*: %s: %.*s (README, Second tier, lists the rights it "
-			        "needs)",
-			        t->cfg.seeds, t->cfg.user ? t->cfg.user : "(default)", t->cfg.ns,
-			        argvs[i][0], (int)(rep->len < 200 ? rep->len : 200), rep->str);
-		freeReplyObject(rep);
-		if (denied)
-			return -1;
-	}
-	return 0;
-}
-
 static void t2_free(struct k3d_t2 *t)
 {
 	if (t->password) {
@@ -827,38 +793,9 @@ int k3d_t2_start(struct k3d_server *srv)
 	if (!r)
 		goto fail;
 	size_t masters = 0;
-	if (cluster_refresh(r) != 0) {
-		const char *why = cluster_error(r);
-		/* a node that answered AUTH with an error: wrong credentials,
-		 * which will not mend by themselves (a time-out might) */
-		if (cluster_stats(r).auth_refused) {
-			k3d_log(K3D_LOG_ERROR,
-			        "--tier2 %s: the cluster refuses our credentials: %s (check "
-			        "--tier2-user and --tier2-password-file)",
-			        cfg->seeds, why);
-			cluster_router_free(r);
-			goto fail;
-		}
-		/* a server that answered, but is not a cluster: no retry mends it */
-		if (strstr(why, "cluster support disabled")) {
-			k3d_log(K3D_LOG_ERROR,
-			        "--tier2 %s: not a Redis Cluster (%s): the second tier needs a "
-			        "cluster (cluster-enabled yes, made with redis-cli --cluster "
-			        "create)",
-			        cfg->seeds, why);
-			cluster_router_free(r);
-			goto fail;
-		}
-		k3d_log(K3D_LOG_WARN,
-		        "--tier2 %s: the cluster cannot be reached now (%s); serving from the "
-		        "local store and trying again",
-		        cfg->seeds, why);
-	} else {
-		masters = cluster_n_masters(r);
-		if (check_rights(t, r) != 0) {
-			cluster_router_free(r);
-			goto fail;
-		}
+	if (t2_check_cluster(t, r, &masters) != 0) {
+		cluster_router_free(r);
+		goto fail;
 	}
 	cluster_router_free(r);
 	t->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

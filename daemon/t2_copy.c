@@ -102,17 +102,15 @@ static int snap_read(void *ctx, void *dst, size_t len, char *err, size_t errsz)
 
 /* ---- the ledger ---------------------------------------------------------------- */
 
-static int load_ledger(struct copier *c)
+/* Reads the ledger back: 0, or -1 with why in err. */
+static int load_ledger(struct copier *c, char *err, size_t errsz)
 {
-	char err[512] = "";
 	struct tier2_owned *all = NULL;
 	size_t n = 0;
 	enum tier2_status st =
-	        tier2_ledger_load(c->r, c->t->cfg.ns, c->t->owner, &all, &n, err, sizeof(err));
-	if (st != TIER2_OK) {
-		k3d_log(K3D_LOG_DEBUG, "tier2: ledger: %s", err);
+	        tier2_ledger_load(c->r, c->t->cfg.ns, c->t->owner, &all, &n, err, errsz);
+	if (st != TIER2_OK)
 		return -1;
-	}
 	free(c->ledger);
 	c->ledger = all;
 	c->head = 0;
@@ -206,12 +204,12 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		return;
 	}
 	char err[512] = "";
-	if (!c->loaded && load_ledger(c) != 0) {
+	if (!c->loaded && load_ledger(c, err, sizeof(err)) != 0) {
 		atomic_fetch_add(&t->n.copies_failed, 1);
 		t2_warn(c,
 		        "tier2: copy of %.16s: this daemon's ledger cannot be read from the "
-		        "cluster",
-		        hex);
+		        "cluster: %s",
+		        hex, err);
 		store_entry_info_free(info);
 		return;
 	}
@@ -281,8 +279,9 @@ void *t2_copy_main(void *arg)
 {
 	struct copier c = {.t = arg};
 	c.r = t2_router(c.t);
-	if (c.r && load_ledger(&c) != 0)
-		k3d_log(K3D_LOG_DEBUG, "tier2: the ledger is read before the first copy");
+	char err[512] = "";
+	if (c.r && load_ledger(&c, err, sizeof(err)) != 0)
+		k3d_log(K3D_LOG_DEBUG, "tier2: the ledger is read before the first copy (%s)", err);
 	for (;;) {
 		struct t2_item *it = t2_queue_pop(&c.t->copyq);
 		if (!it)

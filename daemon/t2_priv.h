@@ -119,6 +119,13 @@ struct k3d_t2 {
 
 /* A router for one thread, with the daemon's options. NULL after logging. */
 struct cluster_router *t2_router(struct k3d_t2 *t);
+
+/* At start-up (t2_check.c): reads the slot map and checks, on every master,
+ * the credentials and every right the second tier uses. 0 (masters: how many
+ * answered; 0 when the cluster cannot be reached now, a warning logged), or
+ * -1 after logging a mistake no retry mends: credentials refused, a right
+ * missing, not a cluster, not Redis. */
+int t2_check_cluster(struct k3d_t2 *t, struct cluster_router *r, size_t *masters);
 /* The fetch thread, before it fetches: waits until no fetched entry is
  * held, then holds; -1 when stopping. t2_release: the entry held is gone
  * (stored, refused, or the fetch failed). */

@@ -140,6 +140,37 @@ ok "ls --tier2 --json: no hits or times it does not have" $(python3 -c 'import j
 "$ctl" --db "$dir/a.db" ls --tier2 >/dev/null 2>"$dir/ls.err"; rc=$?
 ok "ls --tier2 with --db: a usage error" $([ $rc = 2 ] && grep -q 'not with --db' "$dir/ls.err"; echo $?)
 
+# ---- start-up refusals (on the whole cluster, before a node is killed) -------------------------
+# start-up refusals that no retry mends: exit 1, and why
+refused() { # refused NAME WANT ARGS...: the daemon exits 1 at start-up saying WANT
+  local name=$1 want=$2; shift 2
+  "$daemon" --db "$dir/$name.db" --socket "$dir/$name.sock" "$@" 2>"$dir/$name.log" &
+  local p=$! rc=running
+  for _ in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.05; done
+  if kill -0 $p 2>/dev/null; then kill -9 $p; wait $p 2>/dev/null; else wait $p; rc=$?; fi
+  ok "$name: exits 1 (got $rc) saying \"$want\"" $([ "$rc" = 1 ] && grep -q -- "$want" "$dir/$name.log"; echo $?)
+}
+# ACL users are per node: a user made on one node only is refused by the others
+redis-cli -p "${port[0]}" acl setuser k3one on ">k3pass" "${acl[@]}" >/dev/null
+refused one-node "master 127.0.0.1:" --tier2 "$seeds" --tier2-user k3one \
+  --tier2-password-file "$dir/pw"
+grep -q "refuses our credentials" "$dir/one-node.log"; ok "one-node: it says the credentials are refused, and where" $?
+# a user without a right the parts' scripts use, or without CLUSTER SLOTS
+for i in 0 1 2; do
+  redis-cli -p "${port[$i]}" acl setuser k3nosadd on ">k3pass" "${acl[@]}" -sadd >/dev/null
+  redis-cli -p "${port[$i]}" acl setuser k3noslots on ">k3pass" "${acl[@]}" '-cluster|slots' >/dev/null
+done
+refused no-sadd "run SADD (in the scripts that keep MLA parts)" --tier2 "$seeds" \
+  --tier2-user k3nosadd --tier2-password-file "$dir/pw"
+refused no-slots "needs +cluster|slots" --tier2 "$seeds" --tier2-user k3noslots \
+  --tier2-password-file "$dir/pw"
+# a seed that is not Redis at all (an HTTP server)
+http=$((base + 70)); while ! free_port "$http"; do http=$((http + 1)); done
+python3 -m http.server "$http" --bind 127.0.0.1 > "$dir/http.log" 2>&1 &
+pids[4]=$!
+for _ in $(seq 100); do free_port "$http" || break; sleep 0.05; done
+refused not-redis "not a Redis server" --tier2 "redis://127.0.0.1:$http"
+
 # ---- the budget: --tier2-max-bytes, the ledger, oldest first ------------------------------------
 ledger_len() { redis-cli -c -p "${port[0]}" zcard k3:k3cache:o:bud; }
 start_daemon bud --tier2-owner bud --tier2-max-bytes 400000
@@ -250,16 +281,7 @@ for _ in $(seq 100); do kill -0 $cpid 2>/dev/null || break; sleep 0.05; done
 if kill -0 $cpid 2>/dev/null; then kill -9 $cpid; rc=running; else wait $cpid; rc=$?; fi
 ok "a wrong password: the daemon exits 1 (got $rc)" $([ "$rc" = 1 ]; echo $?)
 ok "a wrong password: it says why" $(grep -q 'refuses our credentials' "$dir/c.log"; echo $?)
-# start-up refusals that no retry mends: exit 1, and why
-refused() { # refused NAME WANT ARGS...: the daemon exits 1 at start-up saying WANT
-  local name=$1 want=$2; shift 2
-  "$daemon" --db "$dir/$name.db" --socket "$dir/$name.sock" "$@" 2>"$dir/$name.log" &
-  local p=$! rc=running
-  for _ in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.05; done
-  if kill -0 $p 2>/dev/null; then kill -9 $p; wait $p 2>/dev/null; else wait $p; rc=$?; fi
-  ok "$name: exits 1 (got $rc) saying \"$want\"" $([ "$rc" = 1 ] && grep -q -- "$want" "$dir/$name.log"; echo $?)
-}
-refused rights "does not let --tier2-user k3 use the keys k3:other:" --tier2 "$seeds" \
+refused rights "does not let --tier2-user k3 run SET on the keys k3:other:" --tier2 "$seeds" \
   --tier2-user k3 --tier2-password-file "$dir/pw" --tier2-namespace other
 plain=$((base + 60)); while ! free_port "$plain"; do plain=$((plain + 1)); done
 redis-server --port "$plain" --bind 127.0.0.1 --save "" --appendonly no > "$dir/plain.log" 2>&1 &
