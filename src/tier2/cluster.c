@@ -26,6 +26,8 @@ struct node {
 	uint64_t retry_at;  /* ms, monotonic: not tried before */
 	unsigned mark;      /* cluster_pipeline's round */
 	char last_err[200]; /* why it failed last */
+	int used;           /* 0: a free entry (an address no map names any more) */
+	unsigned gen;       /* bumped when the entry is reused for another address */
 };
 
 struct cluster_router {
@@ -99,27 +101,37 @@ static const char *cmd_name(const char *arg, size_t len, char *buf, size_t bufsz
 static int find_node(const struct cluster_router *r, const struct cluster_addr *a)
 {
 	for (size_t i = 0; i < r->n_nodes; i++)
-		if (r->nodes[i].addr.port == a->port && strcmp(r->nodes[i].addr.host, a->host) == 0)
+		if (r->nodes[i].used && r->nodes[i].addr.port == a->port &&
+		    strcmp(r->nodes[i].addr.host, a->host) == 0)
 			return (int)i;
 	return -1;
 }
 
-/* The node's index, added when new; -1 when the router knows too many. */
+/* The node's index, added when new (in a free entry if there is one); -1
+ * when the router knows too many. */
 static int node_index(struct cluster_router *r, const struct cluster_addr *a)
 {
 	int i = find_node(r, a);
 	if (i >= 0)
 		return i;
-	if (r->n_nodes == ROUTER_MAX_NODES) {
-		char at[272];
+	size_t at = r->n_seeds;
+	while (at < r->n_nodes && r->nodes[at].used)
+		at++;
+	if (at == ROUTER_MAX_NODES) {
+		char txt[272];
 		seterr(r, "cluster: cannot add node %s: the router knows %d nodes already",
-		       addr_text(a, at, sizeof(at)), ROUTER_MAX_NODES);
+		       addr_text(a, txt, sizeof(txt)), ROUTER_MAX_NODES);
 		return -1;
 	}
-	struct node *n = &r->nodes[r->n_nodes];
+	struct node *n = &r->nodes[at];
+	unsigned gen = n->gen + 1;
 	memset(n, 0, sizeof(*n));
 	n->addr = *a;
-	return (int)r->n_nodes++;
+	n->used = 1;
+	n->gen = gen;
+	if (at == r->n_nodes)
+		r->n_nodes++;
+	return (int)at;
 }
 
 static void node_close(struct node *n)
@@ -310,8 +322,10 @@ struct cluster_router *cluster_router_new(const char *seeds, const struct cluste
 		snprintf(err, errsz, "cluster: out of memory");
 		return NULL;
 	}
-	for (size_t i = 0; i < s.n; i++)
+	for (size_t i = 0; i < s.n; i++) {
 		r->nodes[i].addr = s.addr[i];
+		r->nodes[i].used = 1;
+	}
 	r->n_nodes = r->n_seeds = s.n;
 	for (size_t i = 0; i < CLUSTER_SLOTS; i++)
 		r->slot[i] = CLUSTER_NO_NODE;
@@ -345,6 +359,29 @@ static int install_map(struct cluster_router *r)
 {
 	const struct cluster_map *m = r->scratch;
 	uint16_t idx[CLUSTER_MAX_NODES] = {0};
+	/* addresses neither a seed nor in the new map are forgotten (their
+	 * entries reused), so that a cluster whose nodes change addresses
+	 * (restarted pods) never fills the table and dead ones leave the
+	 * refreshes' rotation. A command still headed for a freed entry is
+	 * routed anew (`used`), and a node that is not the slot's answers MOVED. */
+	unsigned char *keep = calloc(r->n_nodes ? r->n_nodes : 1, 1);
+	if (!keep) {
+		seterr(r, "cluster: out of memory for a slot map");
+		return -1;
+	}
+	for (size_t k = 0; k < m->n_nodes; k++) {
+		int i = find_node(r, &m->node[k]);
+		if (i >= 0)
+			keep[i] = 1;
+	}
+	for (size_t i = r->n_seeds; i < r->n_nodes; i++) {
+		if (r->nodes[i].used && !keep[i]) {
+			node_close(&r->nodes[i]);
+			r->nodes[i].used = 0;
+			r->stats.nodes_forgotten++;
+		}
+	}
+	free(keep);
 	for (size_t k = 0; k < m->n_nodes; k++) {
 		int i = node_index(r, &m->node[k]);
 		if (i < 0)
@@ -380,6 +417,8 @@ int cluster_refresh(struct cluster_router *r)
 	size_t n = r->n_nodes;
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (r->refresh_next + k) % n;
+		if (!r->nodes[i].used)
+			continue;
 		tried++;
 		if (!node_ready(r, (int)i)) {
 			snprintf(last, sizeof(last), "%s", r->err);
@@ -516,7 +555,7 @@ static void tryagain_pause(struct cluster_router *r, int attempt)
  * once more; -1 otherwise, with the failure's message kept. The commands
  * sent here may thus reach a node twice (the first time unanswered): the
  * callers' commands are idempotent (cluster.h). */
-static int failed_over(struct cluster_router *r, unsigned slot, int failed)
+static int failed_over(struct cluster_router *r, unsigned slot, int failed, unsigned failed_gen)
 {
 	if (r->fail_timed_out)
 		return -1;
@@ -525,8 +564,8 @@ static int failed_over(struct cluster_router *r, unsigned slot, int failed)
 	(void)maybe_refresh(r);
 	int t = r->slot[slot] == CLUSTER_NO_NODE ? -1 : r->slot[slot];
 	memcpy(r->err, why, sizeof(why));
-	if (t < 0 || t == failed)
-		return -1;
+	if (t < 0 || (t == failed && r->nodes[t].gen == failed_gen))
+		return -1; /* (an entry reused by the map just read is another node) */
 	r->stats.resent++;
 	return t;
 }
@@ -547,9 +586,15 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 	int target = slot_target(r, slot);
 	int asking = 0, resent = 0;
 	for (int hop = 0; target >= 0; hop++) {
+		if (!r->nodes[target].used) { /* forgotten by a map read meanwhile */
+			asking = 0;
+			if ((target = slot_target(r, slot)) < 0)
+				return -1;
+		}
 		struct node *n = &r->nodes[target];
 		if (!node_ready(r, target)) {
-			if (asking || resent || (target = failed_over(r, slot, target)) < 0)
+			if (asking || resent ||
+			    (target = failed_over(r, slot, target, r->nodes[target].gen)) < 0)
 				return -1;
 			resent = 1;
 			continue;
@@ -569,7 +614,8 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 		}
 		redisReply *rep = roundtrip(r, n, name, argc, argv, argvlen);
 		if (!rep) {
-			if (asking || resent || (target = failed_over(r, slot, target)) < 0)
+			if (asking || resent ||
+			    (target = failed_over(r, slot, target, r->nodes[target].gen)) < 0)
 				return -1;
 			resent = 1;
 			continue;
@@ -600,19 +646,21 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 
 /* A pipelined command's state between rounds. */
 struct pstate {
-	int target; /* node index, RESOLVE, GONE (with `failed`), or -1: done or failed */
-	int asking; /* ASKING goes first */
-	int sent;   /* the node it was appended to this round, or -1 */
-	int failed; /* GONE: the node that failed it */
-	int resent; /* sent again after its node failed (once at most) */
+	int target;          /* node index, RESOLVE, GONE (with `failed`), or -1: done or failed */
+	int asking;          /* ASKING goes first */
+	int sent;            /* the node it was appended to this round, or -1 */
+	int failed;          /* GONE: the node that failed it */
+	unsigned failed_gen; /* and its entry's generation then */
+	int resent;          /* sent again after its node failed (once at most) */
 };
 
 /* The command's node failed: GONE (sent once more after the map is
  * refreshed, when it names another node) or failed for good. */
-static void pipeline_lost(struct pstate *st, int t, int timed_out)
+static void pipeline_lost(struct pstate *st, int t, unsigned gen, int timed_out)
 {
 	st->target = timed_out || st->resent || st->asking ? -1 : GONE;
 	st->failed = t;
+	st->failed_gen = gen;
 	st->sent = -1;
 }
 
@@ -641,7 +689,7 @@ static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd 
 		int timed_out = r->fail_timed_out;
 		for (size_t i = 0; i < n; i++)
 			if (st[i].target == t)
-				pipeline_lost(&st[i], t, timed_out);
+				pipeline_lost(&st[i], t, nd->gen, timed_out);
 	}
 }
 
@@ -672,7 +720,7 @@ static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *c
 				node_io_fail(r, nd, name, errno);
 				timed_out = r->fail_timed_out;
 			}
-			pipeline_lost(&st[i], t, timed_out);
+			pipeline_lost(&st[i], t, nd->gen, timed_out);
 			continue;
 		}
 		int target = t, asking = 0;
@@ -715,6 +763,12 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 		size_t k = 0;
 		r->round++;
 		for (size_t i = 0; i < n; i++) {
+			if (st[i].target >= 0 && !r->nodes[st[i].target].used) {
+				/* forgotten by a map read meanwhile: routed anew */
+				st[i].asking = 0;
+				st[i].target = slot_target(
+				        r, cluster_key_slot(cmds[i].key, cmds[i].keylen));
+			}
 			int t = st[i].target;
 			if (t < 0 || r->nodes[t].mark == r->round)
 				continue;
@@ -738,7 +792,7 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 				st[i].target = slot_target(r, slot);
 			} else if (st[i].target == GONE) {
 				r->fail_timed_out = 0;
-				st[i].target = failed_over(r, slot, st[i].failed);
+				st[i].target = failed_over(r, slot, st[i].failed, st[i].failed_gen);
 				st[i].resent = st[i].target >= 0;
 			}
 		}

@@ -163,19 +163,20 @@ struct cluster_options {
 };
 
 struct cluster_stats {
-	uint64_t node_errors;   /* connects, AUTHs or round trips that failed */
-	uint64_t timeouts;      /* of those, the ones that ran out of time */
-	uint64_t connects;      /* connections tried */
-	uint64_t backoff_skips; /* connections not tried: the node was backing off */
-	uint64_t moved;         /* MOVED redirections followed */
-	uint64_t asks;          /* ASK redirections followed */
-	uint64_t map_refreshes; /* slot maps read and installed */
-	uint64_t tryagains;     /* TRYAGAIN replies (multi-key commands on a moving slot),
-	                           sent again after a pause */
-	uint64_t resent;        /* commands sent again to the new master of their slot
-	                           after theirs could not be reached (a failover) */
-	uint64_t auth_refused;  /* AUTHs a node answered with an error (not a time-out):
-	                           wrong credentials, which waiting does not mend */
+	uint64_t node_errors;     /* connects, AUTHs or round trips that failed */
+	uint64_t timeouts;        /* of those, the ones that ran out of time */
+	uint64_t connects;        /* connections tried */
+	uint64_t backoff_skips;   /* connections not tried: the node was backing off */
+	uint64_t moved;           /* MOVED redirections followed */
+	uint64_t asks;            /* ASK redirections followed */
+	uint64_t map_refreshes;   /* slot maps read and installed */
+	uint64_t tryagains;       /* TRYAGAIN replies (multi-key commands on a moving slot),
+	                             sent again after a pause */
+	uint64_t resent;          /* commands sent again to the new master of their slot
+	                             after theirs could not be reached (a failover) */
+	uint64_t nodes_forgotten; /* addresses dropped: no longer in the map, not seeds */
+	uint64_t auth_refused;    /* AUTHs a node answered with an error (not a time-out):
+	                             wrong credentials, which waiting does not mend */
 };
 
 struct cluster_router;

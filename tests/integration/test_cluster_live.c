@@ -627,6 +627,51 @@ static void test_fake_lost_slot(void **state)
 	fake_stop(&f);
 }
 
+/* A cluster whose 1024 masters change addresses at every map read (pods
+ * restarted): the router forgets the old ones, so it never runs out of
+ * room for nodes (it used to refuse every map after the first). */
+static void test_fake_moving_nodes(void **state)
+{
+	(void)state;
+	enum { MASTERS = 1024, READS = 4 };
+	struct fake f;
+	fake_listen(&f);
+	static char maps[READS][MASTERS * 64 + 16];
+	const char *script[READS];
+	for (int m = 0; m < READS; m++) {
+		size_t at = (size_t)snprintf(maps[m], sizeof(maps[m]), "*%d\r\n", MASTERS);
+		for (int k = 0; k < MASTERS; k++) {
+			int first = k * (CLUSTER_SLOTS / MASTERS);
+			/* 127.0.0.3: nothing listens there (other tests' nodes are on
+			 * 127.0.0.1), so every connect is refused at once */
+			at += (size_t)snprintf(
+			        maps[m] + at, sizeof(maps[m]) - at,
+			        "*3\r\n:%d\r\n:%d\r\n*2\r\n$9\r\n127.0.0.3\r\n:%d\r\n", first,
+			        first + CLUSTER_SLOTS / MASTERS - 1, 2000 + m * MASTERS + k);
+		}
+		script[m] = maps[m];
+	}
+	f.script = script;
+	f.n_script = READS;
+	fake_go(&f);
+	char seeds[64], err[256] = "";
+	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", f.port);
+	struct cluster_options o = {.command_timeout_ms = 1000};
+	struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
+	assert_non_null(r);
+	for (int m = 0; m < READS; m++) {
+		if (cluster_refresh(r) != 0)
+			fail_msg("map read %d: %s", m + 1, cluster_error(r));
+		assert_int_equal(cluster_n_masters(r), MASTERS);
+		struct cluster_addr a;
+		assert_int_equal(cluster_slot_node(r, 0, &a), 0);
+		assert_int_equal(a.port, 2000 + m * MASTERS);
+	}
+	assert_int_equal(cluster_stats(r).nodes_forgotten, (READS - 1) * MASTERS);
+	cluster_router_free(r);
+	fake_stop(&f);
+}
+
 static int cluster_up(void **state)
 {
 	(void)state;
@@ -645,6 +690,7 @@ int main(void)
 	const struct CMUnitTest fakes[] = {
 	        cmocka_unit_test(test_fake_nodes),
 	        cmocka_unit_test(test_fake_lost_slot),
+	        cmocka_unit_test(test_fake_moving_nodes),
 	};
 	int rc = cmocka_run_group_tests_name("fake nodes", fakes, NULL, NULL);
 	if (rc != 0)

@@ -24,7 +24,9 @@ die() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 20 "$f"
 
 # ---- the cluster ----------------------------------------------------------------
 free_port() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-base=$((20000 + RANDOM % 20000))
+# below the ephemeral ports (32768 up), bus ports (+10000) included: a port a
+# client connection holds cannot be bound, though nothing listens on it
+base=$((20000 + RANDOM % 2600))
 port=()
 # pick_ports N: port[0..N) free, each with its cluster bus port (+10000)
 pick_ports() {
@@ -41,17 +43,28 @@ echo wrong > "$dir/badpw"
 # user, without a password, is the test's own, for its faults)
 acl=('~k3:k3cache:*' +get +set +del +exists +hset +hgetall +hdel +expire +scan +zadd +zrange +zrem
   +eval '+cluster|slots' +asking +persist +ttl +pttl +pexpire +sadd +srem +scard)
-# start_node I [redis-server flags...]
+# start_node I [redis-server flags...]: on port[I], or the next free one when
+# another process took it meanwhile (another test picking at the same time)
 start_node() {
-  local i=$1 p=${port[$1]}
+  local i=$1 p=${port[$1]} try
   shift
   mkdir -p "$dir/n$i"
-  redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
-    --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 2000 --dir "$dir/n$i" \
-    --save "" --appendonly no --daemonize no --user k3 on ">k3pass" "${acl[@]}" "$@" \
-    > "$dir/redis-$i.log" 2>&1 &
-  pids[$i]=$!
-  for _ in $(seq 200); do redis-cli -p "$p" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  for try in 1 2 3 4 5; do
+    redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
+      --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 2000 --dir "$dir/n$i" \
+      --save "" --appendonly no --daemonize no --user k3 on ">k3pass" "${acl[@]}" "$@" \
+      > "$dir/redis-$i.log" 2>&1 &
+    pids[$i]=$!
+    for _ in $(seq 200); do
+      redis-cli -p "$p" ping >/dev/null 2>&1 && { port[$i]=$p; return 0; }
+      kill -0 "${pids[$i]}" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -9 "${pids[$i]}" 2>/dev/null; wait "${pids[$i]}" 2>/dev/null
+    echo "redis node $i: port $p: $(tail -n 1 "$dir/redis-$i.log") (try $try)"
+    p=$((p + 97))
+    while ! free_port "$p" || ! free_port $((p + 10000)); do p=$((p + 1)); done
+  done
   die "redis node $i did not start"
 }
 # cluster_ok I...: every node named says cluster_state:ok (waits up to 20 s)
