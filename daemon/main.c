@@ -87,11 +87,11 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        fleets can share one (default k3cache)\n"
 	        "  --tier2-owner NAME    this daemon's name for its budget's ledger in the\n"
 	        "                        cluster (default: host name and store path hash)\n"
-	        "  --tier2-timeout MS    deadline of each cluster round trip, 1 to 60000\n"
-	        "                        milliseconds (default 500)\n"
+	        "  --tier2-timeout MS    deadline of each cluster round trip, 1ms to 60s\n"
+	        "                        (a bare number: ms; default 500)\n"
 	        "  --tier2-wait MS       how long a lookup waits for the cluster's answer\n"
-	        "                        before answering from the local store, 1 to 60000\n"
-	        "                        milliseconds (default 20);\n"
+	        "                        before answering from the local store, 1ms to 60s\n"
+	        "                        (a bare number: ms; default 20);\n"
 	        "                        once a longer entry is found it waits for its fetch\n"
 	        "                        (at most --stall-timeout)\n"
 	        "  --log-level LEVEL     error, warn, info (default) or debug (also each\n"
@@ -438,8 +438,9 @@ int main(int argc, char **argv)
 		case O_T2_TIMEOUT:
 		case O_T2_WAIT: {
 			const char *flag = c == O_T2_TIMEOUT ? "--tier2-timeout" : "--tier2-wait";
-			if (units_parse_uint(optarg, 1, 60000, &v))
-				return bad(flag, optarg, "milliseconds from 1 to 60000");
+			if (units_parse_ms(optarg, &v) || v < 1 || v > 60000)
+				return bad(flag, optarg,
+				           "a time from 1ms to 60s (a bare number: ms)");
 			*(c == O_T2_TIMEOUT ? &cfg.t2.timeout_ms : &cfg.t2.wait_ms) = (uint32_t)v;
 			t2_flag = flag;
 			break;

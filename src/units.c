@@ -73,6 +73,13 @@ int units_parse_duration(const char *s, uint64_t *out)
 	return parse_scaled(s, suf, sc, sizeof(sc) / sizeof(sc[0]), out);
 }
 
+int units_parse_ms(const char *s, uint64_t *out)
+{
+	static const char *const suf[] = {"ms", "s", "sec", "m", "min"};
+	static const uint64_t sc[] = {1, 1000, 1000, 60000, 60000};
+	return parse_scaled(s, suf, sc, sizeof(sc) / sizeof(sc[0]), out);
+}
+
 int units_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
 	if (!s || !*s)

@@ -16,6 +16,11 @@ int units_parse_size(const char *s, uint64_t *out);
  * Returns 0 or -1. */
 int units_parse_duration(const char *s, uint64_t *out);
 
+/* Milliseconds: the same syntax with an optional ms, s/sec or m/min suffix;
+ * a bare number is milliseconds ("20", "20ms", "1.5s", "2m"). Returns 0 or
+ * -1. */
+int units_parse_ms(const char *s, uint64_t *out);
+
 /* A whole number from min to max: decimal digits only (no sign, space,
  * fraction, exponent or hex). Returns 0, or -1 when s is anything else. */
 int units_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);

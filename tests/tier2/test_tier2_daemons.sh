@@ -234,7 +234,7 @@ fi
 # ---- a stopped cluster: lookups wait --tier2-wait at most; SIGTERM answers the waiting ones ----
 # daemon a waits 10 s for each round trip: its fetch thread stays held up
 kill -TERM "${dpid[a]}"; wait "${dpid[a]}" 2>/dev/null
-start_daemon a --tier2-timeout 10000
+start_daemon a --tier2-timeout 10s
 kill -STOP "${pids[0]}" "${pids[1]}"
 : > "$dir/stopped"
 t0=$(date +%s%N)
@@ -251,7 +251,7 @@ ok "a stopped cluster: the wait expired, counted" $([ "$(stat_of a tier2_waits_e
 ok "a stopped cluster: the next turn does not wait ($second ms; the fetch thread is held up)" $([ "$second" -lt $((first - 1500)) ] && [ "$(stat_of a tier2_lookups_skipped)" -ge 1 ]; echo $?)
 # a client that leaves while its lookup waits: forgotten, nothing else changes
 kill -TERM "${dpid[b]}"; wait "${dpid[b]}" 2>/dev/null
-start_daemon b --tier2-wait 5000
+start_daemon b --tier2-wait 5s
 cp "$dir/stopped.replies" "$dir/gone.replies"
 "$worker" --socket "$dir/b.sock" --conversation "$conv" --turn 2 --replies "$dir/gone.replies" \
   --salt stopped > "$dir/gone" 2>&1 &

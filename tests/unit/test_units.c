@@ -44,6 +44,28 @@ static void expect_not_duration(const char *s)
 	assert_int_equal(v, 12345);
 }
 
+static void test_ms(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *s;
+		uint64_t ms;
+	} ok[] = {{"20", 20},      {"20ms", 20},   {"20MS", 20},    {"2s", 2000}, {"1.5s", 1500},
+	          {"0.5sec", 500}, {"2m", 120000}, {"1min", 60000}, {"0", 0}};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		uint64_t v = 12345;
+		if (units_parse_ms(ok[i].s, &v) != 0 || v != ok[i].ms)
+			fail_msg("\"%s\": want %llu ms, got %llu", ok[i].s,
+			         (unsigned long long)ok[i].ms, (unsigned long long)v);
+	}
+	static const char *const bad[] = {"", "ms", "2 s", "-1", "2h", "1e3", "0x10", "2sx"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint64_t v = 12345;
+		if (units_parse_ms(bad[i], &v) == 0 || v != 12345)
+			fail_msg("\"%s\" should not be milliseconds", bad[i]);
+	}
+}
+
 static void test_size_accepts(void **state)
 {
 	(void)state;
@@ -191,10 +213,9 @@ static void test_uint(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_size_accepts),
-	        cmocka_unit_test(test_size_refuses),
-	        cmocka_unit_test(test_duration),
-	        cmocka_unit_test(test_uint),
+	        cmocka_unit_test(test_size_accepts), cmocka_unit_test(test_size_refuses),
+	        cmocka_unit_test(test_duration),     cmocka_unit_test(test_uint),
+	        cmocka_unit_test(test_ms),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
