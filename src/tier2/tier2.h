@@ -488,7 +488,9 @@ struct tier2_listed {
  * records that do not decode, are not bound to their key or are not strings
  * are skipped and counted in stats->stale (stats may be NULL). At most limit
  * entries (0: no limit). As SCAN, an entry may be passed twice, and one put
- * or moved during the listing may be missed. cancelled (NULL: never) is
+ * or moved during the listing may be missed; so may a master's entries when
+ * the slot map changes during the listing (a failover or resharding: the
+ * masters are numbered anew by address). cancelled (NULL: never) is
  * asked before each SCAN page and each batch of records: non-zero ends the
  * listing with TIER2_TIMEOUT (a caller's deadline or shutdown: a namespace
  * of millions of entries, or a node whose SCAN never ends, takes as long as
