@@ -234,6 +234,8 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 		}
 		char tsize[32];
 		ctl_size(total, tsize, sizeof(tsize));
+		if (shown < n)
+			printf("%zu of %zu entries shown; ", shown, n);
 		printf("%zu entr%s in the cluster, %s whole (shared MLA parts counted in each)\n",
 		       n, n == 1 ? "y" : "ies", tsize);
 	} else {

@@ -706,6 +706,11 @@ static char *read_password(const char *path)
 		line[strcspn(line, "\r\n")] = 0;
 		if (line[0])
 			pw = strdup(line);
+	} else if (ferror(f)) { /* a directory, say */
+		int e = errno;
+		fclose(f);
+		k3d_log(K3D_LOG_ERROR, "--tier2-password-file %s: %s", path, strerror(e));
+		return NULL;
 	}
 	explicit_bzero(line, sizeof(line));
 	fclose(f);

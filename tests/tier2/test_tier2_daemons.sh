@@ -126,6 +126,8 @@ out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2)
 n=$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))' <<<"$out")
 # alt: 4 turns; fault-damaged and fault-missing: turns 1 and 2 each (the records stay)
 ok "ls --tier2: the cluster's $n entries are listed" $([ "$n" -ge 8 ]; echo $?)
+out=$("$ctl" --socket "$dir/a.sock" ls --tier2 --limit 1)
+ok "ls --tier2 --limit 1: one row, and the summary says so" $([ "$(grep -c k3worker-tiny <<<"$out")" = 1 ] && grep -Eq "^1 of $n entries shown; $n entries in the cluster," <<<"$out"; echo $?)
 out=$("$ctl" --socket "$dir/a.sock" ls --tier2 --model k3worker-tiny)
 ok "ls --tier2 --model: a table naming the model" $(grep -q " k3worker-tiny" <<<"$out" && grep -Eq '^[0-9]+ entries in the cluster,' <<<"$(tail -1 <<<"$out")" && ! grep -q HITS <<<"$out"; echo $?)
 start_daemon ro --tier2-mode read-only
@@ -150,6 +152,8 @@ refused() { # refused NAME WANT ARGS...: the daemon exits 1 at start-up saying W
   if kill -0 $p 2>/dev/null; then kill -9 $p; wait $p 2>/dev/null; else wait $p; rc=$?; fi
   ok "$name: exits 1 (got $rc) saying \"$want\"" $([ "$rc" = 1 ] && grep -q -- "$want" "$dir/$name.log"; echo $?)
 }
+refused pw-dir "--tier2-password-file $dir: Is a directory" --tier2 "$seeds" --tier2-user k3 \
+  --tier2-password-file "$dir"
 # ACL users are per node: a user made on one node only is refused by the others
 redis-cli -p "${port[0]}" acl setuser k3one on ">k3pass" "${acl[@]}" >/dev/null
 refused one-node "master 127.0.0.1:" --tier2 "$seeds" --tier2-user k3one \
