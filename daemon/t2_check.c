@@ -34,9 +34,11 @@ static const struct probe probes[] = {
         {{"EXPIRE", "%s:str", "60"}, 3},
         {{"DEL", "%s:str"}, 2},
         {{"HSET", "%s:hash", "f", "v"}, 4},
+        {{"EXPIRE", "%s:hash", "60"}, 3}, /* gone in a minute whatever follows */
         {{"HGETALL", "%s:hash"}, 2},
         {{"HDEL", "%s:hash", "f"}, 3},
         {{"ZADD", "%s:zset", "1", "m"}, 4},
+        {{"EXPIRE", "%s:zset", "60"}, 3},
         {{"ZRANGE", "%s:zset", "0", "-1"}, 4},
         {{"ZREM", "%s:zset", "m"}, 3},
         {{"ASKING"}, 1},
@@ -47,16 +49,25 @@ static const struct probe probes[] = {
 static const char script[] =
         "local s,k=KEYS[1],KEYS[2] "
         "local c={{'EXISTS',k},{'SET',k,'v','EX','60'},{'SADD',s,'m'},{'SCARD',s},"
-        "{'TTL',k},{'PTTL',k},{'EXPIRE',k,'60'},{'PEXPIRE',s,'60000'},{'PERSIST',s},"
+        "{'TTL',k},{'PTTL',k},{'EXPIRE',k,'60'},{'PERSIST',s},{'PEXPIRE',s,'60000'},"
         "{'SREM',s,'m'},{'DEL',k},{'DEL',s}} "
         "for _,a in ipairs(c) do local r=redis.pcall(unpack(a)) "
         "if type(r)=='table' and r.err then redis.pcall('DEL',k,s) return {a[1],r.err} end end "
         "return 'OK'";
 
+/* Whether an error's text is an ACL refusal (Redis 7.0 and 7.2 phrasings),
+ * not a node's state: OOM, NOREPLICAS, MISCONF, CLUSTERDOWN, MOVED... pass. */
+static int is_acl_text(const char *str, size_t len)
+{
+	char text[256];
+	snprintf(text, sizeof(text), "%.*s", (int)(len < 255 ? len : 255), str);
+	return !strncmp(text, "NOPERM", 6) || strstr(text, "can't run this command") ||
+	       strstr(text, "no permissions") || strstr(text, "ACL failure");
+}
+
 static int is_noperm(const redisReply *rep)
 {
-	return rep->type == REDIS_REPLY_ERROR && rep->str &&
-	       (!strncmp(rep->str, "NOPERM", 6) || strstr(rep->str, "can't run this command"));
+	return rep->type == REDIS_REPLY_ERROR && rep->str && is_acl_text(rep->str, rep->len);
 }
 
 static void refused(const struct k3d_t2 *t, const char *at, const char *cmd, const char *why,
@@ -115,7 +126,8 @@ static int probe_master(const struct k3d_t2 *t, struct cluster_router *r, const 
 			bad = 1;
 		} else if (i == nprobes && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
 		           rep->element[0]->type == REDIS_REPLY_STRING &&
-		           rep->element[1]->type == REDIS_REPLY_STRING) {
+		           rep->element[1]->type == REDIS_REPLY_STRING &&
+		           is_acl_text(rep->element[1]->str, rep->element[1]->len)) {
 			char cmd[64];
 			snprintf(cmd, sizeof(cmd), "%.*s (in the scripts that keep MLA parts)",
 			         (int)(rep->element[0]->len < 16 ? rep->element[0]->len : 16),

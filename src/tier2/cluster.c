@@ -98,6 +98,13 @@ static const char *cmd_name(const char *arg, size_t len, char *buf, size_t bufsz
 	return buf;
 }
 
+static void node_close(struct node *n)
+{
+	if (n->ctx)
+		redisFree(n->ctx);
+	n->ctx = NULL;
+}
+
 static int find_node(const struct cluster_router *r, const struct cluster_addr *a)
 {
 	for (size_t i = 0; i < r->n_nodes; i++)
@@ -125,6 +132,7 @@ static int node_index(struct cluster_router *r, const struct cluster_addr *a)
 	}
 	struct node *n = &r->nodes[at];
 	unsigned gen = n->gen + 1;
+	node_close(n); /* (a free entry has none; never leak one) */
 	memset(n, 0, sizeof(*n));
 	n->addr = *a;
 	n->used = 1;
@@ -132,13 +140,6 @@ static int node_index(struct cluster_router *r, const struct cluster_addr *a)
 	if (at == r->n_nodes)
 		r->n_nodes++;
 	return (int)at;
-}
-
-static void node_close(struct node *n)
-{
-	if (n->ctx)
-		redisFree(n->ctx);
-	n->ctx = NULL;
 }
 
 /* Records a failure of node n in `what` (a command's name, "connect"...):
@@ -257,14 +258,22 @@ static redisContext *node_ready(struct cluster_router *r, int idx)
 		         memcmp(rep->str, "OK", 2) == 0;
 		if (!ok) {
 			char reason[200];
-			if (rep->type == REDIS_REPLY_ERROR && rep->str)
+			int err = rep->type == REDIS_REPLY_ERROR && rep->str;
+			if (err)
 				snprintf(reason, sizeof(reason), "%.*s",
 				         (int)(rep->len < 150 ? rep->len : 150), rep->str);
 			else
 				snprintf(reason, sizeof(reason), "unexpected reply (type %d)",
 				         rep->type);
+			/* credentials refused, which waiting does not mend; not, say,
+			 * "max number of clients reached", which a node at maxclients
+			 * answers whatever comes first */
+			if (err &&
+			    (strstr(reason, "WRONGPASS") || strstr(reason, "invalid password") ||
+			     strstr(reason, "invalid username-password") ||
+			     strstr(reason, "without any password configured")))
+				r->stats.auth_refused++;
 			freeReplyObject(rep);
-			r->stats.auth_refused++;
 			node_fail(r, n, "AUTH", reason, 0);
 			return NULL;
 		}
@@ -496,11 +505,12 @@ static int follow(struct cluster_router *r, const struct node *from, const char 
 		(void)cluster_refresh(r);
 		return slot_target(r, rd->slot);
 	}
+	/* the map read first: it may forget addresses, the target's among them */
+	if (can_refresh)
+		(void)maybe_refresh(r);
 	int i = node_index(r, &rd->addr);
 	if (i < 0)
 		return -1;
-	if (can_refresh)
-		(void)maybe_refresh(r);
 	r->slot[rd->slot] = (uint16_t)i; /* newer than any map */
 	return i;
 }
@@ -790,6 +800,8 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 			unsigned slot = cluster_key_slot(cmds[i].key, cmds[i].keylen);
 			if (st[i].target == RESOLVE) {
 				st[i].target = slot_target(r, slot);
+			} else if (st[i].target == GONE && round == CLUSTER_MAX_REDIRECTS) {
+				st[i].target = -1; /* no round left to send it in */
 			} else if (st[i].target == GONE) {
 				r->fail_timed_out = 0;
 				st[i].target = failed_over(r, slot, st[i].failed, st[i].failed_gen);

@@ -175,8 +175,9 @@ struct cluster_stats {
 	uint64_t resent;          /* commands sent again to the new master of their slot
 	                             after theirs could not be reached (a failover) */
 	uint64_t nodes_forgotten; /* addresses dropped: no longer in the map, not seeds */
-	uint64_t auth_refused;    /* AUTHs a node answered with an error (not a time-out):
-	                             wrong credentials, which waiting does not mend */
+	uint64_t auth_refused;    /* AUTHs a node refused the credentials of (WRONGPASS,
+	                             invalid password, none configured), which waiting
+	                             does not mend; not other errors (maxclients) */
 };
 
 struct cluster_router;

@@ -154,6 +154,13 @@ refused() { # refused NAME WANT ARGS...: the daemon exits 1 at start-up saying W
 }
 refused pw-dir "--tier2-password-file $dir: Is a directory" --tier2 "$seeds" --tier2-user k3 \
   --tier2-password-file "$dir"
+# a master that refuses writes for a while (no replica for min-replicas-to-write):
+# a node's state, not a right missing, so the daemon starts
+redis-cli -p "${port[1]}" config set min-replicas-to-write 1 >/dev/null
+start_daemon norepl
+ok "a master refusing writes (NOREPLICAS) at start-up: the daemon starts all the same" $(kill -0 "${dpid[norepl]}" && ! grep -q "does not let" "$dir/norepl.log"; echo $?)
+redis-cli -p "${port[1]}" config set min-replicas-to-write 0 >/dev/null
+stop_daemons norepl
 # ACL users are per node: a user made on one node only is refused by the others
 redis-cli -p "${port[0]}" acl setuser k3one on ">k3pass" "${acl[@]}" >/dev/null
 refused one-node "master 127.0.0.1:" --tier2 "$seeds" --tier2-user k3one \
