@@ -195,6 +195,8 @@ ok "budget: the ledger in the cluster holds the entries kept ($(ledger_len))" $(
 # deletes the oldest until the rest fits
 kill -TERM "${dpid[bud]}"; wait "${dpid[bud]}" 2>/dev/null
 start_daemon bud --tier2-owner bud --tier2-max-bytes 250000
+# the copy thread reads the ledger as it starts, after the daemon is ready
+for _ in $(seq 100); do grep -q "ledger holds" "$dir/bud.log" && break; sleep 0.05; done
 grep -q "ledger holds $((5 - del)) entries, $used bytes" "$dir/bud.log"; ok "budget: the restarted daemon read its ledger back" $?
 : > "$dir/bud5"
 turn bud 1 "$dir/bud5" budget-2
