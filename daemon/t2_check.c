@@ -206,35 +206,26 @@ int t2_check_cluster(struct k3d_t2 *t, struct cluster_router *r, size_t *masters
 		return check_rights(t, r, *masters);
 	}
 	const char *why = cluster_error(r);
-	/* a node that answered AUTH with an error: wrong credentials, which
-	 * will not mend by themselves (a time-out might) */
-	if (cluster_stats(r).auth_refused) {
-		k3d_log(K3D_LOG_ERROR,
-		        "--tier2 %s: the cluster refuses our credentials: %s (check --tier2-user "
-		        "and --tier2-password-file)",
-		        seeds, why);
-		return -1;
-	}
-	/* servers that answered, and no retry mends what they said */
-	if (strstr(why, "cluster support disabled")) {
-		k3d_log(K3D_LOG_ERROR,
-		        "--tier2 %s: not a Redis Cluster (%s): the second tier needs a cluster "
-		        "(cluster-enabled yes, made with redis-cli --cluster create)",
-		        seeds, why);
-		return -1;
-	}
-	if (strstr(why, "NOPERM")) {
-		k3d_log(K3D_LOG_ERROR,
-		        "--tier2 %s: the cluster does not let --tier2-user %s read its slot map "
-		        "(%s): it needs +cluster|slots (README, Second tier, lists the rights)",
-		        seeds, t->cfg.user ? t->cfg.user : "default", why);
-		return -1;
-	}
-	if (strstr(why, "protocol error")) {
-		k3d_log(K3D_LOG_ERROR,
-		        "--tier2 %s: not a Redis server (%s): the seeds must be Redis Cluster "
-		        "nodes' HOST:PORT",
-		        seeds, why);
+	/* answers that no retry mends: what the router said, what to do */
+	static const struct {
+		const char *said; /* NULL: AUTH refused (the router counted it) */
+		const char *what, *advice;
+	} fatal[] = {
+	        {NULL, "the cluster refuses our credentials",
+	         "check --tier2-user and --tier2-password-file"},
+	        {"cluster support disabled", "not a Redis Cluster",
+	         "the second tier needs a cluster: cluster-enabled yes, made with redis-cli "
+	         "--cluster create"},
+	        {"NOPERM", "the cluster does not let --tier2-user read its slot map",
+	         "it needs +cluster|slots; README, Second tier, lists the rights"},
+	        {"protocol error", "not a Redis server",
+	         "the seeds must be Redis Cluster nodes' HOST:PORT"},
+	};
+	for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++) {
+		if (fatal[i].said ? !strstr(why, fatal[i].said) : !cluster_stats(r).auth_refused)
+			continue;
+		k3d_log(K3D_LOG_ERROR, "--tier2 %s: %s (%s): %s", seeds, fatal[i].what, why,
+		        fatal[i].advice);
 		return -1;
 	}
 	k3d_log(K3D_LOG_WARN,
