@@ -187,8 +187,8 @@ struct tier2_stats {
 	uint64_t lookups;           /* tier2_longest calls */
 	uint64_t lookup_hits;       /* of those, a prefix found */
 	uint64_t stale;             /* index fields whose record was gone or did not match */
-	uint64_t gets;              /* tier2_get calls */
-	uint64_t hits;              /* of those, an entry returned */
+	uint64_t gets;              /* tier2_get calls and readers opened */
+	uint64_t hits;              /* of tier2_get calls, an entry returned */
 	uint64_t miss_missing;      /* gets that missed: a key gone */
 	uint64_t miss_damaged;      /* a check failed */
 	uint64_t miss_timeout;      /* a round trip timed out */
@@ -430,7 +430,7 @@ enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
                                 size_t errsz);
 
 struct tier2_entry_blob {
-	uint8_t *data; /* malloc'd */
+	uint8_t *data; /* in the entry's mem */
 	size_t size;
 	uint64_t xxh3;
 };
@@ -443,11 +443,11 @@ struct tier2_entry {
 	uint32_t *tokens; /* malloc'd, prefix_len tokens */
 	uint32_t n_blobs;
 	struct tier2_entry_blob *blobs; /* malloc'd */
+	uint8_t *mem;                   /* malloc'd: the layers end to end */
 };
 
-/* Reads the entry of key: its record, then every chunk (pipelined, 16 at a
- * time) and every part it names (32 at a time), each one's length and sum
- * checked, the blobs assembled and each layer's checksum checked.
+/* Reads the entry of key whole (a tier2_reader, below, into one buffer),
+ * each layer's checksum checked once every chunk and part is in.
  * TIER2_OK with *entry filled (free with tier2_entry_free), or a miss:
  * TIER2_MISSING, TIER2_DAMAGED, TIER2_TIMEOUT or TIER2_NODE_ERROR, counted in
  * stats by cause, with a message in err; *entry is then empty. Never returns
@@ -465,6 +465,42 @@ enum tier2_status tier2_get_max(struct cluster_router *r, const char *ns,
                                 size_t errsz);
 
 void tier2_entry_free(struct tier2_entry *entry);
+
+/* An entry read as it streams. Its bytes are the payload of a publish: the
+ * layers end to end, layer i at the sum of the sizes before it. The reader
+ * GETs the chunks and parts (pipelined, at most 16 and about 16 MiB a round
+ * trip) in the order of the first payload byte each holds, checks each one's
+ * length and XXH3 against the record, and writes its bytes into the
+ * caller's buffer, only below the caller's limit: what lies beyond is kept
+ * until a later call's limit covers it (a chunk's bytes past an MLA layer's
+ * parts, a part across the limit: a chunk and a part at most). So an entry
+ * of any size streams through a window of a few MiB plus one part.
+ *
+ * Every byte below *arrived is in place and came from a chunk or part that
+ * passed its checks. The layers' checksums (tier2_read_record()->layers)
+ * are NOT checked here: the caller checks them (a store publish does,
+ * piecewise, given them as the blobs' sums), as tier2_get does.
+ *
+ *   open   reads the record (bound to key) and plans the read. TIER2_OK with
+ *          *out set, or a miss as tier2_get (TIER2_TOO_LARGE over max_bytes,
+ *          0: no limit), counted in stats.
+ *   next   one round trip at most: *arrived rises, up to total when done;
+ *          when it equals limit (less than total), nothing more fits: call
+ *          again with a higher limit. dst is the caller's payload buffer
+ *          (bytes [0, limit) writable). A failure is counted in stats and is
+ *          final (every later call returns it).
+ *   close  frees what the reader holds.
+ * stats (may be NULL) must outlive the reader; its hits are the caller's. */
+struct tier2_reader;
+enum tier2_status tier2_read_open(struct cluster_router *r, const char *ns,
+                                  const uint8_t key[TIER2_KEY_LEN], uint64_t max_bytes,
+                                  struct tier2_stats *stats, struct tier2_reader **out, char *err,
+                                  size_t errsz);
+const struct tier2_record *tier2_read_record(const struct tier2_reader *rd);
+uint64_t tier2_read_total(const struct tier2_reader *rd);
+enum tier2_status tier2_read_next(struct tier2_reader *rd, unsigned char *dst, uint64_t limit,
+                                  uint64_t *arrived, char *err, size_t errsz);
+void tier2_read_close(struct tier2_reader *rd);
 
 /* ---- listing (tier2_list.c) ---- */
 

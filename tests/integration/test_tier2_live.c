@@ -1229,6 +1229,96 @@ static void test_conversation_blocks(void **state)
 	cluster_router_free(r);
 }
 
+/* The reader streams an entry through a window: every byte below *arrived
+ * is the entry's, none at or past the limit is written, and the bytes a
+ * chunk holds past an MLA layer's parts wait for a later limit. Windows far
+ * under a part and a chunk, under a chunk, and of a few chunks. */
+static void test_read_window(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	const char *ns = "win";
+	const uint32_t p = 700; /* 10 blocks of 64 and a tail of 60 rows a split layer */
+	struct storeutil_snap s = conv_turn(p, 300, 0);
+	struct tier2_put_result res;
+	char err[512] = "";
+	enum tier2_status rc = put_turn(r, ns, &s, p, 64, 0, &res, NULL, err, sizeof(err));
+	if (rc != TIER2_OK)
+		fail_msg("put: %s: %s", tier2_status_name(rc), err);
+	uint64_t total = blob_sum(&s);
+	unsigned char *want = malloc(total), *dst = malloc(total);
+	assert_non_null(want);
+	assert_non_null(dst);
+	for (uint32_t i = 0, off = 0; i < s.n; off += (uint32_t)s.blobs[i].size, i++)
+		memcpy(want + off, s.bufs[i], s.blobs[i].size);
+	uint8_t key[32];
+	key_of(p, key);
+	static const uint64_t windows[] = {257, 4093, 65536 * 3 + 7, 0};
+	for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
+		struct tier2_stats st = {0};
+		struct tier2_reader *rd = NULL;
+		rc = tier2_read_open(r, ns, key, 0, &st, &rd, err, sizeof(err));
+		if (rc != TIER2_OK)
+			fail_msg("open: %s: %s", tier2_status_name(rc), err);
+		assert_int_equal(tier2_read_total(rd), total);
+		assert_int_equal(tier2_read_record(rd)->n_split, 2);
+		memset(dst, 0xA5, total);
+		uint64_t arrived = 0, calls = 0;
+		while (arrived < total) {
+			uint64_t limit = windows[w] ? arrived + windows[w] : total;
+			if (limit > total)
+				limit = total;
+			uint64_t before = arrived;
+			rc = tier2_read_next(rd, dst, limit, &arrived, err, sizeof(err));
+			if (rc != TIER2_OK)
+				fail_msg("window %llu: next: %s: %s", (unsigned long long)windows[w],
+				         tier2_status_name(rc), err);
+			assert_true(arrived >= before);
+			assert_true(arrived <= limit);
+			assert_memory_equal(dst + before, want + before, arrived - before);
+			for (uint64_t i = limit; i < total && i < limit + 64; i++)
+				if (dst[i] != 0xA5)
+					fail_msg("window %llu: byte %llu past the limit %llu was written",
+					         (unsigned long long)windows[w], (unsigned long long)i,
+					         (unsigned long long)limit);
+			assert_true(++calls < 10 * total + 100);
+		}
+		assert_memory_equal(dst, want, total);
+		assert_int_equal(st.gets, 1);
+		assert_int_equal(st.hits, 0); /* the caller's */
+		assert_int_equal(st.miss_damaged + st.miss_missing, 0);
+		print_message("window %llu: %llu calls for %llu bytes\n",
+		              (unsigned long long)windows[w], (unsigned long long)calls,
+		              (unsigned long long)total);
+		tier2_read_close(rd);
+	}
+	/* a chunk overwritten: the read fails there, and stays failed */
+	char name[TIER2_NAME_MAX];
+	struct tier2_record rec;
+	record_of(r, ns, key, &rec);
+	tier2_name_chunk(name, ns, key, rec.generation, rec.n_chunks - 1);
+	tier2_record_free(&rec);
+	const char *argv[] = {"SETRANGE", name, "0", "x"};
+	freeReplyObject(cmd(r, 4, argv));
+	struct tier2_stats st = {0};
+	struct tier2_reader *rd = NULL;
+	assert_int_equal(tier2_read_open(r, ns, key, 0, &st, &rd, err, sizeof(err)), TIER2_OK);
+	uint64_t arrived = 0;
+	while (rc == TIER2_OK && arrived < total)
+		rc = tier2_read_next(rd, dst, total, &arrived, err, sizeof(err));
+	assert_int_equal(rc, TIER2_DAMAGED);
+	assert_non_null(strstr(err, "XXH3"));
+	assert_true(arrived < total);
+	assert_int_equal(tier2_read_next(rd, dst, total, &arrived, err, sizeof(err)),
+	                 TIER2_DAMAGED);
+	assert_int_equal(st.miss_damaged, 1);
+	tier2_read_close(rd);
+	free(want);
+	free(dst);
+	storeutil_snap_free(&s);
+	cluster_router_free(r);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -1269,6 +1359,7 @@ int main(void)
 	        cmocka_unit_test(test_ledger),
 	        cmocka_unit_test(test_ledger_pages),
 	        cmocka_unit_test(test_conversation_blocks),
+	        cmocka_unit_test(test_read_window),
 	        cmocka_unit_test(test_cluster_unreachable),
 	};
 	return cmocka_run_group_tests_name("tier 2 on a real cluster", tests, setup, teardown);
