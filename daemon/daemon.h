@@ -305,7 +305,7 @@ enum k3d_chore {
 	K3D_CHORE_VERIFY,     /* check the chunks of a restore being streamed */
 	K3D_CHORE_QUARANTINE, /* quarantine a damaged entry a restore found */
 	K3D_CHORE_CHECK,      /* check an entry a direct reader reported damaged */
-	K3D_CHORE_T2_STORE,   /* store an entry fetched from the second tier */
+	K3D_CHORE_T2_STAGE,   /* store an entry being fetched from the second tier */
 };
 
 /* A restore being streamed: the snapshot lives until the last byte is sent
@@ -323,7 +323,8 @@ struct k3d_job {
 	struct k3d_stream *stream;  /* K3D_CHORE_VERIFY */
 	uint8_t key[STORE_KEY_LEN]; /* K3D_CHORE_QUARANTINE */
 	struct k3d_conn *conn;
-	struct t2_item *t2; /* K3D_CHORE_T2_STORE: the fetched entry (t2_priv.h) */
+	struct t2_item *t2;   /* K3D_CHORE_T2_STAGE: the lookup's item (t2_priv.h) */
+	struct t2_stage *t2s; /* K3D_CHORE_T2_STAGE: the fetch (t2_stage.c) */
 	frame_request *req;
 	unsigned char *payload;
 	uint64_t plen;
@@ -344,6 +345,15 @@ struct k3d_job {
 	frame_response resp;          /* other ops: filled by the service module */
 };
 
+/* Writer thread: steps the stage g of a streamed publish, job (ingest.c,
+ * t2_stage.c): one stage, then back behind the other jobs (job kicked);
+ * every stage when stopping, waiting for the scan once the payload is whole.
+ * tell(ctx, consumed) with store_stage_consumed() after stepping. 1 when the
+ * stage is to end now (ready; or failed, with the payload whole or gone),
+ * 0 when a kick comes once there is more to do. */
+int k3d_writer_stage_step(struct k3d_writer *w, struct k3d_job *job, struct store_stage *g,
+                          int stopping, int whole, int gone,
+                          void (*tell)(void *ctx, uint64_t consumed), void *ctx);
 struct k3d_writer *k3d_writer_start(struct k3d_server *srv);
 void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job);
 /* Writer thread: whether streamed publishes are being written. */

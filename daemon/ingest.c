@@ -148,7 +148,7 @@ static void kick(void *ctx)
 	k3d_writer_kick(job->ingest->w, job);
 }
 
-static void tell_consumed(struct k3d_ingest *in, uint64_t consumed);
+static void tell_consumed(void *ctx, uint64_t consumed);
 
 void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 {
@@ -211,8 +211,9 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 
 /* The writer: the store will not read payload bytes before `consumed`
  * again; the loop is woken when that frees a stage of the window. */
-static void tell_consumed(struct k3d_ingest *in, uint64_t consumed)
+static void tell_consumed(void *ctx, uint64_t consumed)
 {
+	struct k3d_ingest *in = ctx;
 	if (consumed == UINT64_MAX) /* failed: nothing more is read */
 		consumed = in->job->plen;
 	pthread_mutex_lock(&in->mu);
@@ -256,27 +257,7 @@ int k3d_ingest_progress(struct k3d_job *job, int stopping)
 	}
 	if (!g)
 		return whole || gone; /* nothing was begun: answer when the payload is in */
-	int step;
-	for (;;) {
-		step = store_stage_step(g, 1);
-		if (step == STORE_STAGE_MORE || step == STORE_STAGE_READY)
-			if (step == STORE_STAGE_MORE) {
-				if (!stopping) {
-					tell_consumed(in, store_stage_consumed(g));
-					k3d_writer_kick(in->w,
-					                job); /* one stage, then other jobs */
-					return 0;
-				}
-				continue;
-			}
-		if (step == STORE_STAGE_WAIT && stopping && whole) {
-			store_stage_wait(g); /* shutting down: finish this one */
-			continue;
-		}
-		break;
-	}
-	tell_consumed(in, store_stage_consumed(g));
-	if (step == STORE_STAGE_WAIT || !(whole || gone))
+	if (!k3d_writer_stage_step(in->w, job, g, stopping, whole, gone, tell_consumed, in))
 		return 0; /* a kick comes when there is more to do */
 	pthread_mutex_lock(&in->mu);
 	in->stage = NULL;

@@ -110,7 +110,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			job = next;
 			continue;
 		}
-		if (job->chore == K3D_CHORE_T2_STORE) {
+		if (job->chore == K3D_CHORE_T2_STAGE) {
 			if (srv->t2) /* else stopped: stored, with nobody to tell */
 				k3d_t2_stored(srv, job);
 			k3d_job_free(job);

@@ -35,7 +35,6 @@ void k3d_t2_item_free(struct t2_item *it)
 		return;
 	free(it->salt);
 	free(it->tokens);
-	tier2_entry_free(&it->entry);
 	for (size_t i = 0; i < it->n_listed; i++)
 		free((void *)it->listed[i].salt);
 	free(it->listed);
@@ -542,24 +541,6 @@ static void count_miss(struct k3d_t2 *t, enum tier2_status st)
 	}
 }
 
-/* Hands a fetched entry to the writer, which stores it as a publish. */
-static void to_writer(struct k3d_t2 *t, struct t2_item *it)
-{
-	struct k3d_job *job = calloc(1, sizeof(*job));
-	if (!job) {
-		k3d_log(K3D_LOG_WARN, "tier2: out of memory: a fetched entry is dropped");
-		atomic_fetch_add(&t->n.store_refused, 1);
-		t2_release(t);
-		key_done(t, it->key, 0);
-		k3d_t2_item_free(it);
-		return;
-	}
-	k3cache__v1__response__init(&job->resp);
-	job->chore = K3D_CHORE_T2_STORE;
-	job->t2 = it;
-	k3d_writer_submit(t->srv->writer, job);
-}
-
 static void answer(struct k3d_t2 *t, struct t2_item *it)
 {
 	struct k3d_t2_wait *w = it->waiter ? find_waiter(t, it->waiter) : NULL;
@@ -586,10 +567,6 @@ static void answer(struct k3d_t2 *t, struct t2_item *it)
 				resume(t, w);
 		}
 		break;
-	case T2_FETCHED:
-		atomic_fetch_add(&t->n.fetches, 1);
-		to_writer(t, it);
-		return; /* the writer has it */
 	case T2_LISTED:
 		if (w && w->c) {
 			struct k3d_conn *c = w->c;
@@ -624,31 +601,24 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-void k3d_t2_store(struct k3d_server *srv, struct k3d_job *job)
-{
-	const struct tier2_entry *e = &job->t2->entry;
-	struct store_blob *blobs = calloc(e->n_blobs ? e->n_blobs : 1, sizeof(*blobs));
-	if (!blobs) {
-		status_set(&job->st, STATUS_INTERNAL, "out of memory");
-		return;
-	}
-	for (uint32_t i = 0; i < e->n_blobs; i++)
-		blobs[i] = (struct store_blob){e->blobs[i].data, e->blobs[i].size, e->blobs[i].xxh3,
-		                               NULL};
-	struct store_publish_req req = {e->fingerprint, e->salt, e->salt_len, e->tokens,
-	                                e->prefix_len,  blobs,   e->n_blobs};
-	store_publish(srv->store, &req, &job->pub, &job->st);
-	free(blobs);
-}
-
 void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 {
 	struct k3d_t2 *t = srv->t2;
 	struct t2_item *it = job->t2;
-	job->t2 = NULL;
+	char err[256];
+	enum tier2_status read = t2_stage_read_status(job->t2s, err, sizeof(err));
+	t2_release(t);          /* the fetch thread may begin the next */
+	if (read != TIER2_OK) { /* the cluster's bytes failed: a miss by cause */
+		count_miss(t, read);
+		k3d_log(K3D_LOG_INFO, "tier2: fetch: %s: %s", tier2_status_name(read), err);
+		key_done(t, it->key, 0);
+		return;
+	}
 	int ok = job->st.code == STATUS_OK;
-	t2_release(t); /* the fetch thread may hold the next entry */
-	if (!ok) {
+	if (t2_stage_complete(job->t2s))
+		atomic_fetch_add(&t->n.fetches, 1);
+	if (!ok && job->st.code != STATUS_BUSY) {
+		/* BUSY: another publish of the entry is under way; it is not refused */
 		atomic_fetch_add(&t->n.store_refused, 1);
 		note_refused(t, it->key);
 		k3d_log(K3D_LOG_WARN,
@@ -656,7 +626,6 @@ void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 		        status_code_name(job->st.code), job->st.message);
 	}
 	key_done(t, it->key, ok);
-	k3d_t2_item_free(it);
 }
 
 /* ---- writing back ------------------------------------------------------------------ */

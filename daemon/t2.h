@@ -16,9 +16,10 @@
  *   fetch thread for the cluster's longest prefix and waits at most
  *   --tier2-wait for that answer; past it, or when the cluster has nothing
  *   longer, it is answered from the local store as always. A longer entry is
- *   fetched whole (every chunk's and layer's sum checked), handed to the
- *   writer, which stores it as every publish (validated against the model),
- *   and the lookup is then answered from the local store: a local hit. Every
+ *   fetched (every chunk's and part's sum checked) into the writer as it
+ *   arrives, which stores it as a streamed publish (validated against the
+ *   model, each layer against the record's sum; t2_stage.c), and the lookup
+ *   is then answered from the local store: a local hit. Every
  *   lookup that finds the same key while it is fetched waits for that one
  *   fetch. A failed fetch is a miss by cause (missing, damaged, timeout, node
  *   error), counted; the lookup is answered locally.
@@ -26,7 +27,7 @@
  *   node backs off (cluster.h), so no lookup blocks on a dead node.
  * - Each thread has its own router (a router serves one thread).
  *
- * Threads: the loop thread calls everything here but k3d_t2_store (the
+ * Threads: the loop thread calls everything here but k3d_t2_stage_* (the
  * writer's). The copy and fetch threads touch the store only through its
  * read calls (store_inspect, store_restore_opt), which are thread-safe. */
 #ifndef K3D_T2_H
@@ -136,7 +137,7 @@ int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local);
 void k3d_t2_list(struct k3d_conn *c);
 /* c closes while it waits: it is forgotten. */
 void k3d_t2_forget(struct k3d_conn *c);
-/* The writer is done with a fetched entry (K3D_CHORE_T2_STORE). */
+/* The writer is done with a fetched entry (K3D_CHORE_T2_STAGE). */
 void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job);
 /* The counters for Stat and /metrics: tier2_enabled, and with --tier2 the
  * tier2_* of K3D_T2_COUNTERS, tier2_used_bytes and tier2_max_bytes. */
@@ -146,7 +147,15 @@ void k3d_t2_counters(struct k3d_server *srv, frame_response *r);
 struct t2_item;
 void k3d_t2_item_free(struct t2_item *it);
 
-/* writer thread: stores a fetched entry as a publish (job->t2). */
-void k3d_t2_store(struct k3d_server *srv, struct k3d_job *job);
+/* writer thread: a fetched entry, stored as a staged publish while it
+ * arrives (job->t2s; t2_stage.c), as k3d_ingest_begin and
+ * k3d_ingest_progress do for a client's. progress returns 1 once the job is
+ * done (committed, refused, or removed). */
+struct t2_stage;
+struct k3d_writer;
+void k3d_t2_stage_begin(struct k3d_writer *w, struct k3d_job *job);
+int k3d_t2_stage_progress(struct k3d_job *job, int stopping);
+/* The job's reference (k3d_job_free; NULL is ignored). */
+void k3d_t2_stage_unref(struct t2_stage *sg);
 
 #endif

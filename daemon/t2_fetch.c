@@ -1,8 +1,9 @@
 /* t2_fetch: the fetch thread of the second tier (t2.h). For each lookup the
  * loop hands it, it searches the cluster's longest prefix of the prompt;
- * when that is longer than the local answer it fetches the entry whole and
- * checked (tier2_get), unless another lookup's fetch of the same key is in
- * progress, and posts each step back to the loop. */
+ * when that is longer than the local answer it fetches the entry, each
+ * chunk and part checked, into the store as it arrives (t2_stage.c), unless
+ * another lookup's fetch of the same key is in progress, and posts each
+ * step back to the loop. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,7 @@ static void probe(struct fetcher *f, struct t2_item *it)
 		memcpy(found->key, it->key, TIER2_KEY_LEN);
 		t2_post(t, found);
 	}
-	/* one fetched entry in memory at a time: the last is stored first */
+	/* one fetch at a time: the last is stored (or given up) first */
 	if (t2_hold(t) != 0) {
 		it->st = TIER2_NODE_ERROR;
 		snprintf(it->err, sizeof(it->err), "the daemon is stopping");
@@ -82,12 +83,17 @@ static void probe(struct fetcher *f, struct t2_item *it)
 		uint64_t max = t->srv->cfg.max_payload < t->srv->cfg.max_bytes
 		                       ? t->srv->cfg.max_payload
 		                       : t->srv->cfg.max_bytes;
-		it->st = tier2_get_max(f->r, t->cfg.ns, it->key, max, &it->entry, &f->ts, it->err,
-		                       sizeof(it->err));
-		if (it->st != TIER2_OK)
-			t2_release(t);
+		struct tier2_reader *rd = NULL;
+		it->st = tier2_read_open(f->r, t->cfg.ns, it->key, max, &f->ts, &rd, it->err,
+		                         sizeof(it->err));
+		/* streamed into the store (t2_stage.c); the job has it then */
+		int handed = it->st == TIER2_OK && t2_stage_fetch(t, rd, it) == 0;
+		tier2_read_close(rd);
+		if (handed)
+			return;
+		t2_release(t);
 	}
-	it->kind = it->st == TIER2_OK ? T2_FETCHED : T2_FAILED;
+	it->kind = T2_FAILED;
 	t2_post(t, it);
 }
 

@@ -1,5 +1,5 @@
 /* t2_priv: what the daemon's tier-2 files share (t2.c, the loop's side;
- * t2_copy.c and t2_fetch.c, the threads): the work items, the queues that
+ * t2_copy.c, t2_fetch.c and t2_stage.c, the threads): the work items, the queues that
  * carry them and the module's state. Internal to daemon/t2*.c. */
 #ifndef K3D_T2_PRIV_H
 #define K3D_T2_PRIV_H
@@ -14,15 +14,14 @@
 
 /* What an item asks or answers. */
 enum t2_kind {
-	T2_COPY,    /* loop -> copy thread: copy entry key to the cluster */
-	T2_PROBE,   /* loop -> fetch thread: the cluster's longest prefix of a prompt */
-	T2_NONE,    /* fetch -> loop: nothing longer than the local answer (or it failed) */
-	T2_FOUND,   /* fetch -> loop: a longer entry, key; its fetch has begun */
-	T2_JOIN,    /* fetch -> loop: a longer entry, key, fetched already for another */
-	T2_FETCHED, /* fetch -> loop: the entry, whole and checked, to be stored */
-	T2_FAILED,  /* fetch -> loop: the fetch missed (st says why) */
-	T2_LIST,    /* loop -> fetch thread: list the cluster's entries */
-	T2_LISTED,  /* fetch -> loop: the entries listed (or st says why not) */
+	T2_COPY,   /* loop -> copy thread: copy entry key to the cluster */
+	T2_PROBE,  /* loop -> fetch thread: the cluster's longest prefix of a prompt */
+	T2_NONE,   /* fetch -> loop: nothing longer than the local answer (or it failed) */
+	T2_FOUND,  /* fetch -> loop: a longer entry, key; its fetch has begun */
+	T2_JOIN,   /* fetch -> loop: a longer entry, key, fetched already for another */
+	T2_FAILED, /* fetch -> loop: the fetch missed before it began (st says why) */
+	T2_LIST,   /* loop -> fetch thread: list the cluster's entries */
+	T2_LISTED, /* fetch -> loop: the entries listed (or st says why not) */
 };
 
 struct t2_item {
@@ -40,7 +39,6 @@ struct t2_item {
 	/* an answer */
 	uint32_t prefix_len;
 	enum tier2_status st;
-	struct tier2_entry entry;    /* T2_FETCHED */
 	struct tier2_listed *listed; /* T2_LISTED: each salt malloc'd */
 	size_t n_listed, cap_listed;
 	uint32_t limit;       /* T2_LIST */
@@ -102,8 +100,8 @@ struct k3d_t2 {
 	/* keys being fetched: added by the fetch thread, removed by the loop
 	 * once the writer has stored (or the fetch failed), under fetchq.mu */
 	struct t2_fetching *fetching;
-	/* a fetched entry is held in memory (until the writer has stored it):
-	 * one at a time, under fetchq.mu */
+	/* a fetch is under way (until the writer has stored its entry or
+	 * given up): one at a time, under fetchq.mu */
 	int holding;
 	struct t2_refused refused[T2_REFUSED]; /* under fetchq.mu */
 	/* t2_now_ms() when the fetch thread took the item it works on; 0 while
@@ -126,9 +124,9 @@ struct cluster_router *t2_router(struct k3d_t2 *t);
  * -1 after logging a mistake no retry mends: credentials refused, a right
  * missing, not a cluster, not Redis. */
 int t2_check_cluster(struct k3d_t2 *t, struct cluster_router *r, size_t *masters);
-/* The fetch thread, before it fetches: waits until no fetched entry is
- * held, then holds; -1 when stopping. t2_release: the entry held is gone
- * (stored, refused, or the fetch failed). */
+/* The fetch thread, before it fetches: waits until no fetch is under way,
+ * then holds; -1 when stopping. t2_release: the fetch held is over (its
+ * entry stored, refused, or the fetch failed). */
 int t2_hold(struct k3d_t2 *t);
 void t2_release(struct k3d_t2 *t);
 /* Whether the store refused key's entry lately (fetch thread). */
@@ -144,6 +142,18 @@ void t2_post(struct k3d_t2 *t, struct t2_item *it);
  * T2_LISTED; on the copy thread, or the fetch thread in read-only mode. */
 void t2_list_run(struct k3d_t2 *t, struct cluster_router *r, struct tier2_stats *ts,
                  struct t2_item *it);
+
+/* The fetch thread, once rd has read the record: streams the entry into
+ * the store (t2_stage.c). 0 when the writer has the job, which owns it from
+ * then on and reports the outcome to the loop (k3d_t2_stored) once this has
+ * returned or before; -1 (it->st, it->err set, it still the caller's) when
+ * out of memory. */
+struct t2_stage;
+int t2_stage_fetch(struct k3d_t2 *t, struct tier2_reader *rd, struct t2_item *it);
+/* The loop, once the job is back: how the read ended (TIER2_OK: it was not
+ * the read that failed) and its message; whether every byte arrived. */
+enum tier2_status t2_stage_read_status(struct t2_stage *sg, char *err, size_t errsz);
+int t2_stage_complete(struct t2_stage *sg);
 
 void *t2_copy_main(void *arg);
 void *t2_fetch_main(void *arg);

@@ -100,8 +100,17 @@ void k3d_window_pool_free(struct k3d_server *srv, uint32_t keep)
 
 int k3d_window_open(struct k3d_server *srv, struct k3d_window *w, uint64_t plen)
 {
+	if (k3d_window_open_own(w, k3d_window_stage(srv), plen) != 0)
+		return -1;
+	w->own = 0; /* its stages come from the server's pool */
+	return 0;
+}
+
+int k3d_window_open_own(struct k3d_window *w, uint64_t stage, uint64_t plen)
+{
 	memset(w, 0, sizeof(*w));
-	w->stage = k3d_window_stage(srv);
+	w->own = 1;
+	w->stage = stage;
 	w->len = round_up(plen ? plen : 1, w->stage);
 	w->n_slots = (uint32_t)(w->len / w->stage);
 	w->base = reserve(w->len, w->stage >= HUGE ? HUGE : w->stage);
@@ -122,11 +131,12 @@ int k3d_window_grow(struct k3d_server *srv, struct k3d_window *w)
 	if (w->next >= w->n_slots || w->next - w->first >= K3D_WINDOW_STAGES)
 		return 1;
 	unsigned char *at = w->base + (uint64_t)w->next * w->stage;
-	if (srv->window_fresh) { /* no moving: fresh pages */
+	if (w->own || srv->window_fresh) { /* no moving: fresh pages */
 		if (mprotect(at, w->stage, PROT_READ | PROT_WRITE) != 0)
 			return -1;
 		w->next++;
-		srv->window_bytes += w->stage;
+		if (!w->own)
+			srv->window_bytes += w->stage;
 		return 0;
 	}
 	unsigned char *p = stage_get(srv, w->stage);
@@ -145,8 +155,9 @@ int k3d_window_grow(struct k3d_server *srv, struct k3d_window *w)
 static void slot_release(struct k3d_server *srv, struct k3d_window *w, uint32_t i)
 {
 	unsigned char *at = w->base + (uint64_t)i * w->stage;
-	srv->window_bytes -= w->stage;
-	if (!srv->window_fresh) {
+	if (!w->own)
+		srv->window_bytes -= w->stage;
+	if (!w->own && !srv->window_fresh) {
 		void *p = mremap(at, w->stage, w->stage, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
 		if (p != MAP_FAILED) {
 			stage_put(srv, p, w->stage);

@@ -16,7 +16,13 @@
  * the same bound, slower.
  *
  * Loop thread only: the buffers come from and go back to the server's
- * pool, which --max-inflight bounds with the payloads in flight. */
+ * pool, which --max-inflight bounds with the payloads in flight.
+ *
+ * A window of its own (k3d_window_open_own; a tier-2 fetch's, t2_stage.c)
+ * takes no buffer from the pool and touches nothing of the server's: any
+ * one thread may use it, passing NULL for srv. Its stages are backed by
+ * fresh pages (huge pages where the kernel gives them) and dropped with
+ * MADV_DONTNEED. */
 #ifndef K3D_WINDOW_H
 #define K3D_WINDOW_H
 
@@ -34,6 +40,7 @@ struct k3d_window {
 	uint32_t n_slots;    /* stages in the range */
 	uint32_t first;      /* slots [first, next) are backed */
 	uint32_t next;
+	int own; /* k3d_window_open_own: no pool, no server */
 };
 
 /* The stage size of the server's windows: the store's, at least 1 MiB (a chunk),
@@ -46,6 +53,10 @@ uint64_t k3d_window_bytes(const struct k3d_server *srv, uint64_t plen);
 /* Reserves the range for a payload of plen bytes. 0, or -1 (no address
  * space). */
 int k3d_window_open(struct k3d_server *srv, struct k3d_window *w, uint64_t plen);
+
+/* The same for a window of its own, of stages of `stage` bytes (a page
+ * multiple; k3d_window_stage()). */
+int k3d_window_open_own(struct k3d_window *w, uint64_t stage, uint64_t plen);
 
 /* Backs the next slot, so that bytes up to its end can be received. 0; 1
  * when the window holds K3D_WINDOW_STAGES already (wait for the store); -1

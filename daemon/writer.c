@@ -31,6 +31,7 @@ void k3d_job_free(struct k3d_job *job)
 {
 	k3d_ingest_free(job->ingest);
 	k3d_t2_item_free(job->t2);
+	k3d_t2_stage_unref(job->t2s);
 	frame_request_free(job->req);
 	if (!job->streamed) /* a streamed payload is its window, closed above */
 		free(job->payload);
@@ -89,7 +90,10 @@ static void progress_streams(struct k3d_writer *w, int stopping)
 		int kicked = job->kicked || stopping;
 		job->kicked = 0;
 		pthread_mutex_unlock(&w->mu);
-		if (kicked && k3d_ingest_progress(job, stopping)) {
+		int done = kicked &&
+		           (job->chore == K3D_CHORE_T2_STAGE ? k3d_t2_stage_progress(job, stopping)
+		                                             : k3d_ingest_progress(job, stopping));
+		if (done) {
 			*pj = job->snext;
 			finish(w, job);
 			continue;
@@ -194,7 +198,10 @@ static void *writer_main(void *arg)
 			continue;
 		if (batch[0]->streamed) {
 			/* begun now, written as its bytes arrive */
-			k3d_ingest_begin(w, batch[0]);
+			if (batch[0]->chore == K3D_CHORE_T2_STAGE)
+				k3d_t2_stage_begin(w, batch[0]);
+			else
+				k3d_ingest_begin(w, batch[0]);
 			batch[0]->snext = w->streams;
 			w->streams = batch[0];
 			k3d_writer_kick(w, batch[0]);
@@ -210,8 +217,6 @@ static void *writer_main(void *arg)
 			quarantine(w->srv->store, batch[0]->key);
 		else if (batch[0]->chore == K3D_CHORE_CHECK)
 			check_entry(w->srv->store, batch[0]->key);
-		else if (batch[0]->chore == K3D_CHORE_T2_STORE)
-			k3d_t2_store(w->srv, batch[0]);
 		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			k3d_publish_batch(w->srv, batch, n);
 		else if (k3d_writer_run_one(w->srv, batch[0])) {
@@ -239,6 +244,31 @@ struct k3d_writer *k3d_writer_start(struct k3d_server *srv)
 		return NULL;
 	}
 	return w;
+}
+
+int k3d_writer_stage_step(struct k3d_writer *w, struct k3d_job *job, struct store_stage *g,
+                          int stopping, int whole, int gone,
+                          void (*tell)(void *ctx, uint64_t consumed), void *ctx)
+{
+	int step;
+	for (;;) {
+		step = store_stage_step(g, 1);
+		if (step == STORE_STAGE_MORE) {
+			if (!stopping) {
+				tell(ctx, store_stage_consumed(g));
+				k3d_writer_kick(w, job); /* one stage, then other jobs */
+				return 0;
+			}
+			continue;
+		}
+		if (step == STORE_STAGE_WAIT && stopping && whole) {
+			store_stage_wait(g); /* shutting down: finish this one */
+			continue;
+		}
+		break;
+	}
+	tell(ctx, store_stage_consumed(g));
+	return step != STORE_STAGE_WAIT && (whole || gone);
 }
 
 void k3d_writer_kick(struct k3d_writer *w, struct k3d_job *job)

@@ -107,9 +107,9 @@ struct tier2_reader {
 	uint8_t key[TIER2_KEY_LEN];
 	struct tier2_record rec;
 	struct tier2_stats *stats;
-	uint64_t total;     /* payload bytes */
-	uint64_t *at;       /* per run of the stream: its payload offset */
-	uint64_t *from;     /* per run: its stream offset */
+	uint64_t total;      /* payload bytes */
+	uint64_t *at;        /* per run of the stream: its payload offset */
+	uint64_t *from;      /* per run: its stream offset */
 	struct tier2_run *g; /* the stream's runs */
 	size_t n_runs;
 	struct tier2_part_ref *refs;
@@ -152,7 +152,8 @@ static enum tier2_status plan(struct tier2_reader *rd, char *err, size_t errsz)
 	const struct tier2_record *rec = &rd->rec;
 	/* the decoder ensures n_layers >= 1; the analyzer cannot see it */
 	size_t most = (size_t)(rec->n_layers ? rec->n_layers : 1) * 4u;
-	uint64_t *layer_at = malloc((size_t)(rec->n_layers ? rec->n_layers : 1) * sizeof(*layer_at));
+	uint64_t *layer_at =
+	        malloc((size_t)(rec->n_layers ? rec->n_layers : 1) * sizeof(*layer_at));
 	rd->g = malloc(most * sizeof(*rd->g));
 	rd->at = malloc(most * sizeof(*rd->at));
 	rd->from = malloc(most * sizeof(*rd->from));
@@ -185,7 +186,8 @@ static enum tier2_status plan(struct tier2_reader *rd, char *err, size_t errsz)
 	for (size_t i = 0; i < rd->n_refs; i++)
 		rd->refs[i].off += layer_at[rd->refs[i].layer]; /* a payload offset now */
 	free(layer_at);
-	qsort(rd->refs, rd->n_refs, sizeof(*rd->refs), by_offset);
+	if (rd->n_refs > 1)
+		qsort(rd->refs, rd->n_refs, sizeof(*rd->refs), by_offset);
 	/* merge: chunks' first bytes rise with their index, as do the parts' */
 	size_t c = 0, p = 0;
 	while (c < rec->n_chunks || p < rd->n_refs) {
@@ -332,8 +334,9 @@ static enum tier2_status check(struct tier2_reader *rd, const struct rd_get *q,
 	uint64_t at = (uint64_t)q->index * rec->chunk_size;
 	size_t want = stream - at < rec->chunk_size ? (size_t)(stream - at) : rec->chunk_size;
 	if (rep->len != want) {
-		tier2_io_err(err, errsz, "tier2: get %s: the chunk has %zu bytes, the record says %zu",
-		             name, rep->len, want);
+		tier2_io_err(err, errsz,
+		             "tier2: get %s: the chunk has %zu bytes, the record says %zu", name,
+		             rep->len, want);
 		return TIER2_DAMAGED;
 	}
 	uint64_t sum = XXH3_64bits(rep->str, rep->len);
@@ -501,11 +504,12 @@ enum tier2_status tier2_get_max(struct cluster_router *r, const char *ns,
 		if (sum != e.blobs[i].xxh3) {
 			char name[TIER2_NAME_MAX];
 			tier2_name_record(name, ns, key);
-			tier2_io_err(err, errsz,
-			             "tier2: get %s: layer %u's checksum is %016llx, the record says "
-			             "%016llx",
-			             name, i, (unsigned long long)sum,
-			             (unsigned long long)e.blobs[i].xxh3);
+			tier2_io_err(
+			        err, errsz,
+			        "tier2: get %s: layer %u's checksum is %016llx, the record says "
+			        "%016llx",
+			        name, i, (unsigned long long)sum,
+			        (unsigned long long)e.blobs[i].xxh3);
 			st = TIER2_DAMAGED;
 			count(stats, st);
 		}

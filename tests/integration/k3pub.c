@@ -1,6 +1,8 @@
 /* k3pub: a test helper that publishes a synthetic snapshot through
  * libk3cache, so the CLI tests have entries to list, inspect and evict.
- * usage: k3pub SOCKET SPEC.json TOKENS [SALT [SEED]]   (TOKENS: 1,2,3 or N:COUNT)
+ * usage: k3pub SOCKET SPEC.json TOKENS [SALT [SEED [--restore]]]   (TOKENS: 1,2,3 or N:COUNT)
+ * --restore looks the tokens up instead and checks what it restores against
+ * what a publish of the same arguments sends.
  * TOKENS "collide" publishes two 4-token entries whose keys share their first
  * 8 hex digits (found by a birthday search), for the ambiguous-prefix test. */
 #include <stdio.h>
@@ -13,13 +15,13 @@
 #include "prefix.h"
 #include "units.h"
 
-/* Publishes deterministic blobs for tokens; prints the key. Returns 0 or 1. */
-static int publish_one(const char *sock, const struct k3cache_model *m, const uint32_t *tokens,
-                       uint32_t n, const char *salt, uint32_t seed)
+/* Deterministic blobs for n tokens of seed, one per layer (data NULL when
+ * out of memory). */
+static struct k3cache_buf *make_bufs(const struct k3cache_model *m, uint32_t n, uint32_t seed)
 {
 	struct k3cache_buf *bufs = calloc(m->n_layers, sizeof(*bufs));
 	if (!bufs)
-		return 1;
+		return NULL;
 	for (uint32_t i = 0; i < m->n_layers; i++) {
 		const struct model_layer *l = &m->layers[i];
 		size_t n0 = l->mixer == MODEL_MIXER_KDA ? l->conv_len : (size_t)n * l->k_row;
@@ -38,13 +40,44 @@ static int publish_one(const char *sock, const struct k3cache_model *m, const ui
 		bufs[i].data = b;
 		free(f);
 	}
+	return bufs;
+}
+
+static void free_bufs(const struct k3cache_model *m, struct k3cache_buf *bufs)
+{
+	for (uint32_t i = 0; bufs && i < m->n_layers; i++)
+		free((void *)bufs[i].data);
+	free(bufs);
+}
+
+/* A connection to sock that knows m; NULL after saying why. */
+static struct k3cache *connect_model(const char *sock, const struct k3cache_model *m)
+{
 	struct k3cache *c = NULL;
+	struct k3cache_error e;
+	if (k3cache_connect(sock, &c, &e) || k3cache_put_model(c, m, NULL, &e)) {
+		fprintf(stderr, "k3pub: %s: %s\n", k3cache_code_name(e.code), e.message);
+		k3cache_close(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* Publishes deterministic blobs for tokens; prints the key. Returns 0 or 1. */
+static int publish_one(const char *sock, const struct k3cache_model *m, const uint32_t *tokens,
+                       uint32_t n, const char *salt, uint32_t seed)
+{
+	struct k3cache_buf *bufs = make_bufs(m, n, seed);
+	if (!bufs)
+		return 1;
+	struct k3cache *c = connect_model(sock, m);
 	struct k3cache_error e;
 	struct k3cache_publish_result res;
 	int rc = 0;
-	if (k3cache_connect(sock, &c, &e) || k3cache_put_model(c, m, NULL, &e) ||
-	    k3cache_publish(c, m->fingerprint, salt, strlen(salt), tokens, n, bufs, m->n_layers,
-	                    &res, &e)) {
+	if (!c) {
+		rc = 1;
+	} else if (k3cache_publish(c, m->fingerprint, salt, strlen(salt), tokens, n, bufs,
+	                           m->n_layers, &res, &e)) {
 		fprintf(stderr, "k3pub: %s: %s\n", k3cache_code_name(e.code), e.message);
 		rc = 1;
 	} else {
@@ -53,9 +86,53 @@ static int publish_one(const char *sock, const struct k3cache_model *m, const ui
 		printf("\n");
 	}
 	k3cache_close(c);
-	for (uint32_t i = 0; i < m->n_layers; i++)
-		free((void *)bufs[i].data);
-	free(bufs);
+	free_bufs(m, bufs);
+	return rc;
+}
+
+struct expect {
+	const struct k3cache_buf *bufs;
+	uint32_t wrong; /* layers whose bytes differ */
+};
+
+static int compare_layer(uint32_t index, const void *blob, size_t len, void *ctx)
+{
+	struct expect *x = ctx;
+	if (len != x->bufs[index].len || memcmp(blob, x->bufs[index].data, len) != 0) {
+		fprintf(stderr, "k3pub: layer %u: restored bytes differ from what was published\n",
+		        index);
+		x->wrong++;
+	}
+	return 0;
+}
+
+/* --restore: looks the tokens up, one token more in the prompt, and
+ * restores what is found: 0 when the whole prefix is found and every layer
+ * is the bytes publish_one sends (prints "restored P"), else 1. */
+static int restore_one(const char *sock, const struct k3cache_model *m, uint32_t *tokens,
+                       uint32_t n, const char *salt, uint32_t seed)
+{
+	struct k3cache_buf *bufs = make_bufs(m, n, seed);
+	if (!bufs)
+		return 1;
+	struct k3cache *c = connect_model(sock, m);
+	struct k3cache_error e;
+	struct k3cache_lookup_result res;
+	struct expect x = {bufs, 0};
+	tokens[n] = 424242; /* the token to feed */
+	int rc = 0;
+	if (!c) {
+		rc = 1;
+	} else if (k3cache_lookup_restore(c, m, salt, strlen(salt), tokens, n + 1, 0, compare_layer,
+	                                  &x, &res, &e)) {
+		fprintf(stderr, "k3pub: %s: %s\n", k3cache_code_name(e.code), e.message);
+		rc = 1;
+	} else {
+		printf("restored %u\n", res.prefix_len);
+		rc = res.prefix_len != n || x.wrong != 0;
+	}
+	k3cache_close(c);
+	free_bufs(m, bufs);
 	return rc;
 }
 
@@ -128,7 +205,7 @@ static int parse_tokens(const char *list, uint32_t *tokens, uint32_t cap, uint32
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: k3pub SOCKET SPEC.json TOKENS [SALT [SEED]]\n");
+		fprintf(stderr, "usage: k3pub SOCKET SPEC.json TOKENS [SALT [SEED [--restore]]]\n");
 		return 2;
 	}
 	char err[MODEL_ERROR_MAX];
@@ -137,7 +214,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "k3pub: %s\n", err);
 		return 1;
 	}
-	static uint32_t tokens[65536];
+	static uint32_t tokens[65536 + 1];
 	uint32_t n = 0;
 	int rc;
 	if (!strcmp(argv[3], "collide")) {
@@ -179,7 +256,10 @@ int main(int argc, char **argv)
 		}
 		seed = (uint32_t)v;
 	}
-	rc = publish_one(argv[1], m, tokens, n, salt, seed);
+	if (argc > 6 && !strcmp(argv[6], "--restore"))
+		rc = restore_one(argv[1], m, tokens, n, salt, seed);
+	else
+		rc = publish_one(argv[1], m, tokens, n, salt, seed);
 	model_free(m);
 	return rc;
 }

@@ -1246,7 +1246,8 @@ static void test_read_window(void **state)
 	if (rc != TIER2_OK)
 		fail_msg("put: %s: %s", tier2_status_name(rc), err);
 	uint64_t total = blob_sum(&s);
-	unsigned char *want = malloc(total), *dst = malloc(total);
+	assert_true(total > 0);
+	unsigned char *want = malloc((size_t)total + 1), *dst = malloc((size_t)total + 1);
 	assert_non_null(want);
 	assert_non_null(dst);
 	for (uint32_t i = 0, off = 0; i < s.n; off += (uint32_t)s.blobs[i].size, i++)
@@ -1271,16 +1272,18 @@ static void test_read_window(void **state)
 			uint64_t before = arrived;
 			rc = tier2_read_next(rd, dst, limit, &arrived, err, sizeof(err));
 			if (rc != TIER2_OK)
-				fail_msg("window %llu: next: %s: %s", (unsigned long long)windows[w],
-				         tier2_status_name(rc), err);
+				fail_msg("window %llu: next: %s: %s",
+				         (unsigned long long)windows[w], tier2_status_name(rc),
+				         err);
 			assert_true(arrived >= before);
 			assert_true(arrived <= limit);
 			assert_memory_equal(dst + before, want + before, arrived - before);
 			for (uint64_t i = limit; i < total && i < limit + 64; i++)
 				if (dst[i] != 0xA5)
-					fail_msg("window %llu: byte %llu past the limit %llu was written",
-					         (unsigned long long)windows[w], (unsigned long long)i,
-					         (unsigned long long)limit);
+					fail_msg("window %llu: byte %llu past the limit %llu was "
+					         "written",
+					         (unsigned long long)windows[w],
+					         (unsigned long long)i, (unsigned long long)limit);
 			assert_true(++calls < 10 * total + 100);
 		}
 		assert_memory_equal(dst, want, total);
