@@ -29,7 +29,9 @@
  *
  * Threads: the loop thread calls everything here but k3d_t2_stage_* (the
  * writer's). The copy and fetch threads touch the store only through its
- * read calls (store_inspect, store_restore_opt), which are thread-safe. */
+ * read calls (store_inspect, store_restore_opt), and the fetch thread through
+ * store_stage_arrived and store_stage_cancel of the stage the writer began
+ * for it (t2_stage.c); all are thread-safe. */
 #ifndef K3D_T2_H
 #define K3D_T2_H
 
@@ -56,13 +58,17 @@
 	X(lookup_errors, "tier2_lookup_errors_total",                                              \
 	  "Longest-prefix searches that failed (a timeout or a node error).")                      \
 	X(hits, "tier2_hits_total", "Lookups answered with an entry fetched from the cluster.")    \
-	X(fetches, "tier2_fetches_total", "Entries fetched from the cluster, whole and checked.")  \
+	X(fetches, "tier2_fetches_total",                                                          \
+	  "Entries read whole from the cluster, each chunk and part checked (the store checks "    \
+	  "the layers).")                                                                          \
+	X(fetch_busy, "tier2_fetch_busy_total",                                                    \
+	  "Fetches given up: a publish of the same entry was under way, which stores it.")         \
 	X(fetch_joins, "tier2_fetch_joins_total",                                                  \
 	  "Lookups that waited for a fetch another lookup began.")                                 \
 	X(misses_missing, "tier2_misses_missing_total",                                            \
 	  "Fetches that missed: a record or chunk was gone.")                                      \
 	X(misses_damaged, "tier2_misses_damaged_total",                                            \
-	  "Fetches that missed: a record, chunk or layer failed its check.")                       \
+	  "Fetches that missed: a record, chunk or part failed its check.")                        \
 	X(misses_timeout, "tier2_misses_timeout_total",                                            \
 	  "Fetches that missed: a round trip ran out of time.")                                    \
 	X(misses_node_error, "tier2_misses_node_error_total",                                      \
@@ -75,7 +81,7 @@
 	X(part_bytes_saved, "tier2_part_bytes_saved_total",                                        \
 	  "Bytes of MLA block parts not sent because the cluster held them.")                      \
 	X(store_refused, "tier2_store_refused_total",                                              \
-	  "Fetched entries the local store refused (validation, room).")                           \
+	  "Fetched entries the local store refused (validation, a layer's sum, room).")            \
 	X(copies, "tier2_copies_total", "Entries copied to the cluster.")                          \
 	X(copies_existing, "tier2_copies_existing_total",                                          \
 	  "Copies skipped: the cluster held the entry already.")                                   \

@@ -154,6 +154,8 @@ int t2_stage_fetch(struct k3d_t2 *t, struct tier2_reader *rd, struct t2_item *it
  * the read that failed) and its message; whether every byte arrived. */
 enum tier2_status t2_stage_read_status(struct t2_stage *sg, char *err, size_t errsz);
 int t2_stage_complete(struct t2_stage *sg);
+/* The loop, once a fetch's entry is stored: logs its size and times. */
+void t2_stage_log(struct t2_stage *sg);
 
 void *t2_copy_main(void *arg);
 void *t2_fetch_main(void *arg);

@@ -45,6 +45,7 @@ struct t2_stage {
 	struct k3d_job *job;
 	struct k3d_window win; /* the fetch thread's */
 	uint64_t total;
+	double started, read_s; /* k3d_now() as the job was handed over; the read's seconds */
 	/* the request, its own copy: the store reads it until the stage ends */
 	uint8_t fingerprint[32];
 	uint8_t *salt;
@@ -59,6 +60,11 @@ struct t2_stage {
 	struct store_stage *stage;
 	enum tier2_status read_st;
 	char err[256];
+	/* the read's outcome as the job went back (job_back): what the loop
+	 * reads, though the fetch thread may still be reading then */
+	enum tier2_status out_st;
+	int out_complete;
+	char out_err[256];
 };
 
 static void stage_unref(struct t2_stage *sg)
@@ -87,16 +93,31 @@ void k3d_t2_stage_unref(struct t2_stage *sg)
 enum tier2_status t2_stage_read_status(struct t2_stage *sg, char *err, size_t errsz)
 {
 	pthread_mutex_lock(&sg->mu);
-	enum tier2_status st = sg->read_st;
-	snprintf(err, errsz, "%s", sg->err);
+	enum tier2_status st = sg->out_st;
+	snprintf(err, errsz, "%s", sg->out_err);
 	pthread_mutex_unlock(&sg->mu);
 	return st;
+}
+
+void t2_stage_log(struct t2_stage *sg)
+{
+	char hex[2 * TIER2_KEY_LEN + 1], size[32];
+	hexutil_encode(sg->job->pub.key, TIER2_KEY_LEN, hex);
+	units_format_size(sg->total, size, sizeof(size));
+	double all = k3d_now() - sg->started;
+	pthread_mutex_lock(&sg->mu);
+	double read = sg->read_s; /* set with complete, before the job went back */
+	pthread_mutex_unlock(&sg->mu);
+	k3d_log(K3D_LOG_INFO,
+	        "tier2: fetched %.16s into the store: %s in %.0f ms (%.2f GB/s; the cluster's "
+	        "reads took %.0f ms)",
+	        hex, size, all * 1e3, all > 0 ? (double)sg->total / all / 1e9 : 0.0, read * 1e3);
 }
 
 int t2_stage_complete(struct t2_stage *sg)
 {
 	pthread_mutex_lock(&sg->mu);
-	int whole = sg->complete;
+	int whole = sg->out_complete;
 	pthread_mutex_unlock(&sg->mu);
 	return whole;
 }
@@ -169,10 +190,11 @@ static void wait_room(struct k3d_t2 *t, struct t2_stage *sg, uint64_t consumed)
 {
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_nsec += 100 * 1000 * 1000;
-	if (until.tv_nsec >= 1000 * 1000 * 1000) {
+	const long second = 1000000000L;
+	until.tv_nsec += second / 10;
+	if (until.tv_nsec >= second) {
 		until.tv_sec++;
-		until.tv_nsec -= 1000 * 1000 * 1000;
+		until.tv_nsec -= second;
 	}
 	pthread_mutex_lock(&sg->mu);
 	while (sg->consumed == consumed && !sg->refused && !atomic_load(&t->stopping))
@@ -224,6 +246,7 @@ static void stream(struct k3d_t2 *t, struct t2_stage *sg, struct tier2_reader *r
 			store_stage_arrived(sg->stage, arrived);
 		if (arrived == sg->total) {
 			sg->complete = 1;
+			sg->read_s = k3d_now() - sg->started;
 			kick_locked(sg);
 			pthread_mutex_unlock(&sg->mu);
 			return;
@@ -254,6 +277,7 @@ int t2_stage_fetch(struct k3d_t2 *t, struct tier2_reader *rd, struct t2_item *it
 	units_format_size(sg->total, size, sizeof(size));
 	k3d_log(K3D_LOG_INFO, "tier2: fetching %.16s (%u tokens, %s) into the store", hex,
 	        sg->req.n_tokens, size);
+	sg->started = k3d_now();
 	sg->job->t2 = it; /* the job's from now on */
 	k3d_writer_submit(sg->w, sg->job);
 	stream(t, sg, rd);
@@ -281,12 +305,16 @@ static void tell_consumed(void *ctx, uint64_t consumed)
 	pthread_mutex_unlock(&sg->mu);
 }
 
-/* The job goes back: the fetch thread reads no more. */
+/* The job goes back: the fetch thread reads no more, and the loop reads the
+ * read's outcome as it is now. */
 static int job_back(struct t2_stage *sg)
 {
 	pthread_mutex_lock(&sg->mu);
 	sg->refused = 1;
 	sg->job_done = 1;
+	sg->out_st = sg->read_st;
+	sg->out_complete = sg->complete;
+	snprintf(sg->out_err, sizeof(sg->out_err), "%s", sg->err);
 	pthread_cond_broadcast(&sg->cv);
 	pthread_mutex_unlock(&sg->mu);
 	return 1;

@@ -477,8 +477,10 @@ void tier2_entry_free(struct tier2_entry *entry);
  * of any size streams through a window of a few MiB plus one part.
  *
  * Every byte below *arrived is in place and came from a chunk or part that
- * passed its checks. The layers' checksums (tier2_read_record()->layers)
- * are NOT checked here: the caller checks them (a store publish does,
+ * passed its checks, and no call writes below the *arrived of the call
+ * before: a caller may drop what lies below it. The layers' checksums
+ * (tier2_read_record()->layers, never 0: a record with a 0 is damaged) are
+ * NOT checked here: the caller checks them (a store publish does,
  * piecewise, given them as the blobs' sums), as tier2_get does.
  *
  *   open   reads the record (bound to key) and plans the read. TIER2_OK with
@@ -487,7 +489,8 @@ void tier2_entry_free(struct tier2_entry *entry);
  *   next   one round trip at most: *arrived rises, up to total when done;
  *          when it equals limit (less than total), nothing more fits: call
  *          again with a higher limit. dst is the caller's payload buffer
- *          (bytes [0, limit) writable). A failure is counted in stats and is
+ *          (bytes from the last *arrived up to limit writable). A failure is
+ *          counted in stats and is
  *          final (every later call returns it).
  *   close  frees what the reader holds.
  * stats (may be NULL) must outlive the reader; its hits are the caller's. */

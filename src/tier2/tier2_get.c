@@ -231,9 +231,19 @@ enum tier2_status tier2_read_open(struct cluster_router *r, const char *ns,
 		return st;
 	}
 	uint64_t total = 0;
-	for (uint32_t i = 0; i < rd->rec.n_layers; i++)
+	for (uint32_t i = 0; i < rd->rec.n_layers; i++) {
 		total += rd->rec.layers[i].size; /* bounded by the decoder */
-	if (max_bytes && total > max_bytes) {
+		/* a store takes a sum of 0 for "not given" and would not check it */
+		if (rd->rec.layers[i].xxh3 == 0 && st == TIER2_OK) {
+			char name[TIER2_NAME_MAX];
+			tier2_name_record(name, ns, key);
+			tier2_io_err(err, errsz,
+			             "tier2: get %s: the record gives layer %u a checksum of 0",
+			             name, i);
+			st = TIER2_DAMAGED;
+		}
+	}
+	if (st == TIER2_OK && max_bytes && total > max_bytes) {
 		char name[TIER2_NAME_MAX];
 		tier2_name_record(name, ns, key);
 		tier2_io_err(err, errsz,

@@ -1277,7 +1277,15 @@ static void test_read_window(void **state)
 				         err);
 			assert_true(arrived >= before);
 			assert_true(arrived <= limit);
+			/* nothing below the last call's arrived is written again */
+			for (uint64_t i = before >= 64 ? before - 64 : 0; i < before; i++)
+				if (dst[i] != 0x5A)
+					fail_msg("window %llu: byte %llu below arrived was written",
+					         (unsigned long long)windows[w],
+					         (unsigned long long)i);
 			assert_memory_equal(dst + before, want + before, arrived - before);
+			memset(dst + (arrived >= 64 ? arrived - 64 : 0), 0x5A,
+			       (size_t)(arrived >= 64 ? 64 : arrived));
 			for (uint64_t i = limit; i < total && i < limit + 64; i++)
 				if (dst[i] != 0xA5)
 					fail_msg("window %llu: byte %llu past the limit %llu was "
@@ -1286,7 +1294,7 @@ static void test_read_window(void **state)
 					         (unsigned long long)i, (unsigned long long)limit);
 			assert_true(++calls < 10 * total + 100);
 		}
-		assert_memory_equal(dst, want, total);
+		/* every byte was compared as it arrived */
 		assert_int_equal(st.gets, 1);
 		assert_int_equal(st.hits, 0); /* the caller's */
 		assert_int_equal(st.miss_damaged + st.miss_missing, 0);
@@ -1295,10 +1303,43 @@ static void test_read_window(void **state)
 		              (unsigned long long)total);
 		tier2_read_close(rd);
 	}
-	/* a chunk overwritten: the read fails there, and stays failed */
+	/* a record giving a layer the sum 0 (a store's "not given"): damaged */
 	char name[TIER2_NAME_MAX];
 	struct tier2_record rec;
 	record_of(r, ns, key, &rec);
+	struct tier2_layer *zl = malloc(rec.n_layers * sizeof(*zl));
+	assert_non_null(zl);
+	memcpy(zl, rec.layers, rec.n_layers * sizeof(*zl));
+	zl[1].xxh3 = 0;
+	struct tier2_record zero = rec;
+	zero.layers = zl;
+	uint8_t *enc = NULL;
+	size_t enc_len = 0;
+	assert_int_equal(tier2_record_encode(&zero, &enc, &enc_len, err, sizeof(err)), 0);
+	size_t name_len = tier2_name_record(name, ns, key);
+	const char *set[] = {"SET", name, (const char *)enc};
+	size_t set_len[] = {3, name_len, enc_len};
+	redisReply *ok = NULL;
+	assert_int_equal(cluster_command_argv(r, name, name_len, 3, set, set_len, &ok), 0);
+	assert_int_equal(ok->type, REDIS_REPLY_STATUS);
+	freeReplyObject(ok);
+	struct tier2_reader *zrd = NULL;
+	struct tier2_stats zst = {0};
+	assert_int_equal(tier2_read_open(r, ns, key, 0, &zst, &zrd, err, sizeof(err)),
+	                 TIER2_DAMAGED);
+	assert_null(zrd);
+	assert_non_null(strstr(err, "layer 1 a checksum of 0"));
+	assert_int_equal(zst.miss_damaged, 1);
+	/* the record as it was */
+	free(enc);
+	assert_int_equal(tier2_record_encode(&rec, &enc, &enc_len, err, sizeof(err)), 0);
+	set[2] = (const char *)enc;
+	set_len[2] = enc_len;
+	assert_int_equal(cluster_command_argv(r, name, name_len, 3, set, set_len, &ok), 0);
+	freeReplyObject(ok);
+	free(enc);
+	free(zl);
+	/* a chunk overwritten: the read fails there, and stays failed */
 	tier2_name_chunk(name, ns, key, rec.generation, rec.n_chunks - 1);
 	tier2_record_free(&rec);
 	const char *argv[] = {"SETRANGE", name, "0", "x"};
