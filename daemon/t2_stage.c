@@ -46,6 +46,7 @@ struct t2_stage {
 	struct k3d_window win; /* the fetch thread's */
 	uint64_t total;
 	double started, read_s; /* k3d_now() as the job was handed over; the read's seconds */
+	double waited_s;        /* of those, waiting for the store to free the window */
 	/* the request, its own copy: the store reads it until the stage ends */
 	uint8_t fingerprint[32];
 	uint8_t *salt;
@@ -106,12 +107,13 @@ void t2_stage_log(struct t2_stage *sg)
 	units_format_size(sg->total, size, sizeof(size));
 	double all = k3d_now() - sg->started;
 	pthread_mutex_lock(&sg->mu);
-	double read = sg->read_s; /* set with complete, before the job went back */
+	double read = sg->read_s, waited = sg->waited_s; /* set before the job went back */
 	pthread_mutex_unlock(&sg->mu);
 	k3d_log(K3D_LOG_INFO,
 	        "tier2: fetched %.16s into the store: %s in %.0f ms (%.2f GB/s; the cluster's "
-	        "reads took %.0f ms)",
-	        hex, size, all * 1e3, all > 0 ? (double)sg->total / all / 1e9 : 0.0, read * 1e3);
+	        "reads took %.0f ms, of which %.0f ms waiting for the store to free the window)",
+	        hex, size, all * 1e3, all > 0 ? (double)sg->total / all / 1e9 : 0.0, read * 1e3,
+	        waited * 1e3);
 }
 
 int t2_stage_complete(struct t2_stage *sg)
@@ -196,10 +198,12 @@ static void wait_room(struct k3d_t2 *t, struct t2_stage *sg, uint64_t consumed)
 		until.tv_sec++;
 		until.tv_nsec -= second;
 	}
+	double t0 = k3d_now();
 	pthread_mutex_lock(&sg->mu);
 	while (sg->consumed == consumed && !sg->refused && !atomic_load(&t->stopping))
 		if (pthread_cond_timedwait(&sg->cv, &sg->mu, &until) == ETIMEDOUT)
 			break;
+	sg->waited_s += k3d_now() - t0;
 	pthread_mutex_unlock(&sg->mu);
 }
 
