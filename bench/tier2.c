@@ -351,8 +351,10 @@ static void daemon_start(struct daemon *d, const char *name, int fresh)
 	snprintf(d->db, sizeof(d->db), "%s/%s.db", dir, name);
 	snprintf(d->sock, sizeof(d->sock), "%s/%s.sock", dir, name);
 	snprintf(d->log, sizeof(d->log), "%s/%s.log", dir, name);
-	if (fresh)
+	if (fresh) { /* and its log: a round reads its own lines (fetch_times) */
 		benchutil_rm_rf(d->db);
+		unlink(d->log);
+	}
 	unlink(d->sock);
 	const char *argv[] = {K3_DAEMON_PATH, "--db",
 	                      d->db,          "--socket",
@@ -514,6 +516,8 @@ static double cold_round(const struct snap *s, double *t_lookup, double *fetch_m
 	if (counter(&b, "tier2_fetches") != 1 || counter(&b, "tier2_hits") != 1)
 		fail("daemon b: expected one fetch and one hit from the cluster");
 	fetch_times(&b, fetch_ms, reads_ms, waited_ms);
+	if (*fetch_ms < 0)
+		fail("daemon b: no \"tier2: fetched\" line in %s", b.log);
 	daemon_stop(&b);
 	*t_lookup = t1 - t0;
 	return t2 - t0;

@@ -619,14 +619,15 @@ void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 		atomic_fetch_add(&t->n.fetches, 1);
 	if (ok && job->pub.created)
 		t2_stage_log(job->t2s);
-	if (job->st.code == STATUS_BUSY) {
+	if (job->st.code == STATUS_BUSY && job->pub.in_progress) {
 		/* another publish of the entry is under way: it stores it */
 		atomic_fetch_add(&t->n.fetch_busy, 1);
 		k3d_log(K3D_LOG_INFO, "tier2: a fetch gave way to a publish of the same entry: %s",
 		        job->st.message);
 	} else if (!ok) {
 		atomic_fetch_add(&t->n.store_refused, 1);
-		note_refused(t, it->key);
+		if (job->st.code != STATUS_BUSY) /* BUSY: short of a resource now, not refused */
+			note_refused(t, it->key);
 		k3d_log(K3D_LOG_WARN,
 		        "tier2: an entry fetched from the cluster was refused: %s: %s",
 		        status_code_name(job->st.code), job->st.message);

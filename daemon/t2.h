@@ -81,7 +81,7 @@
 	X(part_bytes_saved, "tier2_part_bytes_saved_total",                                        \
 	  "Bytes of MLA block parts not sent because the cluster held them.")                      \
 	X(store_refused, "tier2_store_refused_total",                                              \
-	  "Fetched entries the local store refused (validation, a layer's sum, room).")            \
+	  "Fetched entries the local store refused (validation, a layer's sum, room, busy).")      \
 	X(copies, "tier2_copies_total", "Entries copied to the cluster.")                          \
 	X(copies_existing, "tier2_copies_existing_total",                                          \
 	  "Copies skipped: the cluster held the entry already.")                                   \

@@ -361,6 +361,10 @@ int k3d_t2_stage_progress(struct k3d_job *job, int stopping)
 	int whole = sg->complete, gone = sg->cancelled;
 	if (stopping && !whole && !gone) { /* the fetch thread has stopped */
 		sg->cancelled = gone = 1;
+		if (sg->read_st == TIER2_OK) {
+			sg->read_st = TIER2_NODE_ERROR;
+			snprintf(sg->err, sizeof(sg->err), "the daemon is stopping");
+		}
 		if (sg->stage)
 			store_stage_cancel(sg->stage);
 	}

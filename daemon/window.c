@@ -131,15 +131,6 @@ int k3d_window_grow(struct k3d_server *srv, struct k3d_window *w)
 	if (w->next >= w->n_slots || w->next - w->first >= K3D_WINDOW_STAGES)
 		return 1;
 	unsigned char *at = w->base + (uint64_t)w->next * w->stage;
-	if (w->own && w->n_spare > 0) { /* the pages of a stage handed back */
-		unsigned char *p = w->spare[--w->n_spare];
-		if (mremap(p, w->stage, w->stage, MREMAP_MAYMOVE | MREMAP_FIXED, at) !=
-		    MAP_FAILED) {
-			w->next++;
-			return 0;
-		}
-		munmap(p, w->stage);
-	}
 	if (w->own || srv->window_fresh) { /* no moving: fresh pages */
 		if (mprotect(at, w->stage, PROT_READ | PROT_WRITE) != 0)
 			return -1;
@@ -164,14 +155,6 @@ int k3d_window_grow(struct k3d_server *srv, struct k3d_window *w)
 static void slot_release(struct k3d_server *srv, struct k3d_window *w, uint32_t i)
 {
 	unsigned char *at = w->base + (uint64_t)i * w->stage;
-	if (w->own && w->n_spare < K3D_WINDOW_STAGES) { /* kept aside for the next slot */
-		void *p = mremap(at, w->stage, w->stage, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
-		if (p != MAP_FAILED) {
-			w->spare[w->n_spare++] = p;
-			(void)mprotect(at, w->stage, PROT_NONE);
-			return;
-		}
-	}
 	if (!w->own)
 		srv->window_bytes -= w->stage;
 	if (!w->own && !srv->window_fresh) {
@@ -205,8 +188,6 @@ void k3d_window_close(struct k3d_server *srv, struct k3d_window *w)
 		return;
 	while (w->first < w->next)
 		slot_release(srv, w, w->first++);
-	while (w->n_spare > 0)
-		munmap(w->spare[--w->n_spare], w->stage);
 	munmap(w->base, w->len);
 	w->base = NULL;
 }

@@ -20,10 +20,9 @@
  *
  * A window of its own (k3d_window_open_own; a tier-2 fetch's, t2_stage.c)
  * takes no buffer from the pool and touches nothing of the server's: any
- * one thread may use it, passing NULL for srv. Its first stages are backed
- * by fresh pages (huge pages where the kernel gives them); a stage handed
- * back keeps its pages aside (mremap, as the pool's) for the next slot, so a
- * payload of any length faults in K3D_WINDOW_STAGES stages once. */
+ * one thread may use it, passing NULL for srv. Its stages are backed by
+ * fresh pages (huge pages where the kernel gives them) and dropped with
+ * MADV_DONTNEED. */
 #ifndef K3D_WINDOW_H
 #define K3D_WINDOW_H
 
@@ -41,9 +40,7 @@ struct k3d_window {
 	uint32_t n_slots;    /* stages in the range */
 	uint32_t first;      /* slots [first, next) are backed */
 	uint32_t next;
-	int own;                                 /* k3d_window_open_own: no pool, no server */
-	unsigned char *spare[K3D_WINDOW_STAGES]; /* own: stages' pages kept aside */
-	uint32_t n_spare;
+	int own; /* k3d_window_open_own: no pool, no server */
 };
 
 /* The stage size of the server's windows: the store's, at least 1 MiB (a chunk),

@@ -178,6 +178,9 @@ struct store_publish_res {
 	/* A delta's assembled layer did not hash to its given sum: the worker
 	 * should publish whole (store_delta_assemble's *refused, found late). */
 	int delta_refused;
+	/* BUSY because another publish of the same entry is in progress (it
+	 * may store the entry), not for want of a resource */
+	int in_progress;
 };
 
 /* Validates every blob against the model (slot, shape, seq_len == P, finite,

@@ -762,10 +762,12 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		stage_free(g);
 		if (rc)
 			return store_lru_write_status(s, rc, st);
-		if (verdict == 2)
+		if (verdict == 2) {
+			res->in_progress = 1;
 			return status_set(st, STATUS_BUSY,
 			                  "another publish of this entry is in progress; retry "
 			                  "shortly");
+		}
 		atomic_fetch_add(&s->publish_exists, 1);
 		return STATUS_OK; /* it exists: nothing to write (created 0) */
 	}

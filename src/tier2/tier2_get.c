@@ -197,10 +197,13 @@ static enum tier2_status plan(struct tier2_reader *rd, char *err, size_t errsz)
 			size_t k = run_of(rd, sb);
 			cf = rd->at[k] + (sb - rd->from[k]);
 		}
-		if (p < rd->n_refs && rd->refs[p].off < cf)
-			rd->gets[rd->n_gets++] = (struct rd_get){rd->refs[p].off, (uint32_t)p++, 1};
-		else
-			rd->gets[rd->n_gets++] = (struct rd_get){cf, (uint32_t)c++, 0};
+		if (p < rd->n_refs && rd->refs[p].off < cf) {
+			rd->gets[rd->n_gets++] = (struct rd_get){rd->refs[p].off, (uint32_t)p, 1};
+			p++;
+		} else {
+			rd->gets[rd->n_gets++] = (struct rd_get){cf, (uint32_t)c, 0};
+			c++;
+		}
 	}
 	return TIER2_OK;
 }
