@@ -68,7 +68,7 @@ struct t2_stage {
 	char out_err[256];
 };
 
-static void stage_unref(struct t2_stage *sg)
+void k3d_t2_stage_unref(struct t2_stage *sg)
 {
 	if (!sg)
 		return;
@@ -84,11 +84,6 @@ static void stage_unref(struct t2_stage *sg)
 	free(sg->tokens);
 	free(sg->blobs);
 	free(sg);
-}
-
-void k3d_t2_stage_unref(struct t2_stage *sg)
-{
-	stage_unref(sg);
 }
 
 enum tier2_status t2_stage_read_status(struct t2_stage *sg, char *err, size_t errsz)
@@ -285,7 +280,7 @@ int t2_stage_fetch(struct k3d_t2 *t, struct tier2_reader *rd, struct t2_item *it
 	sg->job->t2 = it; /* the job's from now on */
 	k3d_writer_submit(sg->w, sg->job);
 	stream(t, sg, rd);
-	stage_unref(sg);
+	k3d_t2_stage_unref(sg);
 	return 0;
 }
 

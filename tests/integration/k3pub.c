@@ -63,33 +63,6 @@ static struct k3cache *connect_model(const char *sock, const struct k3cache_mode
 	return c;
 }
 
-/* Publishes deterministic blobs for tokens; prints the key. Returns 0 or 1. */
-static int publish_one(const char *sock, const struct k3cache_model *m, const uint32_t *tokens,
-                       uint32_t n, const char *salt, uint32_t seed)
-{
-	struct k3cache_buf *bufs = make_bufs(m, n, seed);
-	if (!bufs)
-		return 1;
-	struct k3cache *c = connect_model(sock, m);
-	struct k3cache_error e;
-	struct k3cache_publish_result res;
-	int rc = 0;
-	if (!c) {
-		rc = 1;
-	} else if (k3cache_publish(c, m->fingerprint, salt, strlen(salt), tokens, n, bufs,
-	                           m->n_layers, &res, &e)) {
-		fprintf(stderr, "k3pub: %s: %s\n", k3cache_code_name(e.code), e.message);
-		rc = 1;
-	} else {
-		for (int i = 0; i < 32; i++)
-			printf("%02x", res.key[i]);
-		printf("\n");
-	}
-	k3cache_close(c);
-	free_bufs(m, bufs);
-	return rc;
-}
-
 struct expect {
 	const struct k3cache_buf *bufs;
 	uint32_t wrong; /* layers whose bytes differ */
@@ -106,30 +79,37 @@ static int compare_layer(uint32_t index, const void *blob, size_t len, void *ctx
 	return 0;
 }
 
-/* --restore: looks the tokens up, one token more in the prompt, and
- * restores what is found: 0 when the whole prefix is found and every layer
- * is the bytes publish_one sends (prints "restored P"), else 1. */
-static int restore_one(const char *sock, const struct k3cache_model *m, uint32_t *tokens,
-                       uint32_t n, const char *salt, uint32_t seed)
+/* Publishes deterministic blobs for tokens and prints the key; or, with
+ * restore, looks the tokens up (one token more in the prompt: tokens has
+ * room for it) and restores what is found, checking every layer against the
+ * bytes a publish sends, and prints "restored P". 0 when it all worked (the
+ * whole prefix restored), else 1. */
+static int run_one(const char *sock, const struct k3cache_model *m, uint32_t *tokens, uint32_t n,
+                   const char *salt, uint32_t seed, int restore)
 {
 	struct k3cache_buf *bufs = make_bufs(m, n, seed);
 	if (!bufs)
 		return 1;
 	struct k3cache *c = connect_model(sock, m);
 	struct k3cache_error e;
+	struct k3cache_publish_result pub;
 	struct k3cache_lookup_result res;
 	struct expect x = {bufs, 0};
 	tokens[n] = 424242; /* the token to feed */
-	int rc = 0;
-	if (!c) {
-		rc = 1;
-	} else if (k3cache_lookup_restore(c, m, salt, strlen(salt), tokens, n + 1, 0, compare_layer,
-	                                  &x, &res, &e)) {
+	int rc = 1;
+	if (c && (restore ? k3cache_lookup_restore(c, m, salt, strlen(salt), tokens, n + 1, 0,
+	                                           compare_layer, &x, &res, &e)
+	                  : k3cache_publish(c, m->fingerprint, salt, strlen(salt), tokens, n, bufs,
+	                                    m->n_layers, &pub, &e))) {
 		fprintf(stderr, "k3pub: %s: %s\n", k3cache_code_name(e.code), e.message);
-		rc = 1;
-	} else {
+	} else if (c && restore) {
 		printf("restored %u\n", res.prefix_len);
 		rc = res.prefix_len != n || x.wrong != 0;
+	} else if (c) {
+		for (int i = 0; i < 32; i++)
+			printf("%02x", pub.key[i]);
+		printf("\n");
+		rc = 0;
 	}
 	k3cache_close(c);
 	free_bufs(m, bufs);
@@ -223,9 +203,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "k3pub: no collision found\n");
 			rc = 1;
 		} else {
-			uint32_t ta[4] = {a, a, 7, 7}, tb[4] = {b, b, 7, 7};
-			rc = publish_one(argv[1], m, ta, 4, "", 1) ||
-			     publish_one(argv[1], m, tb, 4, "", 1);
+			uint32_t ta[5] = {a, a, 7, 7}, tb[5] = {b, b, 7, 7};
+			rc = run_one(argv[1], m, ta, 4, "", 1, 0) ||
+			     run_one(argv[1], m, tb, 4, "", 1, 0);
 		}
 		model_free(m);
 		return rc;
@@ -256,10 +236,7 @@ int main(int argc, char **argv)
 		}
 		seed = (uint32_t)v;
 	}
-	if (argc > 6 && !strcmp(argv[6], "--restore"))
-		rc = restore_one(argv[1], m, tokens, n, salt, seed);
-	else
-		rc = publish_one(argv[1], m, tokens, n, salt, seed);
+	rc = run_one(argv[1], m, tokens, n, salt, seed, argc > 6 && !strcmp(argv[6], "--restore"));
 	model_free(m);
 	return rc;
 }
