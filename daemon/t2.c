@@ -1,6 +1,7 @@
 /* t2: the loop's side of the second tier (t2.h): start-up and stop, the
  * lookups that wait for the cluster and the answers the threads send back,
- * the counters. The copy thread is t2_copy.c, the fetch thread t2_fetch.c. */
+ * the counters. The copy thread is t2_copy.c, the search thread t2_search.c,
+ * the fetch thread t2_fetch.c. */
 #include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
@@ -312,8 +313,8 @@ int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local)
 		limit = TIER2_MAX_TOKENS;
 	if (limit == 0 || local->prefix_len >= limit || l->salt.len > TIER2_MAX_SALT)
 		return 0;
-	/* the fetch thread is held up (a slow or stopped node, a large fetch)
-	 * past what a lookup would wait: answer at once, not --tier2-wait later */
+	/* the search thread is held up (a slow or stopped node) past what a
+	 * lookup would wait: answer at once, not --tier2-wait later */
 	uint64_t busy = atomic_load(&t->busy_since_ms);
 	if (busy && t2_now_ms() - busy > t->cfg.wait_ms) {
 		atomic_fetch_add(&t->n.lookups_skipped, 1);
@@ -343,7 +344,7 @@ int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local)
 	it->n_tokens = limit;
 	it->local_p = local->prefix_len;
 	it->waiter = w->id = ++t->next_waiter;
-	if (t2_queue_push(&t->fetchq, it) != 0) {
+	if (t2_queue_push(&t->searchq, it) != 0) {
 		atomic_fetch_add(&t->n.lookups_skipped, 1);
 		k3d_t2_item_free(it);
 		event_free(w->timer);
@@ -394,7 +395,7 @@ void k3d_t2_list(struct k3d_conn *c)
 	it->waiter = w->id = ++t->next_waiter;
 	/* on the copy thread, so that lookups' searches do not wait behind a
 	 * scan of the cluster (in read-only mode there is none) */
-	if (t2_queue_push(t->copy_started ? &t->copyq : &t->fetchq, it) != 0) {
+	if (t2_queue_push(t->copy_started ? &t->copyq : &t->searchq, it) != 0) {
 		k3d_t2_item_free(it);
 		event_free(w->timer);
 		free(w);
@@ -575,6 +576,12 @@ static void answer(struct k3d_t2 *t, struct t2_item *it)
 			k3d_conn_answered(c);
 		}
 		break;
+	case T2_SKIPPED:
+		atomic_fetch_add(&t->n.fetches_skipped, 1);
+		k3d_log(K3D_LOG_DEBUG, "tier2: %u fetches wait already: a longer entry not fetched",
+		        K3D_T2_FETCH_QUEUE);
+		key_done(t, it->key, 0);
+		break;
 	case T2_FAILED:
 		count_miss(t, it->st);
 		k3d_log(K3D_LOG_INFO, "tier2: fetch: %s: %s", tier2_status_name(it->st), it->err);
@@ -724,6 +731,7 @@ static void t2_free(struct k3d_t2 *t)
 		free(t->password);
 	}
 	queue_free(&t->copyq);
+	queue_free(&t->searchq);
 	queue_free(&t->fetchq);
 	queue_free(&t->doneq);
 	while (t->fetching) {
@@ -752,6 +760,7 @@ int k3d_t2_start(struct k3d_server *srv)
 	if (!t->cfg.max_bytes)
 		t->cfg.max_bytes = srv->cfg.max_bytes;
 	queue_init(&t->copyq, K3D_T2_COPY_QUEUE);
+	queue_init(&t->searchq, K3D_T2_SEARCH_QUEUE);
 	queue_init(&t->fetchq, K3D_T2_FETCH_QUEUE);
 	queue_init(&t->doneq, 0);
 	char err[512];
@@ -790,7 +799,9 @@ int k3d_t2_start(struct k3d_server *srv)
 	event_priority_set(t->done_ev, K3D_PRIO_HIGH);
 	event_add(t->done_ev, NULL);
 	srv->t2 = t;
-	t->fetch_started = pthread_create(&t->fetch_thread, NULL, t2_fetch_main, t) == 0;
+	t->search_started = pthread_create(&t->search_thread, NULL, t2_search_main, t) == 0;
+	if (t->search_started)
+		t->fetch_started = pthread_create(&t->fetch_thread, NULL, t2_fetch_main, t) == 0;
 	if (t->fetch_started && t->cfg.mode != K3D_T2_READ_ONLY)
 		t->copy_started = pthread_create(&t->copy_thread, NULL, t2_copy_main, t) == 0;
 	if (!t->fetch_started || (t->cfg.mode != K3D_T2_READ_ONLY && !t->copy_started)) {
@@ -819,7 +830,10 @@ void k3d_t2_stop(struct k3d_server *srv)
 		return;
 	atomic_store(&t->stopping, 1);
 	queue_stop(&t->copyq);
+	queue_stop(&t->searchq);
 	queue_stop(&t->fetchq);
+	if (t->search_started)
+		pthread_join(t->search_thread, NULL);
 	if (t->fetch_started)
 		pthread_join(t->fetch_thread, NULL);
 	if (t->copy_started)

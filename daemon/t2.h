@@ -13,10 +13,13 @@
  *   first, from a ledger kept in the cluster (tier2_ledger_*), so a restart
  *   keeps the budget. In read-only mode nothing is copied.
  * - Lookups. A lookup whose local answer is shorter than it could be asks the
- *   fetch thread for the cluster's longest prefix and waits at most
+ *   search thread for the cluster's longest prefix and waits at most
  *   --tier2-wait for that answer; past it, or when the cluster has nothing
  *   longer, it is answered from the local store as always. A longer entry is
- *   fetched (every chunk's and part's sum checked) into the writer as it
+ *   handed to the fetch thread (at most K3D_T2_FETCH_QUEUE wait for it; one
+ *   more is not fetched, counted, and its lookup answered locally), which
+ *   fetches one entry at a time, so searches go on during a large fetch. It
+ *   is fetched (every chunk's and part's sum checked) into the writer as it
  *   arrives, which stores it as a streamed publish (validated against the
  *   model, each layer against the record's sum; t2_stage.c), and the lookup
  *   is then answered from the local store: a local hit. Every
@@ -28,7 +31,7 @@
  * - Each thread has its own router (a router serves one thread).
  *
  * Threads: the loop thread calls everything here but k3d_t2_stage_* (the
- * writer's). The copy and fetch threads touch the store only through its
+ * writer's). The copy, search and fetch threads touch the store only through its
  * read calls (store_inspect, store_restore_opt), and the fetch thread through
  * store_stage_arrived and store_stage_cancel of the stage the writer began
  * for it (t2_stage.c); all are thread-safe. */
@@ -40,16 +43,18 @@
 #include "frame.h"
 #include "store.h"
 
-#define K3D_T2_COPY_QUEUE  64u  /* keys waiting to be copied */
-#define K3D_T2_FETCH_QUEUE 256u /* lookups waiting for the fetch thread */
-#define K3D_T2_NS_DEFAULT  "k3cache"
+#define K3D_T2_COPY_QUEUE   64u  /* keys waiting to be copied */
+#define K3D_T2_SEARCH_QUEUE 256u /* lookups waiting for the search thread */
+#define K3D_T2_FETCH_QUEUE  16u  /* entries found, waiting for the fetch thread */
+#define K3D_T2_NS_DEFAULT   "k3cache"
 
 /* The counters the second tier's threads add to and the loop reads: each
  * is Stat's tier2_NAME and /metrics' k3cache_FAMILY. */
 #define K3D_T2_COUNTERS(X)                                                                         \
 	X(lookups, "tier2_lookups_total", "Lookups that asked the cluster.")                       \
 	X(lookups_skipped, "tier2_lookups_skipped_total",                                          \
-	  "Lookups answered locally at once: the fetch thread was busy past --tier2-wait, or its " \
+	  "Lookups answered locally at once: the search thread was busy past --tier2-wait, or "    \
+	  "its "                                                                                   \
 	  "queue full.")                                                                           \
 	X(waits_expired, "tier2_waits_expired_total",                                              \
 	  "Lookups answered locally: no answer within --tier2-wait.")                              \
@@ -65,6 +70,8 @@
 	  "Fetches given up: a publish of the same entry was under way, which stores it.")         \
 	X(fetch_joins, "tier2_fetch_joins_total",                                                  \
 	  "Lookups that waited for a fetch another lookup began.")                                 \
+	X(fetches_skipped, "tier2_fetches_skipped_total",                                          \
+	  "Longer entries found but not fetched, the fetch queue full: answered locally.")         \
 	X(misses_missing, "tier2_misses_missing_total",                                            \
 	  "Fetches that missed: a record or chunk was gone.")                                      \
 	X(misses_damaged, "tier2_misses_damaged_total",                                            \
@@ -126,7 +133,8 @@ struct k3d_t2;
  * retries), loads the ledger and starts the threads. 0, or -1 after logging
  * why. Nothing is started without --tier2. */
 int k3d_t2_start(struct k3d_server *srv);
-/* Stops the threads (a copy or fetch in progress finishes its round trip). */
+/* Stops the threads (a copy, search or fetch in progress finishes its round
+ * trip). */
 void k3d_t2_stop(struct k3d_server *srv);
 
 /* A publish of key committed locally: queue its copy (write-back only). */
@@ -137,7 +145,8 @@ void k3d_t2_copy(struct k3d_server *srv, const uint8_t key[STORE_KEY_LEN]);
 int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local);
 /* A List with tier2 set: the entries of this daemon's namespace in the
  * cluster (of the request's model, when given; at most K3D_T2_LIST_MAX, or
- * its limit), answered once the fetch thread has read them; c waits (state
+ * its limit), answered once the copy thread (the search thread in read-only
+ * mode) has read them; c waits (state
  * TIER2). A page after the first is empty. */
 #define K3D_T2_LIST_MAX 50000u
 void k3d_t2_list(struct k3d_conn *c);

@@ -1,5 +1,5 @@
 /* t2_priv: what the daemon's tier-2 files share (t2.c, the loop's side;
- * t2_copy.c, t2_fetch.c and t2_stage.c, the threads): the work items, the queues that
+ * t2_copy.c, t2_search.c, t2_fetch.c and t2_stage.c, the threads): the work items, the queues that
  * carry them and the module's state. Internal to daemon/t2*.c. */
 #ifndef K3D_T2_PRIV_H
 #define K3D_T2_PRIV_H
@@ -14,14 +14,16 @@
 
 /* What an item asks or answers. */
 enum t2_kind {
-	T2_COPY,   /* loop -> copy thread: copy entry key to the cluster */
-	T2_PROBE,  /* loop -> fetch thread: the cluster's longest prefix of a prompt */
-	T2_NONE,   /* fetch -> loop: nothing longer than the local answer (or it failed) */
-	T2_FOUND,  /* fetch -> loop: a longer entry, key; its fetch has begun */
-	T2_JOIN,   /* fetch -> loop: a longer entry, key, fetched already for another */
-	T2_FAILED, /* fetch -> loop: the fetch missed before it began (st says why) */
-	T2_LIST,   /* loop -> fetch thread: list the cluster's entries */
-	T2_LISTED, /* fetch -> loop: the entries listed (or st says why not) */
+	T2_COPY,    /* loop -> copy thread: copy entry key to the cluster */
+	T2_PROBE,   /* loop -> search thread: the cluster's longest prefix of a prompt */
+	T2_NONE,    /* search -> loop: nothing longer than the local answer (or it failed) */
+	T2_FOUND,   /* search -> loop: a longer entry, key, claimed for its fetch */
+	T2_JOIN,    /* search -> loop: a longer entry, key, fetched already for another */
+	T2_FETCH,   /* search -> fetch thread: fetch key (claimed; its lookups wait) */
+	T2_SKIPPED, /* search -> loop: key claimed, but the fetch queue was full */
+	T2_FAILED,  /* fetch -> loop: the fetch missed before it began (st says why) */
+	T2_LIST,    /* loop -> copy or search thread: list the cluster's entries */
+	T2_LISTED,  /* -> loop: the entries listed (or st says why not) */
 };
 
 struct t2_item {
@@ -91,20 +93,20 @@ struct k3d_t2 {
 	struct k3d_t2_config cfg;
 	char *password;
 	char owner[TIER2_NS_MAX + 1];
-	struct t2_queue copyq, fetchq, doneq;
-	pthread_t copy_thread, fetch_thread;
-	int copy_started, fetch_started;
+	struct t2_queue copyq, searchq, fetchq, doneq;
+	pthread_t copy_thread, search_thread, fetch_thread;
+	int copy_started, search_started, fetch_started;
 	_Atomic int stopping;
 	int done_fd;
 	struct event *done_ev;
-	/* keys being fetched: added by the fetch thread, removed by the loop
+	/* keys being fetched: added by the search thread, removed by the loop
 	 * once the writer has stored (or the fetch failed), under fetchq.mu */
 	struct t2_fetching *fetching;
 	/* a fetch is under way (until the writer has stored its entry or
 	 * given up): one at a time, under fetchq.mu */
 	int holding;
 	struct t2_refused refused[T2_REFUSED]; /* under fetchq.mu */
-	/* t2_now_ms() when the fetch thread took the item it works on; 0 while
+	/* t2_now_ms() when the search thread took the item it works on; 0 while
 	 * it waits for one */
 	_Atomic uint64_t busy_since_ms;
 	unsigned refused_next;
@@ -129,7 +131,7 @@ int t2_check_cluster(struct k3d_t2 *t, struct cluster_router *r, size_t *masters
  * entry stored, refused, or the fetch failed). */
 int t2_hold(struct k3d_t2 *t);
 void t2_release(struct k3d_t2 *t);
-/* Whether the store refused key's entry lately (fetch thread). */
+/* Whether the store refused key's entry lately (search thread). */
 int t2_refused(struct k3d_t2 *t, const uint8_t *key);
 
 /* Milliseconds of k3d_now(), never 0. */
@@ -139,7 +141,7 @@ uint64_t t2_now_ms(void);
 void t2_post(struct k3d_t2 *t, struct t2_item *it);
 
 /* Runs a T2_LIST item with router r (NULL: fails it) and posts it back as
- * T2_LISTED; on the copy thread, or the fetch thread in read-only mode. */
+ * T2_LISTED; on the copy thread, or the search thread in read-only mode. */
 void t2_list_run(struct k3d_t2 *t, struct cluster_router *r, struct tier2_stats *ts,
                  struct t2_item *it);
 
@@ -158,6 +160,7 @@ int t2_stage_complete(struct t2_stage *sg);
 void t2_stage_log(struct t2_stage *sg);
 
 void *t2_copy_main(void *arg);
+void *t2_search_main(void *arg);
 void *t2_fetch_main(void *arg);
 
 #endif

@@ -255,6 +255,46 @@ ok "SIGTERM mid-fetch: the store holds the entry whole or not at all ($n entries
 whole=$(grep -c "tier2: fetched" "$dir/big2.log")
 ok "SIGTERM mid-fetch: the store agrees with the log (fetched whole before the signal: $whole; entries: $n)" $([ "$n" = "$whole" ]; echo $?)
 stop_daemons big2
+# a lookup that arrives while a large fetch runs is still searched for in the
+# cluster: its entry is found and fetched after the large one, not skipped
+# (a tiny model's, so that its client is at once ready to look up); the
+# lookups wait 200 ms for the search, less than the large fetch takes
+tiny=$shared_dir/models/tiny-hybrid.json
+"$pub" "$dir/a.sock" "$tiny" N:256 small 9 >/dev/null; ok "during a fetch: a small entry published on a" $?
+wait_copies a $((before + 2)); ok "during a fetch: the small entry copied" $?
+start_daemon big3 --stage-size 1MiB --tier2-wait 200
+"$pub" "$dir/big3.sock" "$big" N:16384 big 7 --restore >"$dir/big3.out" 2>&1 &
+rp=$!
+began=1
+for _ in $(seq 1000); do grep -q "tier2: fetching" "$dir/big3.log" && { began=0; break; }; sleep 0.005; done
+ok "during a fetch: the large fetch began" $began
+"$pub" "$dir/big3.sock" "$tiny" N:256 small 9 --restore >"$dir/small.out" 2>&1; rc=$?
+large_done=$(grep -c "tier2: fetched" "$dir/big3.log")
+wait "$rp"; rc_big=$?
+ok "during a fetch: the small entry is restored from the cluster ($(cat "$dir/small.out"); entries fetched by then: $large_done)" $([ $rc = 0 ] && grep -q "^restored 256$" "$dir/small.out"; echo $?)
+ok "during a fetch: the large entry is restored too ($(cat "$dir/big3.out"))" $([ $rc_big = 0 ] && grep -q "^restored 16384$" "$dir/big3.out"; echo $?)
+ok "during a fetch: no lookup skipped or out of time, two fetches, two hits" $([ "$(stat_of big3 tier2_lookups_skipped)" = 0 ] && [ "$(stat_of big3 tier2_waits_expired)" = 0 ] && [ "$(stat_of big3 tier2_fetches)" = 2 ] && [ "$(stat_of big3 tier2_hits)" = 2 ]; echo $?)
+stop_daemons big3
+# at most 16 entries found wait for the fetch thread: 32 lookups of 32
+# entries during a large fetch, the ones past that bound are answered
+# locally at once and counted, the rest restored
+before=$(($(stat_of a tier2_copies) + $(stat_of a tier2_copies_existing)))
+for q in $(seq 32); do "$pub" "$dir/a.sock" "$tiny" N:8 "queue$q" 9 >/dev/null || ok "queue: entry $q published" 1; done
+wait_copies a $((before + 32)); ok "queue: 32 small entries copied" $?
+start_daemon big4 --stage-size 1MiB
+"$pub" "$dir/big4.sock" "$tiny" N:4 other 9 >/dev/null # the tiny model stored first
+"$pub" "$dir/big4.sock" "$big" N:16384 big 7 --restore >"$dir/big4.out" 2>&1 &
+rp=$!
+for _ in $(seq 1000); do grep -q "tier2: fetching" "$dir/big4.log" && break; sleep 0.005; done
+qp=()
+for q in $(seq 32); do "$pub" "$dir/big4.sock" "$tiny" N:8 "queue$q" 9 --restore >"$dir/queue$q.out" 2>&1 & qp+=($!); done
+wait "${qp[@]}" "$rp"
+restored=$(cat "$dir"/queue*.out | grep -c "^restored 8$")
+here=$(cat "$dir"/queue*.out | grep -c "^restored 0$")
+skipped=$(stat_of big4 tier2_fetches_skipped)
+ok "queue: $restored restored from the cluster, $here answered locally, $skipped fetches skipped (16 at most wait)" $([ "$skipped" -ge 1 ] && [ "$here" = "$skipped" ] && [ $((restored + here)) = 32 ] && [ "$restored" -ge 16 ]; echo $?)
+ok "queue: the large entry restored all the same" $(grep -q "^restored 16384$" "$dir/big4.out"; echo $?)
+stop_daemons big4
 
 # ---- a resharding during traffic -------------------------------------------------------------
 id0=$(redis-cli -p "${port[0]}" cluster myid) id1=$(redis-cli -p "${port[1]}" cluster myid)

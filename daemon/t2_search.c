@@ -1,0 +1,117 @@
+/* t2_search: the search thread of the second tier (t2.h). For each lookup
+ * the loop hands it, it searches the cluster's longest prefix of the
+ * prompt; when that is longer than the local answer, and the entry is not
+ * being fetched already for another lookup, it claims the key and hands it
+ * to the fetch thread (t2_fetch.c), posting each step back to the loop. It
+ * never reads an entry's bytes, so a large fetch does not hold up the
+ * searches of the lookups that arrive meanwhile. In read-only mode (no copy
+ * thread) it also runs the listings. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "t2_priv.h"
+
+struct searcher {
+	struct k3d_t2 *t;
+	struct cluster_router *r;
+	struct cluster_stats seen;
+	struct tier2_stats ts, ts_seen;
+};
+
+/* Whether key is being fetched; if not, it is from now on. */
+static int claim(struct k3d_t2 *t, const uint8_t *key)
+{
+	struct t2_fetching *mine = malloc(sizeof(*mine));
+	pthread_mutex_lock(&t->fetchq.mu);
+	int taken = 0;
+	for (struct t2_fetching *f = t->fetching; f && !taken; f = f->next)
+		taken = !memcmp(f->key, key, TIER2_KEY_LEN);
+	if (!taken && mine) {
+		memcpy(mine->key, key, TIER2_KEY_LEN);
+		mine->next = t->fetching;
+		t->fetching = mine;
+		mine = NULL;
+	}
+	pthread_mutex_unlock(&t->fetchq.mu);
+	free(mine); /* taken by another (or no memory: fetched unclaimed) */
+	return taken;
+}
+
+static void probe(struct searcher *s, struct t2_item *it)
+{
+	struct k3d_t2 *t = s->t;
+	uint32_t p = 0;
+	it->st = tier2_longest(s->r, t->cfg.ns, it->fingerprint, it->salt, it->salt_len, it->tokens,
+	                       it->n_tokens, it->key, &p, &s->ts, it->err, sizeof(it->err));
+	if (it->st != TIER2_OK || p <= it->local_p) {
+		it->kind = T2_NONE;
+		t2_post(t, it);
+		return;
+	}
+	it->prefix_len = p;
+	/* stored since the lookup looked (a fetch for an earlier lookup, done
+	 * while this one queued): the local store answers it */
+	struct store_entry_info *info = NULL;
+	struct status st;
+	int here = store_inspect(t->srv->store, it->key, &info, &st) == STATUS_OK &&
+	           !info->quarantined;
+	store_entry_info_free(info);
+	if (here || t2_refused(t, it->key)) {
+		it->kind = T2_NONE;
+		t2_post(t, it);
+		return;
+	}
+	if (claim(t, it->key)) {
+		it->kind = T2_JOIN;
+		t2_post(t, it);
+		return;
+	}
+	/* the lookup waits for the fetch from now on */
+	struct t2_item *found = calloc(1, sizeof(*found));
+	if (found) {
+		found->kind = T2_FOUND;
+		found->waiter = it->waiter;
+		memcpy(found->key, it->key, TIER2_KEY_LEN);
+		t2_post(t, found);
+	}
+	/* the prompt is not needed past here */
+	free(it->tokens);
+	free(it->salt);
+	it->tokens = NULL;
+	it->salt = NULL;
+	it->kind = T2_FETCH;
+	if (t2_queue_push(&t->fetchq, it) != 0) {
+		/* K3D_T2_FETCH_QUEUE entries wait already (or the daemon stops) */
+		it->kind = T2_SKIPPED;
+		t2_post(t, it);
+	}
+}
+
+void *t2_search_main(void *arg)
+{
+	struct searcher s = {.t = arg};
+	s.r = t2_router(s.t);
+	for (;;) {
+		struct t2_item *it = t2_queue_pop(&s.t->searchq);
+		if (!it)
+			break;
+		/* held up while it works: lookups then answer locally at once */
+		atomic_store(&s.t->busy_since_ms, t2_now_ms());
+		if (it->kind == T2_LIST) { /* in read-only mode (t2.c, k3d_t2_list) */
+			t2_list_run(s.t, s.r, &s.ts, it);
+		} else if (!s.r) { /* no router (out of memory at start): answered locally */
+			it->kind = T2_NONE;
+			it->st = TIER2_NOMEM;
+			t2_post(s.t, it);
+		} else {
+			probe(&s, it);
+		}
+		atomic_store(&s.t->busy_since_ms, 0);
+		if (s.r)
+			t2_count_router(s.t, s.r, &s.seen, &s.ts, &s.ts_seen);
+	}
+	cluster_router_free(s.r);
+	return NULL;
+}
