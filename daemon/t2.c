@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "hexutil.h"
 #include "model.h"
 #include "service.h"
 #include "t2_priv.h"
@@ -635,8 +636,10 @@ void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 		atomic_fetch_add(&t->n.store_refused, 1);
 		if (job->st.code != STATUS_BUSY) /* BUSY: short of a resource now, not refused */
 			note_refused(t, it->key);
+		char hex[2 * TIER2_KEY_LEN + 1];
+		hexutil_encode(it->key, TIER2_KEY_LEN, hex);
 		k3d_log(K3D_LOG_WARN,
-		        "tier2: an entry fetched from the cluster was refused: %s: %s",
+		        "tier2: entry %.16s fetched from the cluster was refused: %s: %s", hex,
 		        status_code_name(job->st.code), job->st.message);
 	}
 	key_done(t, it->key, ok);

@@ -296,6 +296,26 @@ ok "queue: $restored restored from the cluster, $here answered locally, $skipped
 ok "queue: the large entry restored all the same" $(grep -q "^restored 16384$" "$dir/big4.out"; echo $?)
 stop_daemons big4
 
+# ---- forged entries: every chunk's and part's sum right, the bytes not ----------------------
+# as a buggy or hostile writer with the cluster's credentials could write them
+# (k3forge): only the fetching daemon's store can refuse them, and it must,
+# after the bytes have streamed in (the fault is in the last layer)
+for fault in nan sum; do
+  "$build/tests/k3forge" "redis://127.0.0.1:${port[0]}" "$big" 2048 "forged-$fault" "$fault" >"$dir/forge-$fault.out" 2>&1
+  ok "forged ($fault): written to the cluster ($(cat "$dir/forge-$fault.out"))" $?
+done
+start_daemon forged --stage-size 1MiB
+for fault in nan sum nan; do
+  "$pub" "$dir/forged.sock" "$big" N:2048 "forged-$fault" 7 --restore >"$dir/forged-$fault.out" 2>&1
+  ok "forged ($fault): nothing restored ($(cat "$dir/forged-$fault.out"))" $(grep -q "^restored 0$" "$dir/forged-$fault.out"; echo $?)
+done
+ok "forged: the store refused both, once each (the second nan lookup not fetched again)" $([ "$(stat_of forged tier2_store_refused)" = 2 ] && [ "$(stat_of forged tier2_hits)" = 0 ]; echo $?)
+ok "forged: the log says why (a NaN; a layer's checksum)" $(grep "fetched from the cluster was refused" "$dir/forged.log" | grep -qi "finite\|nan" && grep "fetched from the cluster was refused" "$dir/forged.log" | grep -qi "checksum"; echo $?)
+n=$("$ctl" --socket "$dir/forged.sock" --json ls | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))')
+"$ctl" --socket "$dir/forged.sock" verify >"$dir/forged.verify" 2>&1; vrc=$?
+ok "forged: the store holds nothing of them ($n entries, verify rc $vrc)" $([ "$n" = 0 ] && [ $vrc = 0 ]; echo $?)
+stop_daemons forged
+
 # ---- a resharding during traffic -------------------------------------------------------------
 id0=$(redis-cli -p "${port[0]}" cluster myid) id1=$(redis-cli -p "${port[1]}" cluster myid)
 redis-cli --cluster reshard "127.0.0.1:${port[0]}" --cluster-from "$id0" --cluster-to "$id1" \
