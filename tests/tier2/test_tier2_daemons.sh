@@ -294,6 +294,8 @@ here=$(cat "$dir"/queue*.out | grep -c "^restored 0$")
 skipped=$(stat_of big4 tier2_fetches_skipped)
 ok "queue: $restored restored from the cluster, $here answered locally, $skipped fetches skipped (16 at most wait)" $([ "$skipped" -ge 1 ] && [ "$here" = "$skipped" ] && [ $((restored + here)) = 32 ] && [ "$restored" -ge 16 ]; echo $?)
 ok "queue: the large entry restored all the same" $(grep -q "^restored 16384$" "$dir/big4.out"; echo $?)
+hits=$(stat_of big4 tier2_hits)
+ok "queue: every lookup restored from the cluster counted as a hit ($hits hits, $restored + 1 restored)" $([ "$hits" = $((restored + 1)) ]; echo $?)
 stop_daemons big4
 
 # ---- forged entries: every chunk's and part's sum right, the bytes not ----------------------
