@@ -94,6 +94,9 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        (a bare number: ms; default 20);\n"
 	        "                        once a longer entry is found it waits for its fetch\n"
 	        "                        (at most --stall-timeout)\n"
+	        "  --tier2-queue-wait MS how long a lookup may wait, by the last fetches'\n"
+	        "                        times, for fetches ahead of its own, 1ms to 600s\n"
+	        "                        (default 5s); past it, answered locally at once\n"
 	        "  --log-level LEVEL     error, warn, info (default) or debug (also each\n"
 	        "                        connection's changes of state)\n"
 	        "  --help                this text\n"
@@ -195,7 +198,10 @@ int main(int argc, char **argv)
 	        .sync_interval = 1,
 	        .durability = STORE_SAFE,
 	        .log_level = K3D_LOG_INFO,
-	        .t2 = {.ns = K3D_T2_NS_DEFAULT, .timeout_ms = 500, .wait_ms = 20},
+	        .t2 = {.ns = K3D_T2_NS_DEFAULT,
+	               .timeout_ms = 500,
+	               .wait_ms = 20,
+	               .queue_wait_ms = 5000},
 	};
 	const char *t2_flag = NULL; /* a --tier2-* flag given, for the check below */
 	enum {
@@ -230,6 +236,7 @@ int main(int argc, char **argv)
 		O_T2_OWNER,
 		O_T2_TIMEOUT,
 		O_T2_WAIT,
+		O_T2_QUEUE_WAIT,
 		O_HELP,
 		O_VERSION
 	};
@@ -265,6 +272,7 @@ int main(int argc, char **argv)
 	        {"tier2-owner", required_argument, NULL, O_T2_OWNER},
 	        {"tier2-timeout", required_argument, NULL, O_T2_TIMEOUT},
 	        {"tier2-wait", required_argument, NULL, O_T2_WAIT},
+	        {"tier2-queue-wait", required_argument, NULL, O_T2_QUEUE_WAIT},
 	        {"help", no_argument, NULL, O_HELP},
 	        {"version", no_argument, NULL, O_VERSION},
 	        {NULL, 0, NULL, 0},
@@ -445,6 +453,13 @@ int main(int argc, char **argv)
 			t2_flag = flag;
 			break;
 		}
+		case O_T2_QUEUE_WAIT:
+			if (units_parse_ms(optarg, &v) || v < 1 || v > 600000)
+				return bad("--tier2-queue-wait", optarg,
+				           "a time from 1ms to 600s (a bare number: ms)");
+			cfg.t2.queue_wait_ms = (uint32_t)v;
+			t2_flag = "--tier2-queue-wait";
+			break;
 		case O_HELP:
 		case 'h':
 			usage(stdout, cfg.db, cfg.socket);

@@ -243,14 +243,12 @@ void t2_release(struct k3d_t2 *t)
 	pthread_mutex_unlock(&t->fetchq.mu);
 }
 
-int t2_refused(struct k3d_t2 *t, const uint8_t *key)
+int t2_refused_locked(struct k3d_t2 *t, const uint8_t *key)
 {
 	double now = k3d_now();
-	pthread_mutex_lock(&t->fetchq.mu);
 	int found = 0;
 	for (size_t i = 0; i < T2_REFUSED && !found; i++)
 		found = t->refused[i].until > now && !memcmp(t->refused[i].key, key, TIER2_KEY_LEN);
-	pthread_mutex_unlock(&t->fetchq.mu);
 	return found;
 }
 
@@ -274,9 +272,7 @@ static int key_fetching(struct k3d_t2 *t, const uint8_t *key)
 	return found;
 }
 
-/* The fetch of key is over (stored or failed): every lookup waiting for it
- * is answered; hit says whether it is stored now. */
-static void key_done(struct k3d_t2 *t, const uint8_t *key, int hit)
+void t2_unclaim(struct k3d_t2 *t, const uint8_t *key)
 {
 	pthread_mutex_lock(&t->fetchq.mu);
 	for (struct t2_fetching **p = &t->fetching; *p; p = &(*p)->next)
@@ -287,6 +283,13 @@ static void key_done(struct k3d_t2 *t, const uint8_t *key, int hit)
 			break;
 		}
 	pthread_mutex_unlock(&t->fetchq.mu);
+}
+
+/* The fetch of key is over (stored or failed): every lookup waiting for it
+ * is answered; hit says whether it is stored now. */
+static void key_done(struct k3d_t2 *t, const uint8_t *key, int hit)
+{
+	t2_unclaim(t, key);
 	struct k3d_t2_wait *w = t->waiters;
 	while (w) {
 		struct k3d_t2_wait *next = w->next;
@@ -615,6 +618,10 @@ void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 	struct t2_item *it = job->t2;
 	char err[256];
 	enum tier2_status read = t2_stage_read_status(job->t2s, err, sizeof(err));
+	/* what the search thread expects of the fetches ahead of a new one */
+	uint64_t took = (uint64_t)(t2_stage_seconds(job->t2s) * 1e3) + 1;
+	uint64_t avg = atomic_load(&t->fetch_ms);
+	atomic_store(&t->fetch_ms, avg ? (3 * avg + took) / 4 : took);
 	t2_release(t);          /* the fetch thread may begin the next */
 	if (read != TIER2_OK) { /* the cluster's bytes failed: a miss by cause */
 		count_miss(t, read);

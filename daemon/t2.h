@@ -16,8 +16,10 @@
  *   search thread for the cluster's longest prefix and waits at most
  *   --tier2-wait for that answer; past it, or when the cluster has nothing
  *   longer, it is answered from the local store as always. A longer entry is
- *   handed to the fetch thread (at most K3D_T2_FETCH_QUEUE wait for it; one
- *   more is not fetched, counted, and its lookup answered locally), which
+ *   handed to the fetch thread (at most K3D_T2_FETCH_QUEUE wait for it besides
+ *   the one it fetches, and only while the fetches ahead are expected to
+ *   end within --tier2-queue-wait, by the average of the last fetches'
+ *   times; else it is not fetched, counted, and its lookup answered locally), which
  *   fetches one entry at a time, so searches go on during a large fetch. It
  *   is fetched (every chunk's and part's sum checked) into the writer as it
  *   arrives, which stores it as a streamed publish (validated against the
@@ -71,7 +73,8 @@
 	X(fetch_joins, "tier2_fetch_joins_total",                                                  \
 	  "Lookups that waited for a fetch another lookup began.")                                 \
 	X(fetches_skipped, "tier2_fetches_skipped_total",                                          \
-	  "Longer entries found but not fetched, the fetch queue full: answered locally.")         \
+	  "Longer entries found but not fetched, the fetches ahead of them too long or too "       \
+	  "many: answered locally.")                                                               \
 	X(misses_missing, "tier2_misses_missing_total",                                            \
 	  "Fetches that missed: a record or chunk was gone.")                                      \
 	X(misses_damaged, "tier2_misses_damaged_total",                                            \
@@ -121,6 +124,7 @@ struct k3d_t2_config {
 	enum k3d_t2_mode mode;     /* --tier2-mode */
 	uint32_t timeout_ms;       /* --tier2-timeout: each round trip */
 	uint32_t wait_ms;          /* --tier2-wait: a lookup's wait for an answer */
+	uint32_t queue_wait_ms;    /* --tier2-queue-wait: for fetches ahead of its own */
 };
 
 struct k3d_server;

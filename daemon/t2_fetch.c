@@ -55,7 +55,9 @@ void *t2_fetch_main(void *arg)
 		struct t2_item *it = t2_queue_pop(&f.t->fetchq);
 		if (!it)
 			break;
+		atomic_store(&f.t->fetch_in_hand, 1);
 		fetch(&f, it);
+		atomic_store(&f.t->fetch_in_hand, 0);
 		if (f.r)
 			t2_count_router(f.t, f.r, &f.seen, &f.ts, &f.ts_seen);
 	}

@@ -100,7 +100,8 @@ struct k3d_t2 {
 	int done_fd;
 	struct event *done_ev;
 	/* keys being fetched: added by the search thread, removed by the loop
-	 * once the writer has stored (or the fetch failed), under fetchq.mu */
+	 * once the writer has stored (or the fetch failed, or was skipped),
+	 * under fetchq.mu */
 	struct t2_fetching *fetching;
 	/* a fetch is under way (until the writer has stored its entry or
 	 * given up): one at a time, under fetchq.mu */
@@ -109,6 +110,11 @@ struct k3d_t2 {
 	/* t2_now_ms() when the search thread took the item it works on; 0 while
 	 * it waits for one */
 	_Atomic uint64_t busy_since_ms;
+	/* the fetch thread has an item in hand (from its pop to its end) */
+	_Atomic int fetch_in_hand;
+	/* the last fetches' time, a moving average in ms (0: none yet; the loop
+	 * writes it as each ends) */
+	_Atomic uint64_t fetch_ms;
 	unsigned refused_next;
 	/* lookups waiting (loop thread only) */
 	struct k3d_t2_wait *waiters;
@@ -131,8 +137,12 @@ int t2_check_cluster(struct k3d_t2 *t, struct cluster_router *r, size_t *masters
  * entry stored, refused, or the fetch failed). */
 int t2_hold(struct k3d_t2 *t);
 void t2_release(struct k3d_t2 *t);
-/* Whether the store refused key's entry lately (search thread). */
-int t2_refused(struct k3d_t2 *t, const uint8_t *key);
+/* Removes key from the keys being fetched (the loop once its fetch is over;
+ * the search thread for a claim no lookup was told of). */
+void t2_unclaim(struct k3d_t2 *t, const uint8_t *key);
+/* Whether the store refused key's entry lately (search thread, under
+ * fetchq.mu). */
+int t2_refused_locked(struct k3d_t2 *t, const uint8_t *key);
 
 /* Milliseconds of k3d_now(), never 0. */
 uint64_t t2_now_ms(void);
@@ -158,6 +168,8 @@ enum tier2_status t2_stage_read_status(struct t2_stage *sg, char *err, size_t er
 int t2_stage_complete(struct t2_stage *sg);
 /* The loop, once a fetch's entry is stored: logs its size and times. */
 void t2_stage_log(struct t2_stage *sg);
+/* The loop, once the job is back: the fetch's seconds so far. */
+double t2_stage_seconds(const struct t2_stage *sg);
 
 void *t2_copy_main(void *arg);
 void *t2_search_main(void *arg);

@@ -20,23 +20,39 @@ struct searcher {
 	struct tier2_stats ts, ts_seen;
 };
 
-/* Whether key is being fetched; if not, it is from now on. */
-static int claim(struct k3d_t2 *t, const uint8_t *key)
+enum claim { CLAIMED, TAKEN, REFUSED };
+
+/* Claims key for a fetch, unless it is being fetched already (TAKEN) or
+ * the store refused it lately (REFUSED): both under fetchq.mu, where the
+ * loop releases a claim after noting a refusal, so a refusal that ends a
+ * fetch meanwhile is seen. Out of memory: CLAIMED, fetched unclaimed. */
+static enum claim claim(struct k3d_t2 *t, const uint8_t *key)
 {
 	struct t2_fetching *mine = malloc(sizeof(*mine));
 	pthread_mutex_lock(&t->fetchq.mu);
-	int taken = 0;
-	for (struct t2_fetching *f = t->fetching; f && !taken; f = f->next)
-		taken = !memcmp(f->key, key, TIER2_KEY_LEN);
-	if (!taken && mine) {
+	enum claim c = t2_refused_locked(t, key) ? REFUSED : CLAIMED;
+	for (struct t2_fetching *f = t->fetching; f && c == CLAIMED; f = f->next)
+		if (!memcmp(f->key, key, TIER2_KEY_LEN))
+			c = TAKEN;
+	if (c == CLAIMED && mine) {
 		memcpy(mine->key, key, TIER2_KEY_LEN);
 		mine->next = t->fetching;
 		t->fetching = mine;
 		mine = NULL;
 	}
 	pthread_mutex_unlock(&t->fetchq.mu);
-	free(mine); /* taken by another (or no memory: fetched unclaimed) */
-	return taken;
+	free(mine);
+	return c;
+}
+
+/* Whether the store holds key's entry, in service. */
+static int stored(struct k3d_t2 *t, const uint8_t *key)
+{
+	struct store_entry_info *info = NULL;
+	struct status st;
+	int here = store_inspect(t->srv->store, key, &info, &st) == STATUS_OK && !info->quarantined;
+	store_entry_info_free(info);
+	return here;
 }
 
 static void probe(struct searcher *s, struct t2_item *it)
@@ -51,20 +67,36 @@ static void probe(struct searcher *s, struct t2_item *it)
 		return;
 	}
 	it->prefix_len = p;
+	enum claim c = claim(t, it->key);
+	if (c == TAKEN) {
+		it->kind = T2_JOIN;
+		t2_post(t, it);
+		return;
+	}
 	/* stored since the lookup looked (a fetch for an earlier lookup, done
-	 * while this one queued): the local store answers it */
-	struct store_entry_info *info = NULL;
-	struct status st;
-	int here = store_inspect(t->srv->store, it->key, &info, &st) == STATUS_OK &&
-	           !info->quarantined;
-	store_entry_info_free(info);
-	if (here || t2_refused(t, it->key)) {
+	 * while this one queued): the local store answers it. Asked once the
+	 * key is claimed, as a fetch ends by storing before its claim goes. */
+	if (c == REFUSED || stored(t, it->key)) {
+		if (c == CLAIMED)
+			t2_unclaim(t, it->key);
 		it->kind = T2_NONE;
 		t2_post(t, it);
 		return;
 	}
-	if (claim(t, it->key)) {
-		it->kind = T2_JOIN;
+	/* the fetches ahead of this one (queued, in the fetch thread's hand or
+	 * being stored) at the last fetches' pace: past --tier2-queue-wait the
+	 * lookup is answered locally at once, as recomputing may be sooner */
+	uint64_t avg = atomic_load(&t->fetch_ms);
+	pthread_mutex_lock(&t->fetchq.mu);
+	uint64_t ahead = t->fetchq.n + (uint64_t)(atomic_load(&t->fetch_in_hand) || t->holding);
+	pthread_mutex_unlock(&t->fetchq.mu);
+	if (ahead * avg > t->cfg.queue_wait_ms) {
+		t2_unclaim(t, it->key);
+		atomic_fetch_add(&t->n.fetches_skipped, 1);
+		k3d_log(K3D_LOG_DEBUG,
+		        "tier2: %llu fetches ahead, about %llu ms each: a longer entry not fetched",
+		        (unsigned long long)ahead, (unsigned long long)avg);
+		it->kind = T2_NONE;
 		t2_post(t, it);
 		return;
 	}

@@ -111,6 +111,11 @@ void t2_stage_log(struct t2_stage *sg)
 	        waited * 1e3);
 }
 
+double t2_stage_seconds(const struct t2_stage *sg)
+{
+	return k3d_now() - sg->started; /* set before the job went to the writer */
+}
+
 int t2_stage_complete(struct t2_stage *sg)
 {
 	pthread_mutex_lock(&sg->mu);

@@ -46,6 +46,11 @@ static int resum(struct cluster_router *r, const uint8_t *key, char *err, size_t
 	}
 	freeReplyObject(rep);
 	struct tier2_layer *layers = malloc(rec.n_layers * sizeof(*layers));
+	if (!layers) {
+		snprintf(err, errsz, "out of memory");
+		tier2_record_free(&rec);
+		return -1;
+	}
 	memcpy(layers, rec.layers, rec.n_layers * sizeof(*layers));
 	layers[rec.n_layers - 1].xxh3 ^= 1;
 	rec.layers = layers;
@@ -85,6 +90,13 @@ int main(int argc, char **argv)
 	uint32_t n = (uint32_t)count;
 	uint32_t *tokens = malloc(n * sizeof(*tokens));
 	struct tier2_blob *blobs = calloc(m->n_layers, sizeof(*blobs));
+	if (!tokens || !blobs) {
+		fprintf(stderr, "k3forge: out of memory\n");
+		free(tokens);
+		free(blobs);
+		model_free(m);
+		return 1;
+	}
 	for (uint32_t i = 0; i < n; i++)
 		tokens[i] = i + 1;
 	struct storeutil_snap snap = storeutil_snap(m, n, 7);
