@@ -272,7 +272,8 @@ static int key_fetching(struct k3d_t2 *t, const uint8_t *key)
 	return found;
 }
 
-void t2_unclaim(struct k3d_t2 *t, const uint8_t *key)
+/* Removes key from the keys being fetched (the loop only). */
+static void unclaim(struct k3d_t2 *t, const uint8_t *key)
 {
 	pthread_mutex_lock(&t->fetchq.mu);
 	for (struct t2_fetching **p = &t->fetching; *p; p = &(*p)->next)
@@ -289,7 +290,7 @@ void t2_unclaim(struct k3d_t2 *t, const uint8_t *key)
  * is answered; hit says whether it is stored now. */
 static void key_done(struct k3d_t2 *t, const uint8_t *key, int hit)
 {
-	t2_unclaim(t, key);
+	unclaim(t, key);
 	struct k3d_t2_wait *w = t->waiters;
 	while (w) {
 		struct k3d_t2_wait *next = w->next;
@@ -580,11 +581,14 @@ static void answer(struct k3d_t2 *t, struct t2_item *it)
 			k3d_conn_answered(c);
 		}
 		break;
-	case T2_SKIPPED:
-		atomic_fetch_add(&t->n.fetches_skipped, 1);
-		k3d_log(K3D_LOG_DEBUG, "tier2: %u fetches wait already: a longer entry not fetched",
-		        K3D_T2_FETCH_QUEUE);
-		key_done(t, it->key, 0);
+	case T2_SKIPPED: /* the claim is the loop's to release (key_done) */
+	case T2_RELEASE:
+		if (it->kind == T2_SKIPPED)
+			atomic_fetch_add(&t->n.fetches_skipped, 1);
+		key_done(t, it->key, it->kind == T2_RELEASE);
+		/* still waiting for its search (not told of the key) */
+		if ((w = find_waiter(t, it->waiter)) != NULL)
+			resume(t, w);
 		break;
 	case T2_FAILED:
 		count_miss(t, it->st);
@@ -618,10 +622,7 @@ void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 	struct t2_item *it = job->t2;
 	char err[256];
 	enum tier2_status read = t2_stage_read_status(job->t2s, err, sizeof(err));
-	/* what the search thread expects of the fetches ahead of a new one */
 	uint64_t took = (uint64_t)(t2_stage_seconds(job->t2s) * 1e3) + 1;
-	uint64_t avg = atomic_load(&t->fetch_ms);
-	atomic_store(&t->fetch_ms, avg ? (3 * avg + took) / 4 : took);
 	t2_release(t);          /* the fetch thread may begin the next */
 	if (read != TIER2_OK) { /* the cluster's bytes failed: a miss by cause */
 		count_miss(t, read);
@@ -632,6 +633,12 @@ void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 	int ok = job->st.code == STATUS_OK;
 	if (t2_stage_complete(job->t2s))
 		atomic_fetch_add(&t->n.fetches, 1);
+	if (ok && job->pub.created) {
+		/* what the search thread expects of the fetches ahead of a new one:
+		 * whole ones only, as a refusal or a failure ends early */
+		uint64_t avg = atomic_load(&t->fetch_ms);
+		atomic_store(&t->fetch_ms, avg ? (3 * avg + took) / 4 : took);
+	}
 	if (ok && job->pub.created)
 		t2_stage_log(job->t2s);
 	if (job->st.code == STATUS_BUSY && job->pub.in_progress) {

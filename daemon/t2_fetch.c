@@ -55,9 +55,9 @@ void *t2_fetch_main(void *arg)
 		struct t2_item *it = t2_queue_pop(&f.t->fetchq);
 		if (!it)
 			break;
-		atomic_store(&f.t->fetch_in_hand, 1);
+		atomic_store(&f.t->fetch_began_ms, t2_now_ms());
 		fetch(&f, it);
-		atomic_store(&f.t->fetch_in_hand, 0);
+		atomic_store(&f.t->fetch_began_ms, 0);
 		if (f.r)
 			t2_count_router(f.t, f.r, &f.seen, &f.ts, &f.ts_seen);
 	}

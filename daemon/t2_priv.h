@@ -20,7 +20,8 @@ enum t2_kind {
 	T2_FOUND,   /* search -> loop: a longer entry, key, claimed for its fetch */
 	T2_JOIN,    /* search -> loop: a longer entry, key, fetched already for another */
 	T2_FETCH,   /* search -> fetch thread: fetch key (claimed; its lookups wait) */
-	T2_SKIPPED, /* search -> loop: key claimed, but the fetch queue was full */
+	T2_SKIPPED, /* search -> loop: key claimed, not fetched (queue full or too long) */
+	T2_RELEASE, /* search -> loop: key claimed, but the store holds it now */
 	T2_FAILED,  /* fetch -> loop: the fetch missed before it began (st says why) */
 	T2_LIST,    /* loop -> copy or search thread: list the cluster's entries */
 	T2_LISTED,  /* -> loop: the entries listed (or st says why not) */
@@ -110,10 +111,11 @@ struct k3d_t2 {
 	/* t2_now_ms() when the search thread took the item it works on; 0 while
 	 * it waits for one */
 	_Atomic uint64_t busy_since_ms;
-	/* the fetch thread has an item in hand (from its pop to its end) */
-	_Atomic int fetch_in_hand;
-	/* the last fetches' time, a moving average in ms (0: none yet; the loop
-	 * writes it as each ends) */
+	/* t2_now_ms() when the fetch thread took the item in its hand (from its
+	 * pop to the end of its read); 0: none */
+	_Atomic uint64_t fetch_began_ms;
+	/* the last whole fetches' time, a moving average in ms (0: none yet; the
+	 * loop writes it as each is stored) */
 	_Atomic uint64_t fetch_ms;
 	unsigned refused_next;
 	/* lookups waiting (loop thread only) */
@@ -137,9 +139,6 @@ int t2_check_cluster(struct k3d_t2 *t, struct cluster_router *r, size_t *masters
  * entry stored, refused, or the fetch failed). */
 int t2_hold(struct k3d_t2 *t);
 void t2_release(struct k3d_t2 *t);
-/* Removes key from the keys being fetched (the loop once its fetch is over;
- * the search thread for a claim no lookup was told of). */
-void t2_unclaim(struct k3d_t2 *t, const uint8_t *key);
 /* Whether the store refused key's entry lately (search thread, under
  * fetchq.mu). */
 int t2_refused_locked(struct k3d_t2 *t, const uint8_t *key);

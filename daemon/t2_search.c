@@ -20,12 +20,14 @@ struct searcher {
 	struct tier2_stats ts, ts_seen;
 };
 
-enum claim { CLAIMED, TAKEN, REFUSED };
+enum claim { CLAIMED, TAKEN, REFUSED, NOMEM };
 
 /* Claims key for a fetch, unless it is being fetched already (TAKEN) or
  * the store refused it lately (REFUSED): both under fetchq.mu, where the
  * loop releases a claim after noting a refusal, so a refusal that ends a
- * fetch meanwhile is seen. Out of memory: CLAIMED, fetched unclaimed. */
+ * fetch meanwhile is seen. Only the loop releases claims (key_done, which
+ * also answers the lookups waiting on them): the search thread posts
+ * T2_RELEASE or T2_SKIPPED for a claim it will not fetch. */
 static enum claim claim(struct k3d_t2 *t, const uint8_t *key)
 {
 	struct t2_fetching *mine = malloc(sizeof(*mine));
@@ -34,7 +36,9 @@ static enum claim claim(struct k3d_t2 *t, const uint8_t *key)
 	for (struct t2_fetching *f = t->fetching; f && c == CLAIMED; f = f->next)
 		if (!memcmp(f->key, key, TIER2_KEY_LEN))
 			c = TAKEN;
-	if (c == CLAIMED && mine) {
+	if (c == CLAIMED && !mine)
+		c = NOMEM; /* not fetched: an unclaimed fetch's end could end another's claim */
+	if (c == CLAIMED) {
 		memcpy(mine->key, key, TIER2_KEY_LEN);
 		mine->next = t->fetching;
 		t->fetching = mine;
@@ -76,27 +80,35 @@ static void probe(struct searcher *s, struct t2_item *it)
 	/* stored since the lookup looked (a fetch for an earlier lookup, done
 	 * while this one queued): the local store answers it. Asked once the
 	 * key is claimed, as a fetch ends by storing before its claim goes. */
-	if (c == REFUSED || stored(t, it->key)) {
-		if (c == CLAIMED)
-			t2_unclaim(t, it->key);
+	if (c != CLAIMED) {
 		it->kind = T2_NONE;
 		t2_post(t, it);
 		return;
 	}
-	/* the fetches ahead of this one (queued, in the fetch thread's hand or
-	 * being stored) at the last fetches' pace: past --tier2-queue-wait the
-	 * lookup is answered locally at once, as recomputing may be sooner */
+	if (stored(t, it->key)) {
+		it->kind = T2_RELEASE;
+		t2_post(t, it);
+		return;
+	}
+	/* the fetches ahead of this one at the last whole fetches' pace, the
+	 * one in the fetch thread's hand (or being stored) at least as long as
+	 * it has run so far: past --tier2-queue-wait the lookup is answered
+	 * locally at once, as recomputing may be sooner. An estimate: per
+	 * fetch, not per byte. */
 	uint64_t avg = atomic_load(&t->fetch_ms);
+	uint64_t began = atomic_load(&t->fetch_began_ms), now = t2_now_ms();
+	uint64_t ran = began && now > began ? now - began : 0;
 	pthread_mutex_lock(&t->fetchq.mu);
-	uint64_t ahead = t->fetchq.n + (uint64_t)(atomic_load(&t->fetch_in_hand) || t->holding);
+	uint64_t queued = t->fetchq.n;
+	int busy = began || t->holding;
 	pthread_mutex_unlock(&t->fetchq.mu);
-	if (ahead * avg > t->cfg.queue_wait_ms) {
-		t2_unclaim(t, it->key);
-		atomic_fetch_add(&t->n.fetches_skipped, 1);
+	uint64_t ahead_ms = queued * avg + (busy ? (ran > avg ? ran : avg) : 0);
+	if (ahead_ms > t->cfg.queue_wait_ms) {
 		k3d_log(K3D_LOG_DEBUG,
-		        "tier2: %llu fetches ahead, about %llu ms each: a longer entry not fetched",
-		        (unsigned long long)ahead, (unsigned long long)avg);
-		it->kind = T2_NONE;
+		        "tier2: %llu fetches ahead, about %llu ms: a longer entry not fetched",
+		        (unsigned long long)queued + (unsigned long long)busy,
+		        (unsigned long long)ahead_ms);
+		it->kind = T2_SKIPPED;
 		t2_post(t, it);
 		return;
 	}
