@@ -421,6 +421,10 @@ int cluster_refresh(struct cluster_router *r)
 	static const char *argv[] = {"CLUSTER", "SLOTS"};
 	static const size_t lens[] = {7, 5};
 	char last[sizeof(r->err)] = "no node to ask";
+	/* a refresh that succeeds leaves the message of the failure before it
+	 * (the command that made the map stale), not a node it passed over */
+	char before[sizeof(r->err)];
+	memcpy(before, r->err, sizeof(before));
 	size_t tried = 0;
 	r->refreshed_at = now_ms();
 	size_t n = r->n_nodes;
@@ -450,6 +454,7 @@ int cluster_refresh(struct cluster_router *r)
 		}
 		node_ok(nd);
 		r->refresh_next = (i + 1) % n;
+		memcpy(r->err, before, sizeof(before));
 		return install_map(r);
 	}
 	seterr(r, "cluster: no node gave a slot map (%zu asked); last: %s", tried, last);
@@ -795,7 +800,12 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 		/* every connection is drained: the map may be read now */
 		if (r->pause)
 			tryagain_pause(r, round);
+		/* the message stays the failed command's (its node, its cause),
+		 * whatever the map's read meets */
+		char why[sizeof(r->err)];
+		memcpy(why, r->err, sizeof(why));
 		(void)maybe_refresh(r);
+		memcpy(r->err, why, sizeof(why));
 		for (size_t i = 0; i < n; i++) {
 			unsigned slot = cluster_key_slot(cmds[i].key, cmds[i].keylen);
 			if (st[i].target == RESOLVE) {

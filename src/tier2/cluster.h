@@ -192,7 +192,9 @@ struct cluster_router *cluster_router_new(const char *seeds, const struct cluste
 void cluster_router_free(struct cluster_router *r);
 
 /* Reads the slot map now, from the first node that gives one (for a check at
- * start-up: wrong password, nothing listening, not a cluster). 0 or -1. */
+ * start-up: wrong password, nothing listening, not a cluster). 0, leaving
+ * cluster_error() as it was (not the nodes it passed over), or -1 with it
+ * set. */
 int cluster_refresh(struct cluster_router *r);
 
 /* Sends one command (argc >= 1 arguments, binary-safe) to the master of key's

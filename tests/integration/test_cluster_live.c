@@ -413,8 +413,31 @@ static void test_stopped_and_killed_node(void **state)
 	if (took >= 0.8)
 		fail_msg("the timed-out GET took %.3f s, want < 2 x 0.4 s", took);
 	assert_int_equal(cluster_stats(r).timeouts, 1);
+	/* the maps read after it (passing over node 2, backing off) leave the
+	 * message naming the node and command that failed */
+	for (int k = 0; k < 2 * cl.n; k++) {
+		assert_int_equal(cluster_refresh(r), 0);
+		if (!strstr(cluster_error(r), want))
+			fail_msg("after a map read: \"%s\" does not say \"%s\"", cluster_error(r),
+			         want);
+	}
+	/* so does a pipeline's, whose map is read again after the timeout */
+	{
+		clusterutil_sleep_ms(350); /* node 2's backoff passes: it is asked again */
+		const char *pa[2][2] = {{"GET", keys[0]}, {"GET", keys[2]}};
+		const size_t pl[2][2] = {{3, strlen(keys[0])}, {3, strlen(keys[2])}};
+		struct cluster_cmd pc[2];
+		for (int i = 0; i < 2; i++)
+			pc[i] = (struct cluster_cmd){pa[i][1], pl[i][1], 2, pa[i], pl[i], NULL};
+		assert_int_equal(cluster_pipeline(r, pc, 2), 1);
+		want_str(pc[0].reply, "here");
+		assert_null(pc[1].reply);
+		if (!strstr(cluster_error(r), want))
+			fail_msg("after a pipeline: \"%s\" does not say \"%s\"", cluster_error(r),
+			         want);
+	}
 	clusterutil_signal(&cl, 2, SIGCONT);
-	clusterutil_sleep_ms(350); /* its backoff passes */
+	clusterutil_sleep_ms(700); /* its backoff passes (600 ms after a second timeout) */
 	want_str(cmd(r, "GET", keys[2], NULL), "here");
 
 	/* node 2 killed: its commands fail at once, the others still work */
