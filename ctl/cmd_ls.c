@@ -33,9 +33,10 @@ ROW_CMP(cmp_len, prefix_len)
 ROW_CMP(cmp_created, created)
 ROW_CMP(cmp_hits, hits)
 
-/* Collects the entries of one model (or all) in pages. */
+/* Collects the entries of one model (or all) in pages; a listing of the
+ * second tier that is not whole says why in partial. */
 static int collect_rows(struct ctl_backend *b, const uint8_t *fp, int tier2, struct row **rows,
-                        size_t *n, size_t *cap)
+                        size_t *n, size_t *cap, char *partial, size_t partial_sz)
 {
 	uint8_t after[32];
 	int have_after = 0;
@@ -86,6 +87,8 @@ static int collect_rows(struct ctl_backend *b, const uint8_t *fp, int tier2, str
 			r->quarantined = e->quarantined;
 			r->salt_len = (uint32_t)e->salt.len;
 		}
+		if (tier2 && resp->message && resp->message[0] && !partial[0])
+			snprintf(partial, partial_sz, "%s", resp->message);
 		size_t got = resp->n_entries;
 		if (got)
 			memcpy(after, resp->entries[got - 1]->key.data, 32);
@@ -163,12 +166,14 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 		return rc;
 	struct row *rows = NULL;
 	size_t n = 0, cap = 0;
+	char partial[512] = ""; /* --tier2: why the listing is not whole */
 	if (model) {
 		uint8_t(*fps)[32];
 		size_t nfp;
 		rc = ctl_models_named(&b, model, &fps, &nfp, self->name);
 		for (size_t i = 0; !rc && i < nfp; i++)
-			rc = collect_rows(&b, fps[i], tier2, &rows, &n, &cap);
+			rc = collect_rows(&b, fps[i], tier2, &rows, &n, &cap, partial,
+			                  sizeof(partial));
 		free(fps);
 		if (!rc && !nfp) {
 			fprintf(stderr,
@@ -177,7 +182,7 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 			rc = CTL_EXIT_NOTFOUND;
 		}
 	} else {
-		rc = collect_rows(&b, NULL, tier2, &rows, &n, &cap);
+		rc = collect_rows(&b, NULL, tier2, &rows, &n, &cap, partial, sizeof(partial));
 	}
 	if (rc) {
 		free(rows);
@@ -202,8 +207,11 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 			                  (int)r->prefix_len, "layers", (int)r->layers, "bytes",
 			                  (json_int_t)r->bytes, "salt_len", (int)r->salt_len));
 		}
-		ctl_print_json(stdout, json_pack("{s:o,s:I,s:I}", "entries", arr, "total_entries",
-		                                 (json_int_t)n, "total_bytes", (json_int_t)total));
+		json_t *o = json_pack("{s:o,s:I,s:I}", "entries", arr, "total_entries",
+		                      (json_int_t)n, "total_bytes", (json_int_t)total);
+		if (partial[0])
+			json_object_set_new(o, "incomplete", json_string(partial));
+		ctl_print_json(stdout, o);
 	} else if (json) {
 		json_t *arr = json_array();
 		for (size_t i = 0; i < shown; i++) {
@@ -264,6 +272,10 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 	}
 	free(rows);
 	ctl_backend_close(&b);
+	if (partial[0]) {
+		fprintf(stderr, "k3cachectl ls: the listing is not whole: %s\n", partial);
+		return CTL_EXIT_ERROR;
+	}
 	return CTL_EXIT_OK;
 }
 
@@ -275,7 +287,8 @@ const struct ctl_cmd_entry ctl_cmd_ls_entry = {
                 "OWN is what an entry holds in its own chunks, not shared with others.\n"
                 "--tier2 lists what the daemon's second tier (k3cached --tier2) holds in the\n"
                 "Redis Cluster instead: of its namespace, the model's (--model) or all;\n"
-                "hits and times are not kept there.\n",
+                "hits and times are not kept there. When a master does not answer, the\n"
+                "others' entries are listed and the reason goes to stderr (exit 1).\n",
         .flags = CTL_CMD_DAEMON | CTL_CMD_DB,
         .exec = cmd_ls_exec,
 };

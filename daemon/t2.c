@@ -471,6 +471,10 @@ static void answer_list(struct k3d_conn *c, struct t2_item *it)
 	}
 	frame_response r = K3CACHE__V1__RESPONSE__INIT;
 	r.id = c->req->id;
+	/* some masters did not answer (or the listing was given up): what was
+	 * listed, and why it is not whole */
+	if (it->st != TIER2_OK)
+		r.message = it->err;
 	K3cache__V1__EntryInfo *infos = calloc(it->n_listed ? it->n_listed : 1, sizeof(*infos));
 	K3cache__V1__EntryInfo **ptrs = calloc(it->n_listed ? it->n_listed : 1, sizeof(*ptrs));
 	char(*names)[64] = calloc(it->n_listed ? it->n_listed : 1, sizeof(*names));

@@ -533,10 +533,13 @@ struct tier2_listed {
  * asked before each SCAN page and each batch of records: non-zero ends the
  * listing with TIER2_TIMEOUT (a caller's deadline or shutdown: a namespace
  * of millions of entries, or a node whose SCAN never ends, takes as long as
- * the caller lets it). TIER2_OK (also when fn or limit stopped it), or
- * TIER2_INVALID, TIER2_TIMEOUT, TIER2_NODE_ERROR (also a SCAN reply of
- * another shape) or TIER2_NOMEM with a message in err (what was listed before
- * it stays listed). */
+ * the caller lets it). A master that does not answer (TIER2_TIMEOUT,
+ * TIER2_NODE_ERROR, also a SCAN reply of another shape) is passed over and
+ * the others listed; the first such status is returned at the end, err
+ * saying how many masters were passed over and why: the listing is not
+ * whole. TIER2_OK (also when fn or limit stopped it), or TIER2_INVALID,
+ * TIER2_TIMEOUT, TIER2_NODE_ERROR or TIER2_NOMEM with a message in err (what
+ * was listed before it stays listed). */
 enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uint8_t *fingerprint,
                              uint32_t limit, int (*fn)(const struct tier2_listed *e, void *ctx),
                              int (*cancelled)(void *ctx), void *ctx, struct tier2_stats *stats,

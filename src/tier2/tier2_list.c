@@ -14,7 +14,7 @@ struct lister {
 	const char *ns;
 	const uint8_t *fingerprint;
 	uint32_t limit, listed;
-	int stop;
+	int stop, gave_up;
 	int (*fn)(const struct tier2_listed *e, void *ctx);
 	int (*cancelled)(void *ctx);
 	void *ctx;
@@ -75,6 +75,7 @@ static enum tier2_status given_up(struct lister *l)
 {
 	if (!l->cancelled || !l->cancelled(l->ctx))
 		return TIER2_OK;
+	l->gave_up = 1;
 	tier2_io_err(l->err, l->errsz, "tier2: list: given up by the caller after %u entries",
 	             l->listed);
 	return TIER2_TIMEOUT;
@@ -178,8 +179,30 @@ enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uin
 	}
 	char pattern[TIER2_NAME_MAX];
 	size_t pattern_len = (size_t)snprintf(pattern, sizeof(pattern), "k3:%s:e:*", ns);
-	enum tier2_status st = TIER2_OK;
-	for (size_t m = 0; m < masters && st == TIER2_OK && !l.stop; m++)
-		st = scan_master(&l, m, pattern, pattern_len);
-	return st;
+	/* a master that does not answer is passed over: the others are listed,
+	 * and the status and message say the listing is not whole */
+	enum tier2_status first = TIER2_OK;
+	char why[512] = "";
+	size_t failed = 0;
+	for (size_t m = 0; m < masters && !l.stop; m++) {
+		enum tier2_status st = scan_master(&l, m, pattern, pattern_len);
+		if (st == TIER2_OK)
+			continue;
+		if (l.gave_up || (st != TIER2_TIMEOUT && st != TIER2_NODE_ERROR))
+			return st; /* given up by the caller, no memory: no further */
+		if (!failed++) {
+			static const char own[] = "tier2: list: ";
+			const char *e = err ? err : "";
+			first = st;
+			snprintf(why, sizeof(why), "%s",
+			         strncmp(e, own, sizeof(own) - 1) ? e : e + sizeof(own) - 1);
+		}
+	}
+	if (failed)
+		tier2_io_err(
+		        err, errsz,
+		        "tier2: list: %zu of %zu masters did not answer, their entries are not "
+		        "listed: %s",
+		        failed, masters, why);
+	return first;
 }

@@ -821,6 +821,52 @@ static void test_list(void **state)
 	assert_int_equal(
 	        tier2_list(r, "a{b}", NULL, 0, on_listed, NULL, &s, NULL, err, sizeof(err)),
 	        TIER2_INVALID);
+
+	/* a master that does not answer: passed over, the others' entries
+	 * listed, and the status and message say the listing is not whole */
+	uint8_t lk[12][32];
+	int node_of[12];
+	for (uint32_t i = 0; i < 12; i++) {
+		put(r, "lsx", "s", conv, 20 + i, 20 + i, NULL, &st);
+		assert_int_equal(longest(r, "lsx", "s", conv, 20 + i, lk[i], &st), 20 + i);
+		char name[TIER2_NAME_MAX];
+		size_t nl = tier2_name_record(name, "lsx", lk[i]);
+		struct cluster_addr a;
+		assert_int_equal(cluster_slot_node(r, cluster_key_slot(name, nl), &a), 0);
+		node_of[i] = clusterutil_index(&cl, a.port);
+		assert_true(node_of[i] >= 0);
+	}
+	/* the node of the first entry, and one entry elsewhere at least */
+	int down = node_of[0], elsewhere = 0;
+	for (int i = 0; i < 12; i++)
+		elsewhere += node_of[i] != down;
+	assert_true(elsewhere > 0);
+	char seeds[128];
+	snprintf(seeds, sizeof(seeds), "redis://127.0.0.1:%d", cl.port[(down + 1) % cl.n]);
+	struct cluster_options fo = {.command_timeout_ms = 300, .connect_timeout_ms = 300};
+	struct cluster_router *fr = cluster_router_new(seeds, &fo, err, sizeof(err));
+	assert_non_null(fr);
+	assert_int_equal(cluster_refresh(fr), 0);
+	clusterutil_signal(&cl, down, SIGSTOP); /* < cluster-node-timeout: not failed over */
+	memset(&s, 0, sizeof(s));
+	rc = tier2_list(fr, "lsx", NULL, 0, on_listed, NULL, &s, NULL, err, sizeof(err));
+	clusterutil_signal(&cl, down, SIGCONT);
+	assert_int_equal(rc, TIER2_TIMEOUT);
+	char want[128];
+	snprintf(want, sizeof(want), "1 of %d masters did not answer", cl.n);
+	if (!strstr(err, want) || !strstr(err, "timed out"))
+		fail_msg("\"%s\" does not say \"%s\" and why", err, want);
+	assert_int_equal(s.n, (size_t)elsewhere);
+	for (int i = 0; i < 12; i++)
+		if ((listed(&s, lk[i]) != NULL) != (node_of[i] != down))
+			fail_msg("entry %d (on node %d, %d stopped) %s", i, node_of[i], down,
+			         node_of[i] != down ? "not listed" : "listed");
+	cluster_router_free(fr);
+	/* answered again: the whole listing */
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(tier2_list(r, "lsx", NULL, 0, on_listed, NULL, &s, NULL, err, sizeof(err)),
+	                 TIER2_OK);
+	assert_int_equal(s.n, 12);
 	cluster_router_free(r);
 }
 

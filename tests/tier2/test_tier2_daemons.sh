@@ -143,6 +143,19 @@ out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2)
 ok "ls --tier2 --json: no hits or times it does not have" $(python3 -c 'import json,sys; e=json.load(sys.stdin)["entries"]; sys.exit(0 if e and all("hits" not in x and "last_used" not in x for x in e) else 1)' <<<"$out"; echo $?)
 "$ctl" --db "$dir/a.db" ls --tier2 >/dev/null 2>"$dir/ls.err"; rc=$?
 ok "ls --tier2 with --db: a usage error" $([ $rc = 2 ] && grep -q 'not with --db' "$dir/ls.err"; echo $?)
+# a master that does not answer (stopped for less than the cluster's node timeout): the others'
+# entries are listed, and the listing is said not to be whole (exit 1)
+kill -STOP "${pids[2]}"
+out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2 2>"$dir/ls.err"); rc=$?
+kill -CONT "${pids[2]}"
+ok "ls --tier2 with a master stopped: exit 1, and why on stderr ($(head -c 300 "$dir/ls.err"))" $([ $rc = 1 ] && grep -q 'the listing is not whole: .*1 of 3 masters did not answer.*timed out' "$dir/ls.err"; echo $?)
+ok "ls --tier2 with a master stopped: the others' entries, marked incomplete" $(python3 -c '
+import json,sys
+o=json.load(sys.stdin); n=int(sys.argv[1])
+sys.exit(0 if "1 of 3 masters" in o.get("incomplete","") and len(o["entries"]) <= n and o["total_entries"] == len(o["entries"]) else 1)' "$n" <<<"$out"; echo $?)
+for _ in $(seq 50); do "$ctl" --socket "$dir/a.sock" ls --tier2 >/dev/null 2>&1 && break; sleep 0.2; done
+out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2 2>"$dir/ls.err"); rc=$?
+ok "ls --tier2 once the master answers again: whole ($rc)" $([ $rc = 0 ] && python3 -c 'import json,sys; o=json.load(sys.stdin); sys.exit(0 if "incomplete" not in o and len(o["entries"]) == int(sys.argv[1]) else 1)' "$n" <<<"$out"; echo $?)
 
 # ---- start-up refusals (on the whole cluster, before a node is killed) -------------------------
 # start-up refusals that no retry mends: exit 1, and why
