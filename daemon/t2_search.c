@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "t2_estimate.h"
 #include "t2_priv.h"
 
 struct searcher {
@@ -90,11 +91,9 @@ static void probe(struct searcher *s, struct t2_item *it)
 		t2_post(t, it);
 		return;
 	}
-	/* the fetches ahead of this one at the last whole fetches' pace, the
-	 * one in the fetch thread's hand (or being stored) at least as long as
-	 * it has run so far: past --tier2-queue-wait the lookup is answered
-	 * locally at once, as recomputing may be sooner. An estimate: per
-	 * fetch, not per byte. */
+	/* the fetches ahead of this one (t2_estimate.h): past
+	 * --tier2-queue-wait the lookup is answered locally at once, as
+	 * recomputing may be sooner */
 	uint64_t avg = atomic_load(&t->fetch_ms);
 	uint64_t began = atomic_load(&t->fetch_began_ms), now = t2_now_ms();
 	uint64_t ran = began && now > began ? now - began : 0;
@@ -102,7 +101,7 @@ static void probe(struct searcher *s, struct t2_item *it)
 	uint64_t queued = t->fetchq.n;
 	int busy = began || t->holding;
 	pthread_mutex_unlock(&t->fetchq.mu);
-	uint64_t ahead_ms = queued * avg + (busy ? (ran > avg ? ran : avg) : 0);
+	uint64_t ahead_ms = t2_ahead_ms(queued, busy, ran, avg);
 	if (ahead_ms > t->cfg.queue_wait_ms) {
 		k3d_log(K3D_LOG_DEBUG,
 		        "tier2: %llu fetches ahead, about %llu ms: a longer entry not fetched",
