@@ -43,18 +43,25 @@ static void print_all(const frame_response *resp, int json)
 		ctl_print_json(stdout, doc);
 		return;
 	}
+	/* one column for the values, past the longest name */
+	int w = 24;
+	for (size_t i = 0; i < resp->n_counters; i++) {
+		size_t len = strlen(resp->counters[i]->name);
+		if (len > (size_t)w && len < 64)
+			w = (int)len;
+	}
 	if (resp->server && *resp->server)
-		printf("%-24s %16s\n", "version", resp->server);
+		printf("%-*s %16s\n", w, "version", resp->server);
 	for (size_t i = 0; i < resp->n_counters; i++) {
 		const K3cache__V1__Counter *c = resp->counters[i];
 		char human[32] = "";
 		if (is_size_counter(c->name))
 			ctl_size(c->value, human, sizeof(human));
-		printf("%-24s %16" PRIu64 "  %s\n", c->name, c->value, human);
+		printf("%-*s %16" PRIu64 "  %s\n", w, c->name, c->value, human);
 	}
 	uint64_t hits = ctl_counter(resp, "hits"), misses = ctl_counter(resp, "misses");
 	if (hits + misses)
-		printf("%-24s %15.1f%%\n", "hit_ratio",
+		printf("%-*s %15.1f%%\n", w, "hit_ratio",
 		       100.0 * (double)hits / (double)(hits + misses));
 }
 

@@ -545,6 +545,9 @@ static void count_miss(struct k3d_t2 *t, enum tier2_status st)
 	case TIER2_TOO_LARGE:
 		atomic_fetch_add(&t->n.misses_too_large, 1);
 		break;
+	case TIER2_NOMEM: /* this host's want, not the cluster's fault */
+		atomic_fetch_add(&t->n.misses_no_memory, 1);
+		break;
 	default:
 		atomic_fetch_add(&t->n.misses_node_error, 1);
 		break;
@@ -835,9 +838,13 @@ int k3d_t2_start(struct k3d_server *srv)
 	char seen[48] = "not reached yet";
 	if (masters)
 		snprintf(seen, sizeof(seen), "%zu masters", masters);
-	k3d_log(K3D_LOG_INFO, "tier2: cluster %s (%s), namespace %s, %s, owner %s, at most %s",
-	        cfg->seeds, seen, t->cfg.ns,
-	        t->cfg.mode == K3D_T2_READ_ONLY ? "read-only" : "write-back", t->owner, cap);
+	if (t->cfg.mode == K3D_T2_READ_ONLY) /* no copies: no owner, no budget */
+		k3d_log(K3D_LOG_INFO, "tier2: cluster %s (%s), namespace %s, read-only", cfg->seeds,
+		        seen, t->cfg.ns);
+	else
+		k3d_log(K3D_LOG_INFO,
+		        "tier2: cluster %s (%s), namespace %s, write-back, owner %s, at most %s",
+		        cfg->seeds, seen, t->cfg.ns, t->owner, cap);
 	return 0;
 fail:
 	t2_free(t);

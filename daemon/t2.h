@@ -85,6 +85,8 @@
 	  "Fetches that missed: a node failed or refused.")                                        \
 	X(misses_too_large, "tier2_misses_too_large_total",                                        \
 	  "Fetches not made: the entry is over --max-payload or --max-bytes.")                     \
+	X(misses_no_memory, "tier2_misses_no_memory_total",                                        \
+	  "Fetches given up: this daemon had no memory for the read or its window.")               \
 	X(parts_new, "tier2_parts_new_total", "MLA block parts this daemon wrote to the cluster.") \
 	X(parts_shared, "tier2_parts_shared_total",                                                \
 	  "MLA block parts the cluster held already: referenced, not sent again.")                 \

@@ -9,7 +9,10 @@
  * Redis Cluster), each with a probe key of its own slots: the commands the
  * library sends itself, one by one, and those its scripts run, in a script
  * that names the first one refused. The probe keys live under
- * k3:NS:r:{N}: and are deleted (or expire within a minute). */
+ * k3:NS:r:{N}: and are deleted (or expire within a minute). In read-only
+ * mode only what a lookup, a fetch and a listing send is checked, with
+ * reads of probe keys that do not exist: such a daemon writes nothing, so
+ * its user may have read rights alone. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,22 +29,23 @@
 struct probe {
 	const char *argv[8];
 	int argc;
+	int read; /* sent in read-only mode too */
 };
 static const struct probe probes[] = {
-        {{"SET", "%s:str", "v", "EX", "60"}, 5},
-        {{"GET", "%s:str"}, 2},
-        {{"EXISTS", "%s:str"}, 2},
-        {{"EXPIRE", "%s:str", "60"}, 3},
-        {{"DEL", "%s:str"}, 2},
-        {{"HSET", "%s:hash", "f", "v"}, 4},
-        {{"EXPIRE", "%s:hash", "60"}, 3}, /* gone in a minute whatever follows */
-        {{"HGETALL", "%s:hash"}, 2},
-        {{"HDEL", "%s:hash", "f"}, 3},
-        {{"ZADD", "%s:zset", "1", "m"}, 4},
-        {{"EXPIRE", "%s:zset", "60"}, 3},
-        {{"ZRANGE", "%s:zset", "0", "-1"}, 4},
-        {{"ZREM", "%s:zset", "m"}, 3},
-        {{"ASKING"}, 1},
+        {{"SET", "%s:str", "v", "EX", "60"}, 5, 0},
+        {{"GET", "%s:str"}, 2, 1},
+        {{"EXISTS", "%s:str"}, 2, 1},
+        {{"EXPIRE", "%s:str", "60"}, 3, 0},
+        {{"DEL", "%s:str"}, 2, 0},
+        {{"HSET", "%s:hash", "f", "v"}, 4, 0},
+        {{"EXPIRE", "%s:hash", "60"}, 3, 0}, /* gone in a minute whatever follows */
+        {{"HGETALL", "%s:hash"}, 2, 1},
+        {{"HDEL", "%s:hash", "f"}, 3, 0},
+        {{"ZADD", "%s:zset", "1", "m"}, 4, 0},
+        {{"EXPIRE", "%s:zset", "60"}, 3, 0},
+        {{"ZRANGE", "%s:zset", "0", "-1"}, 4, 0}, /* the ledger: copies only */
+        {{"ZREM", "%s:zset", "m"}, 3, 0},
+        {{"ASKING"}, 1, 1},
 };
 
 /* The commands the part scripts run (tier2_parts.c), each by pcall: the
@@ -88,10 +92,14 @@ static int probe_master(const struct k3d_t2 *t, struct cluster_router *r, const 
 {
 	char keys[3][TIER2_NAME_MAX + 32];
 	size_t nprobes = sizeof(probes) / sizeof(probes[0]);
-	for (size_t i = 0; i <= nprobes; i++) {
+	int read_only = t->cfg.mode == K3D_T2_READ_ONLY;
+	/* the script's turn (i == nprobes) is write-back's alone */
+	for (size_t i = 0; i < nprobes + !read_only; i++) {
 		const char *argv[8];
 		size_t lens[8];
 		int argc;
+		if (i < nprobes && read_only && !probes[i].read)
+			continue;
 		if (i < nprobes) {
 			argc = probes[i].argc;
 			for (int a = 0; a < argc; a++) {

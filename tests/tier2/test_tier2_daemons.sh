@@ -67,6 +67,22 @@ diff <(answers "$dir/ref" | sed -n '/== turn 4/,$p') <(answers "$dir/restart") >
 ok "restarted empty: turn 4 equals --no-cache" $?
 ok "restarted empty: one fetch, one hit" $([ "$(stat_of b tier2_fetches)" -ge 1 ] && [ "$(stat_of b tier2_hits)" -ge 1 ]; echo $?)
 
+# ---- read-only mode needs the rights of a lookup, a fetch and a listing alone (README) ----
+acl_ro=('~k3:k3cache:*' +get +exists +hgetall +scan '+cluster|slots' +asking)
+for i in 0 1 2; do
+  redis-cli -p "${port[$i]}" acl setuser k3ro on ">k3pass" "${acl_ro[@]}" >/dev/null
+done
+start_daemon rouser --tier2-mode read-only --tier2-user k3ro
+ok "a read-only daemon whose user can only read starts" $(kill -0 "${dpid[rouser]}" && ! grep -q "does not let" "$dir/rouser.log" && grep -q 'namespace k3cache, read-only$' "$dir/rouser.log"; echo $?)
+ro_list=$("$ctl" --socket "$dir/rouser.sock" --json ls --tier2); rc=$?
+ok "a read-only daemon whose user can only read: ls --tier2 ($rc)" $([ $rc = 0 ] && python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["entries"] else 1)' <<<"$ro_list"; echo $?)
+: > "$dir/rouser"
+cp "$dir/alt.replies" "$dir/rouser.replies"
+turn rouser 4 "$dir/rouser" alt
+r=$(reuse_of "$dir/rouser" 1)
+ok "a read-only daemon whose user can only read: fetches from the cluster ($r tokens reused)" $([ "${r:-0}" -gt 100 ] && [ "$(stat_of rouser tier2_fetches)" -ge 1 ] && [ "$(stat_of rouser tier2_misses_node_error)" = 0 ]; echo $?)
+stop_daemons rouser
+
 # ---- two lookups of one entry at once: one fetch --------------------------------------------
 kill -TERM "${dpid[b]}"; wait "${dpid[b]}" 2>/dev/null
 rm -rf "$dir/b.db"
@@ -190,6 +206,8 @@ refused no-sadd "run SADD (in the scripts that keep MLA parts)" --tier2 "$seeds"
   --tier2-user k3nosadd --tier2-password-file "$dir/pw"
 refused no-slots "needs +cluster|slots" --tier2 "$seeds" --tier2-user k3noslots \
   --tier2-password-file "$dir/pw"
+refused ro-writeback "run SET on the keys k3:k3cache:" --tier2 "$seeds" --tier2-user k3ro \
+  --tier2-password-file "$dir/pw"
 # a seed that is not Redis at all (an HTTP server)
 http=$((base + 70)); while ! free_port "$http"; do http=$((http + 1)); done
 python3 -m http.server "$http" --bind 127.0.0.1 > "$dir/http.log" 2>&1 &
@@ -295,7 +313,8 @@ stop_daemons big3
 before=$(($(stat_of a tier2_copies) + $(stat_of a tier2_copies_existing)))
 for q in $(seq 32); do "$pub" "$dir/a.sock" "$tiny" N:8 "queue$q" 9 >/dev/null || ok "queue: entry $q published" 1; done
 wait_copies a $((before + 32)); ok "queue: 32 small entries copied" $?
-start_daemon big4 --stage-size 1MiB
+# (--tier2-queue-wait 600s: the queue's bound alone decides here, not the estimate)
+start_daemon big4 --stage-size 1MiB --tier2-queue-wait 600s
 "$pub" "$dir/big4.sock" "$tiny" N:4 other 9 >/dev/null # the tiny model stored first
 "$pub" "$dir/big4.sock" "$big" N:16384 big 7 --restore >"$dir/big4.out" 2>&1 &
 rp=$!
