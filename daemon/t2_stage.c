@@ -173,7 +173,13 @@ static struct t2_stage *stage_new(struct k3d_t2 *t, const struct tier2_reader *r
 	sg->req = (struct store_publish_req){sg->fingerprint, sg->salt,  rec->salt_len, sg->tokens,
 	                                     rec->n_tokens,   sg->blobs, rec->n_layers};
 	pthread_mutex_init(&sg->mu, NULL);
-	pthread_cond_init(&sg->cv, NULL);
+	/* its timed wait (wait_room) on the monotonic clock: a step of the
+	 * wall clock neither stretches nor cuts it */
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&sg->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	sg->refs = 2;
 	sg->w = t->srv->writer;
 	sg->store = t->srv->store;
@@ -191,7 +197,7 @@ static struct t2_stage *stage_new(struct k3d_t2 *t, const struct tier2_reader *r
 static void wait_room(struct k3d_t2 *t, struct t2_stage *sg, uint64_t consumed)
 {
 	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
+	clock_gettime(CLOCK_MONOTONIC, &until);
 	const long second = 1000000000L;
 	until.tv_nsec += second / 10;
 	if (until.tv_nsec >= second) {

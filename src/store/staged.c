@@ -443,7 +443,7 @@ static void *scan_run(void *arg)
 		start_writeback(g);
 		pthread_mutex_lock(&g->mu);
 		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
+		clock_gettime(CLOCK_MONOTONIC, &until);
 		until.tv_nsec += 2000000;
 		if (until.tv_nsec >= 1000000000) {
 			until.tv_sec++;
@@ -729,7 +729,12 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 	g->notify_ctx = ctx;
 	g->fd = -1;
 	pthread_mutex_init(&g->mu, NULL);
-	pthread_cond_init(&g->cv, NULL);
+	/* its timed wait (the write-back loop) on the monotonic clock */
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&g->cv, &ca);
+	pthread_condattr_destroy(&ca);
 
 	/* The pending row: no room is made here. Each stage makes its own
 	 * (room_for_stage), so a publish that exists already, or whose bytes
