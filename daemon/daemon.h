@@ -283,8 +283,9 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv);
 void k3d_op_lookup(struct k3d_conn *c);
 void k3d_op_restore(struct k3d_conn *c);
 /* A lookup that waited for the second tier (state TIER2): looked up again
- * in the local store, answered, and the connection reads on. */
-void k3d_lookup_resume(struct k3d_conn *c);
+ * in the local store, answered, and the connection reads on. Returns the
+ * prefix answered (0: a miss, or an error answered). */
+uint32_t k3d_lookup_resume(struct k3d_conn *c);
 /* Queues the restore's next chunks (c->sending) until a few MiB wait to be
  * sent, each checked just before: called as the socket drains. */
 void k3d_restore_feed(struct k3d_conn *c);

@@ -35,8 +35,9 @@ static K3cache__V1__LayerRef **snapshot_refs(const struct store_snapshot *snap,
 	return refs;
 }
 
-/* Answers with the snapshot's layer list and streams its blobs. */
-static void send_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
+/* Answers with the snapshot's layer list and streams its blobs: 0, or -1
+ * after answering BUSY. */
+static int send_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
 {
 	K3cache__V1__LayerRef *storage = calloc(snap->n_layers, sizeof(*storage));
 	K3cache__V1__LayerRef **refs = storage ? snapshot_refs(snap, storage) : NULL;
@@ -44,7 +45,7 @@ static void send_snapshot(struct k3d_conn *c, frame_response *resp, struct store
 		free(storage);
 		store_snapshot_release(snap);
 		k3d_conn_errorf(c, STATUS_BUSY, "out of memory; retry later");
-		return;
+		return -1;
 	}
 	resp->layers = refs;
 	resp->n_layers = snap->n_layers;
@@ -54,6 +55,7 @@ static void send_snapshot(struct k3d_conn *c, frame_response *resp, struct store
 	stream_snapshot(c, resp, snap);
 	free(refs);
 	free(storage);
+	return 0;
 }
 
 static int restore_slot(struct k3d_conn *c)
@@ -99,8 +101,8 @@ static int lookup_local(struct k3d_conn *c, struct store_lookup_res *res, int qu
 }
 
 /* Answers c's lookup with what the local store found, and the snapshot when
- * the request asks for it. */
-static void lookup_answer(struct k3d_conn *c, const struct store_lookup_res *res)
+ * the request asks for it: the prefix answered (0: a miss, or an error). */
+static uint32_t lookup_answer(struct k3d_conn *c, const struct store_lookup_res *res)
 {
 	const K3cache__V1__Lookup *l = c->req->lookup;
 	struct status st;
@@ -115,10 +117,10 @@ static void lookup_answer(struct k3d_conn *c, const struct store_lookup_res *res
 	}
 	if (!l->restore || !res->prefix_len) {
 		k3d_conn_respond(c, &r);
-		return;
+		return res->prefix_len;
 	}
 	if (!restore_slot(c))
-		return;
+		return 0;
 	struct store_snapshot *snap;
 	if (store_restore_opt(c->srv->store, res->key, STORE_RESTORE_USE | STORE_RESTORE_DEFER,
 	                      &snap, &st) != STATUS_OK) {
@@ -131,9 +133,9 @@ static void lookup_answer(struct k3d_conn *c, const struct store_lookup_res *res
 		} else {
 			restore_failed(c, res->key, &st);
 		}
-		return;
+		return 0;
 	}
-	send_snapshot(c, &r, snap);
+	return send_snapshot(c, &r, snap) == 0 ? res->prefix_len : 0;
 }
 
 void k3d_op_lookup(struct k3d_conn *c)
@@ -149,15 +151,17 @@ void k3d_op_lookup(struct k3d_conn *c)
 		return;
 	if (quiet)
 		store_lookup_count(c->srv->store, &res);
-	lookup_answer(c, &res);
+	(void)lookup_answer(c, &res);
 }
 
-void k3d_lookup_resume(struct k3d_conn *c)
+uint32_t k3d_lookup_resume(struct k3d_conn *c)
 {
 	struct store_lookup_res res;
+	uint32_t p = 0;
 	if (lookup_local(c, &res, 0))
-		lookup_answer(c, &res);
+		p = lookup_answer(c, &res);
 	k3d_conn_answered(c);
+	return p;
 }
 
 void k3d_op_restore(struct k3d_conn *c)
@@ -182,7 +186,7 @@ void k3d_op_restore(struct k3d_conn *c)
 	r.key.len = 32;
 	r.prefix_len = snap->prefix_len;
 	r.bytes = snap->bytes;
-	send_snapshot(c, &r, snap);
+	(void)send_snapshot(c, &r, snap);
 }
 
 /* ---- streaming the blobs ---------------------------------------------------- */

@@ -25,7 +25,9 @@ struct k3d_t2_wait {
 	struct event *timer; /* --tier2-wait while the search runs; then
 	                        --stall-timeout for the fetch (or a listing) */
 	int on_key;          /* waits for the fetch of key */
+	int found;           /* the cluster holds a longer entry: fetched, or being */
 	int listing;         /* an ls --tier2, not a lookup */
+	uint32_t local_p;    /* the local answer's prefix when it began */
 	uint8_t key[TIER2_KEY_LEN];
 };
 
@@ -183,12 +185,19 @@ static void unlink_waiter(struct k3d_t2 *t, struct k3d_t2_wait *w)
 
 /* The waiting lookup is answered from the local store, which now holds
  * whatever the cluster gave. */
+/* Answers w's lookup from the local store. A hit (tier2_hits) is a lookup
+ * that was told of a longer entry in the cluster and is answered with more
+ * than the local store had when it began: counted by the answer, so
+ * neither a fetch that ended before the lookup heard of it nor an entry
+ * evicted (or refused) meanwhile is miscounted. */
 static void resume(struct k3d_t2 *t, struct k3d_t2_wait *w)
 {
 	struct k3d_conn *c = w->c;
+	int found = w->found;
+	uint32_t local_p = w->local_p;
 	unlink_waiter(t, w);
-	if (c)
-		k3d_lookup_resume(c);
+	if (c && k3d_lookup_resume(c) > local_p && found)
+		atomic_fetch_add(&t->n.hits, 1);
 }
 
 static void on_wait_expired(evutil_socket_t fd, short what, void *arg)
@@ -287,18 +296,15 @@ static void unclaim(struct k3d_t2 *t, const uint8_t *key)
 }
 
 /* The fetch of key is over (stored or failed): every lookup waiting for it
- * is answered; hit says whether it is stored now. */
-static void key_done(struct k3d_t2 *t, const uint8_t *key, int hit)
+ * is answered (resume counts the hits). */
+static void key_done(struct k3d_t2 *t, const uint8_t *key)
 {
 	unclaim(t, key);
 	struct k3d_t2_wait *w = t->waiters;
 	while (w) {
 		struct k3d_t2_wait *next = w->next;
-		if (w->on_key && !memcmp(w->key, key, TIER2_KEY_LEN)) {
-			if (hit && w->c)
-				atomic_fetch_add(&t->n.hits, 1);
+		if (w->on_key && !memcmp(w->key, key, TIER2_KEY_LEN))
 			resume(t, w);
-		}
 		w = next;
 	}
 }
@@ -347,7 +353,7 @@ int k3d_t2_lookup(struct k3d_conn *c, const struct store_lookup_res *local)
 	it->salt_len = l->salt.len;
 	memcpy(it->tokens, l->tokens, (size_t)limit * sizeof(uint32_t));
 	it->n_tokens = limit;
-	it->local_p = local->prefix_len;
+	it->local_p = w->local_p = local->prefix_len;
 	it->waiter = w->id = ++t->next_waiter;
 	if (t2_queue_push(&t->searchq, it) != 0) {
 		atomic_fetch_add(&t->n.lookups_skipped, 1);
@@ -575,6 +581,7 @@ static void answer(struct k3d_t2 *t, struct t2_item *it)
 			evtimer_del(w->timer);
 			arm(w, t->srv->cfg.stall_timeout, 0);
 			w->on_key = 1;
+			w->found = 1;
 			memcpy(w->key, it->key, TIER2_KEY_LEN);
 			if (!key_fetching(t, it->key)) /* over already */
 				resume(t, w);
@@ -592,15 +599,17 @@ static void answer(struct k3d_t2 *t, struct t2_item *it)
 	case T2_RELEASE:
 		if (it->kind == T2_SKIPPED)
 			atomic_fetch_add(&t->n.fetches_skipped, 1);
-		key_done(t, it->key, it->kind == T2_RELEASE);
+		key_done(t, it->key);
 		/* still waiting for its search (not told of the key) */
-		if ((w = find_waiter(t, it->waiter)) != NULL)
+		if ((w = find_waiter(t, it->waiter)) != NULL) {
+			w->found = it->kind == T2_RELEASE; /* stored meanwhile */
 			resume(t, w);
+		}
 		break;
 	case T2_FAILED:
 		count_miss(t, it->st);
 		k3d_log(K3D_LOG_INFO, "tier2: fetch: %s: %s", tier2_status_name(it->st), it->err);
-		key_done(t, it->key, 0);
+		key_done(t, it->key);
 		break;
 	default:
 		break;
@@ -634,7 +643,7 @@ void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 	if (read != TIER2_OK) { /* the cluster's bytes failed: a miss by cause */
 		count_miss(t, read);
 		k3d_log(K3D_LOG_INFO, "tier2: fetch: %s: %s", tier2_status_name(read), err);
-		key_done(t, it->key, 0);
+		key_done(t, it->key);
 		return;
 	}
 	int ok = job->st.code == STATUS_OK;
@@ -663,7 +672,7 @@ void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job)
 		        "tier2: entry %.16s fetched from the cluster was refused: %s: %s", hex,
 		        status_code_name(job->st.code), job->st.message);
 	}
-	key_done(t, it->key, ok);
+	key_done(t, it->key);
 }
 
 /* ---- writing back ------------------------------------------------------------------ */
@@ -877,7 +886,7 @@ void k3d_t2_stop(struct k3d_server *srv)
 			k3d_conn_errorf(c, STATUS_BUSY, "the daemon is shutting down");
 			k3d_conn_answered(c);
 		} else if (c) {
-			k3d_lookup_resume(c);
+			(void)k3d_lookup_resume(c);
 		}
 	}
 	srv->t2 = NULL;

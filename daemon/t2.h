@@ -64,7 +64,9 @@
 	  "Lookups answered locally: the fetch they waited for took over --stall-timeout.")        \
 	X(lookup_errors, "tier2_lookup_errors_total",                                              \
 	  "Longest-prefix searches that failed (a timeout or a node error).")                      \
-	X(hits, "tier2_hits_total", "Lookups answered with an entry fetched from the cluster.")    \
+	X(hits, "tier2_hits_total",                                                                \
+	  "Lookups told of a longer entry in the cluster and answered with more than the local "   \
+	  "store had when they began.")                                                            \
 	X(fetches, "tier2_fetches_total",                                                          \
 	  "Entries read whole from the cluster, each chunk and part checked (the store checks "    \
 	  "the layers).")                                                                          \

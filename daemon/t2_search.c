@@ -111,14 +111,19 @@ static void probe(struct searcher *s, struct t2_item *it)
 		t2_post(t, it);
 		return;
 	}
-	/* the lookup waits for the fetch from now on */
+	/* the lookup waits for the fetch from now on; without memory to tell
+	 * it so, the entry is not fetched (else the lookup would wait out
+	 * --tier2-wait unaware) */
 	struct t2_item *found = calloc(1, sizeof(*found));
-	if (found) {
-		found->kind = T2_FOUND;
-		found->waiter = it->waiter;
-		memcpy(found->key, it->key, TIER2_KEY_LEN);
-		t2_post(t, found);
+	if (!found) {
+		it->kind = T2_SKIPPED;
+		t2_post(t, it);
+		return;
 	}
+	found->kind = T2_FOUND;
+	found->waiter = it->waiter;
+	memcpy(found->key, it->key, TIER2_KEY_LEN);
+	t2_post(t, found);
 	/* the prompt is not needed past here */
 	free(it->tokens);
 	free(it->salt);

@@ -100,6 +100,7 @@ for j in 1 2; do
   ok "two at once: worker $j reuses the cluster's state ($r tokens)" $([ "${r:-0}" -gt 100 ]; echo $?)
 done
 ok "two at once: one fetch ($(stat_of b tier2_fetches)), the other joined it or found it stored" $([ "$(stat_of b tier2_fetches)" = 1 ]; echo $?)
+ok "two at once: both counted as hits ($(stat_of b tier2_hits)), however the fetch and the second search met" $([ "$(stat_of b tier2_hits)" = 2 ]; echo $?)
 
 # ---- damaged and evicted chunks: counted misses, never wrong bytes ------------------------
 # every chunk key on every node
