@@ -14,7 +14,7 @@
 
 #define FEED_AHEAD (1u << 20) /* restore bytes queued ahead of the socket */
 
-static void stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap);
+static int stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap);
 
 /* ---- answering ------------------------------------------------------------- */
 
@@ -52,10 +52,10 @@ static int send_snapshot(struct k3d_conn *c, frame_response *resp, struct store_
 	resp->payload_len = snap->bytes;
 	resp->model.data = snap->fingerprint;
 	resp->model.len = 32;
-	stream_snapshot(c, resp, snap);
+	int rc = stream_snapshot(c, resp, snap);
 	free(refs);
 	free(storage);
-	return 0;
+	return rc;
 }
 
 static int restore_slot(struct k3d_conn *c)
@@ -115,10 +115,8 @@ static uint32_t lookup_answer(struct k3d_conn *c, const struct store_lookup_res 
 		r.key.data = (uint8_t *)res->key;
 		r.key.len = 32;
 	}
-	if (!l->restore || !res->prefix_len) {
-		k3d_conn_respond(c, &r);
-		return res->prefix_len;
-	}
+	if (!l->restore || !res->prefix_len)
+		return k3d_conn_queue(c, &r) ? res->prefix_len : 0; /* 0: a short answer went */
 	if (!restore_slot(c))
 		return 0;
 	struct store_snapshot *snap;
@@ -314,8 +312,9 @@ void k3d_restore_feed(struct k3d_conn *c)
  * never sent: if no byte of the answer has gone, CORRUPT goes instead;
  * otherwise the connection ends after the checked chunks (restores_cut).
  * The writer thread quarantines the entry. The snapshot is released when
- * the last byte has been sent. */
-static void stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
+ * the last byte has been sent. 0 once the answer is queued, -1 when an error
+ * (or nothing) went instead. */
+static int stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
 {
 	struct k3d_stream *ref = malloc(sizeof(*ref));
 	if (!ref) {
@@ -323,7 +322,7 @@ static void stream_snapshot(struct k3d_conn *c, frame_response *resp, struct sto
 		struct status st;
 		status_set(&st, STATUS_BUSY, "out of memory; retry later");
 		k3d_conn_error(c, resp->id, &st);
-		return;
+		return -1;
 	}
 	ref->srv = c->srv;
 	ref->snap = snap;
@@ -335,12 +334,12 @@ static void stream_snapshot(struct k3d_conn *c, frame_response *resp, struct sto
 		struct status st;
 		status_set(&st, STATUS_INTERNAL, "restore: the snapshot has no chunk list");
 		k3d_conn_error(c, resp->id, &st);
-		return;
+		return -1;
 	}
 	c->send_from = c->written + evbuffer_get_length(c->out);
 	if (!k3d_conn_queue(c, resp)) {
 		k3d_stream_unref(ref); /* a short answer went instead: no payload */
-		return;
+		return -1;
 	}
 	c->sending = ref;
 	c->send_chunk = 0;
@@ -348,4 +347,5 @@ static void stream_snapshot(struct k3d_conn *c, frame_response *resp, struct sto
 	k3d_conn_set_state(c, K3D_SENDING);
 	k3d_restore_feed(c);
 	k3d_conn_want_write(c);
+	return 0;
 }

@@ -470,7 +470,8 @@ void t2_list_run(struct k3d_t2 *t, struct cluster_router *r, struct tier2_stats 
 /* Answers a List of the cluster's entries. */
 static void answer_list(struct k3d_conn *c, struct t2_item *it)
 {
-	if (it->st != TIER2_OK && !it->n_listed) {
+	/* partial (some masters passed over): what the others hold, even none */
+	if (it->st != TIER2_OK && it->st != TIER2_PARTIAL && !it->n_listed) {
 		k3d_conn_errorf(c, it->st == TIER2_TIMEOUT ? STATUS_BUSY : STATUS_INTERNAL,
 		                "the second tier: %s", it->err);
 		return;

@@ -76,7 +76,7 @@
 	  "Lookups that waited for a fetch another lookup began.")                                 \
 	X(fetches_skipped, "tier2_fetches_skipped_total",                                          \
 	  "Longer entries found but not fetched, the fetches ahead of them too long or too "       \
-	  "many: answered locally.")                                                               \
+	  "many (or no memory to wait with): answered locally.")                                   \
 	X(misses_missing, "tier2_misses_missing_total",                                            \
 	  "Fetches that missed: a record or chunk was gone.")                                      \
 	X(misses_damaged, "tier2_misses_damaged_total",                                            \

@@ -25,6 +25,8 @@ const char *tier2_status_name(enum tier2_status st)
 		return "nomem";
 	case TIER2_TOO_LARGE:
 		return "too-large";
+	case TIER2_PARTIAL:
+		return "partial";
 	}
 	return "unknown";
 }

@@ -169,10 +169,11 @@ enum tier2_status {
 	TIER2_INVALID,    /* the caller's arguments */
 	TIER2_NOMEM,
 	TIER2_TOO_LARGE, /* tier2_get_max: the entry is larger than the caller takes */
+	TIER2_PARTIAL,   /* tier2_list: some masters did not answer, the others listed */
 };
 
 /* "ok", "missing", "damaged", "timeout", "node-error", "invalid", "nomem",
- * "too-large". */
+ * "too-large", "partial". */
 const char *tier2_status_name(enum tier2_status st);
 
 /* Counters that the calls add to (the caller zeroes them once). */
@@ -533,12 +534,13 @@ struct tier2_listed {
  * asked before each SCAN page and each batch of records: non-zero ends the
  * listing with TIER2_TIMEOUT (a caller's deadline or shutdown: a namespace
  * of millions of entries, or a node whose SCAN never ends, takes as long as
- * the caller lets it). A master that does not answer (TIER2_TIMEOUT,
- * TIER2_NODE_ERROR, also a SCAN reply of another shape) is passed over and
- * the others listed; the first such status is returned at the end, err
- * saying how many masters were passed over and why: the listing is not
- * whole. TIER2_OK (also when fn or limit stopped it), or TIER2_INVALID,
- * TIER2_TIMEOUT, TIER2_NODE_ERROR or TIER2_NOMEM with a message in err (what
+ * the caller lets it). A master that does not answer (a timeout, a node
+ * error, also a SCAN reply of another shape) is passed over and the others
+ * listed: TIER2_PARTIAL at the end, err saying how many masters were passed
+ * over and why (the listing is not whole, even with no entry listed).
+ * TIER2_OK (also when fn or limit stopped it), TIER2_PARTIAL, or
+ * TIER2_INVALID, TIER2_TIMEOUT (no slot map in time, or given up),
+ * TIER2_NODE_ERROR (no slot map) or TIER2_NOMEM with a message in err (what
  * was listed before it stays listed). */
 enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uint8_t *fingerprint,
                              uint32_t limit, int (*fn)(const struct tier2_listed *e, void *ctx),

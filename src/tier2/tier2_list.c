@@ -180,29 +180,36 @@ enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uin
 	char pattern[TIER2_NAME_MAX];
 	size_t pattern_len = (size_t)snprintf(pattern, sizeof(pattern), "k3:%s:e:*", ns);
 	/* a master that does not answer is passed over: the others are listed,
-	 * and the status and message say the listing is not whole */
-	enum tier2_status first = TIER2_OK;
+	 * and TIER2_PARTIAL with the message says the listing is not whole */
 	char why[512] = "";
 	size_t failed = 0;
+	static const char own[] = "tier2: list: ";
 	for (size_t m = 0; m < masters && !l.stop; m++) {
 		enum tier2_status st = scan_master(&l, m, pattern, pattern_len);
 		if (st == TIER2_OK)
 			continue;
-		if (l.gave_up || (st != TIER2_TIMEOUT && st != TIER2_NODE_ERROR))
-			return st; /* given up by the caller, no memory: no further */
+		if (l.gave_up || (st != TIER2_TIMEOUT && st != TIER2_NODE_ERROR)) {
+			/* given up by the caller, no memory: no further */
+			if (failed && err && errsz) {
+				char said[512];
+				snprintf(said, sizeof(said), "%s", err);
+				tier2_io_err(err, errsz,
+				             "%s (and %zu of %zu masters did not answer: %s)", said,
+				             failed, masters, why);
+			}
+			return st;
+		}
 		if (!failed++) {
-			static const char own[] = "tier2: list: ";
 			const char *e = err ? err : "";
-			first = st;
 			snprintf(why, sizeof(why), "%s",
 			         strncmp(e, own, sizeof(own) - 1) ? e : e + sizeof(own) - 1);
 		}
 	}
-	if (failed)
-		tier2_io_err(
-		        err, errsz,
-		        "tier2: list: %zu of %zu masters did not answer, their entries are not "
-		        "listed: %s",
-		        failed, masters, why);
-	return first;
+	if (!failed)
+		return TIER2_OK;
+	tier2_io_err(err, errsz,
+	             "tier2: list: %zu of %zu masters did not answer (their entries are not "
+	             "listed, or not all): %s",
+	             failed, masters, why);
+	return TIER2_PARTIAL;
 }

@@ -440,6 +440,34 @@ static void test_stopped_and_killed_node(void **state)
 	clusterutil_sleep_ms(700); /* its backoff passes (600 ms after a second timeout) */
 	want_str(cmd(r, "GET", keys[2], NULL), "here");
 
+	/* every node stopped at once (for less than the cluster's node timeout,
+	 * and frozen together, none judges another failed): a pipeline's GET
+	 * times out, and the map read after it finds no node; the message
+	 * still names the GET's node and cause, not the failed map read */
+	clusterutil_sleep_ms(350); /* a map read is due again after a failure */
+	for (int i = 0; i < cl.n; i++)
+		clusterutil_signal(&cl, i, SIGSTOP);
+	{
+		const char *pa[2] = {"GET", keys[0]};
+		const size_t pl[2] = {3, strlen(keys[0])};
+		struct cluster_cmd pc = {pa[1], pl[1], 2, pa, pl, NULL};
+		uint64_t refreshes = cluster_stats(r).map_refreshes;
+		size_t failed = cluster_pipeline(r, &pc, 1);
+		for (int i = 0; i < cl.n; i++)
+			clusterutil_signal(&cl, i, SIGCONT);
+		assert_int_equal(failed, 1);
+		assert_int_equal(cluster_stats(r).map_refreshes, refreshes); /* none read */
+		snprintf(want, sizeof(want), "redis 127.0.0.1:%d: GET: timed out after 400 ms",
+		         cl.port[0]);
+		if (!strstr(cluster_error(r), want))
+			fail_msg("after a pipeline whose map read failed: \"%s\" does not say "
+			         "\"%s\"",
+			         cluster_error(r), want);
+	}
+	clusterutil_sleep_ms(1300); /* every node's backoff passes (1200 ms at most) */
+	for (int i = 0; i < cl.n; i++)
+		want_str(cmd(r, "GET", keys[i], NULL), "here");
+
 	/* node 2 killed: its commands fail at once, the others still work */
 	clusterutil_signal(&cl, 2, SIGKILL);
 	struct cluster_stats before = cluster_stats(r);

@@ -850,8 +850,19 @@ static void test_list(void **state)
 	clusterutil_signal(&cl, down, SIGSTOP); /* < cluster-node-timeout: not failed over */
 	memset(&s, 0, sizeof(s));
 	rc = tier2_list(fr, "lsx", NULL, 0, on_listed, NULL, &s, NULL, err, sizeof(err));
+	/* none of a model's entries on the masters that answer: none, and still
+	 * not whole */
+	struct seen none = {0};
+	uint8_t nofp[32];
+	memset(nofp, 0x5a, sizeof(nofp));
+	char err2[512] = "";
+	enum tier2_status rc2 =
+	        tier2_list(fr, "lsx", nofp, 0, on_listed, NULL, &none, NULL, err2, sizeof(err2));
 	clusterutil_signal(&cl, down, SIGCONT);
-	assert_int_equal(rc, TIER2_TIMEOUT);
+	assert_int_equal(rc2, TIER2_PARTIAL);
+	assert_int_equal(none.n, 0);
+	assert_non_null(strstr(err2, "masters did not answer"));
+	assert_int_equal(rc, TIER2_PARTIAL);
 	char want[128];
 	snprintf(want, sizeof(want), "1 of %d masters did not answer", cl.n);
 	if (!strstr(err, want) || !strstr(err, "timed out"))
