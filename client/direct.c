@@ -214,6 +214,20 @@ int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache
 		free(d);
 		return fail(err, st.code, "direct reads of %s: %s", dir, st.message);
 	}
+	/* the daemon must be the one that serves this store: uses and damage
+	 * go to it (a daemon too old to say is taken at its word) */
+	uint64_t dev = 0, ino = 0, mine_dev = 0, mine_ino = 0;
+	k3cache_store_file(d->daemon, &dev, &ino);
+	if ((dev || ino) && (store_file_id(d->s, &mine_dev, &mine_ino) != 0 || dev != mine_dev ||
+	                     ino != mine_ino)) {
+		k3cache_close(d->daemon);
+		store_close(d->s);
+		free(d);
+		return fail(err, STATUS_INVALID,
+		            "direct reads of %s: the daemon at %s serves another store (not "
+		            "%s/data.mdb): give the address of the daemon that serves %s",
+		            dir, daemon_addr ? daemon_addr : "the default socket", dir, dir);
+	}
 	*out = d;
 	return 0;
 }

@@ -77,7 +77,8 @@ struct k3cache {
 	char token[128];       /* TCP: $K3CACHE_TOKEN, sent in every Hello */
 	unsigned char ns[128]; /* the daemon's prefix for our salts (Hello's namespace) */
 	size_t ns_len;
-	int ns_known; /* a Hello has told it */
+	int ns_known;                  /* a Hello has told it */
+	uint64_t store_dev, store_ino; /* the Hello's: the daemon's store file (0: not said) */
 	unsigned char hdr[HEADER_SMALL];
 	void (*on_sent)(uint64_t bytes, void *ctx); /* k3cache_set_send_progress */
 	void *on_sent_ctx;
@@ -775,6 +776,8 @@ int k3cache_hello(struct k3cache *c, char *server, size_t serversz, struct k3cac
 			memcpy(c->ns, r->namespace_.data, r->namespace_.len);
 		c->ns_len = r->namespace_.len;
 		c->ns_known = 1;
+		c->store_dev = r->store_dev;
+		c->store_ino = r->store_ino;
 	}
 	return finish(c, r, err);
 }
@@ -817,6 +820,12 @@ int k3cache_namespace(struct k3cache *c, unsigned char *out, size_t cap, size_t 
 		memcpy(out, c->ns, c->ns_len);
 	*len = c->ns_len;
 	return 0;
+}
+
+void k3cache_store_file(const struct k3cache *c, uint64_t *dev, uint64_t *ino)
+{
+	*dev = c->store_dev;
+	*ino = c->store_ino;
 }
 
 int k3cache_put_model(struct k3cache *c, const struct k3cache_model *spec,

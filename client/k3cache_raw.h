@@ -21,6 +21,10 @@ void k3cache_response_free(struct K3cache__V1__Response *resp);
 int k3cache_namespace(struct k3cache *c, unsigned char *out, size_t cap, size_t *len,
                       struct k3cache_error *err);
 
+/* The daemon's store file, as its Hello said (after k3cache_namespace):
+ * st_dev and st_ino of its data.mdb, both 0 when it did not say. */
+void k3cache_store_file(const struct k3cache *c, uint64_t *dev, uint64_t *ino);
+
 /* Checks a restore's arrays against the model at P = p: each array present
  * and long enough for its floats (the message names the layer and array). */
 struct k3cache_arrays_out;

@@ -35,6 +35,8 @@ static void op_hello(struct k3d_conn *c)
 	}
 	r.namespace_.data = (uint8_t *)c->who.ns;
 	r.namespace_.len = c->who.ns_len;
+	/* which file it serves: a same-host direct reader checks it opened it */
+	(void)store_file_id(c->srv->store, &r.store_dev, &r.store_ino);
 	k3d_conn_respond(c, &r);
 }
 

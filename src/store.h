@@ -575,6 +575,11 @@ enum status_code store_flush(struct store *s, struct status *st);
 /* Forces the data to disk (for `fast` durability). */
 enum status_code store_sync(struct store *s, struct status *st);
 
+/* The identity of the store's data file on this host (st_dev, st_ino of
+ * data.mdb, from the open file): two opens of one store give the same. 0, or
+ * -1 when the file cannot be asked. */
+int store_file_id(const struct store *s, uint64_t *dev, uint64_t *ino);
+
 /* Checks for readers left by dead processes; returns how many were cleared. */
 int store_reader_check(struct store *s);
 

@@ -457,6 +457,17 @@ int store_reader_check(struct store *s)
 	return dead;
 }
 
+int store_file_id(const struct store *s, uint64_t *dev, uint64_t *ino)
+{
+	int fd = -1;
+	struct stat sb;
+	if (mdb_env_get_fd(s->env, &fd) != 0 || fd < 0 || fstat(fd, &sb) != 0)
+		return -1;
+	*dev = (uint64_t)sb.st_dev;
+	*ino = (uint64_t)sb.st_ino;
+	return 0;
+}
+
 enum status_code store_sync(struct store *s, struct status *st)
 {
 	if (s->opt.read_only)

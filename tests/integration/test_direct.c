@@ -476,6 +476,27 @@ static void test_view_held_too_long_expires(void **state)
 	k3cache_direct_close(dr);
 }
 
+/* A daemon that serves another store: refused at open, saying so (its uses
+ * and damage reports would reach the wrong daemon) */
+static void test_daemon_of_another_store_refused(void **state)
+{
+	(void)state;
+	struct daemonutil other;
+	assert_int_equal(daemonutil_init(&other), 0);
+	assert_int_equal(daemonutil_start(&other, (char *)NULL), 0);
+	struct k3cache_direct *dr = NULL;
+	struct k3cache_error e;
+	int rc = k3cache_direct_open(d.db, other.sock, &dr, &e);
+	daemonutil_cleanup(&other);
+	assert_int_equal(rc, K3CACHE_INVALID);
+	assert_null(dr);
+	if (!strstr(e.message, "serves another store") || !strstr(e.message, d.db))
+		fail_msg("the message does not say the daemon serves another store: %s", e.message);
+	/* its own daemon: opened */
+	dr = open_direct();
+	k3cache_direct_close(dr);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -510,6 +531,7 @@ int main(void)
 	        cmocka_unit_test(test_killed_reader_slot_is_reclaimed),
 	        cmocka_unit_test(test_view_held_too_long_expires),
 	        cmocka_unit_test(test_large_entry_checked_on_threads),
+	        cmocka_unit_test(test_daemon_of_another_store_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

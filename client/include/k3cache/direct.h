@@ -32,7 +32,9 @@ struct k3cache_direct;
 
 /* Opens the store in dir read-only. daemon_addr is the daemon serving it
  * (as for k3cache_connect; NULL: the default), asked once for this
- * process's namespace; the connection stays open for the reports.
+ * process's namespace and its store file: a daemon that serves another
+ * store is refused (K3CACHE_INVALID); the connection stays open for the
+ * reports.
  *
  * An entry of 32 MiB or more is checked on several threads, each taking whole
  * layers: XXH3 and the finite scan cost a core more than the copy itself,
