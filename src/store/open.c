@@ -323,6 +323,29 @@ static enum status_code open_tables(struct store *s, MDB_txn *txn, struct status
 	return STATUS_OK;
 }
 
+/* The open was refused for want of a permission: which file lacks which. A
+ * reader (a direct one too) needs the directory and data.mdb readable and
+ * lock.mdb writable (LMDB's reader table); the daemon needs all writable. */
+static enum status_code denied(const char *dir, int read_only, struct status *st)
+{
+	char data[4200], lock[4200];
+	snprintf(data, sizeof(data), "%s/data.mdb", dir);
+	snprintf(lock, sizeof(lock), "%s/lock.mdb", dir);
+	const char *what = NULL, *need = NULL;
+	if (access(dir, R_OK | X_OK | (read_only ? 0 : W_OK)) != 0)
+		what = dir, need = read_only ? "read and search" : "read, write and search";
+	else if (access(data, R_OK | (read_only ? 0 : W_OK)) != 0)
+		what = data, need = read_only ? "read" : "read and write";
+	else if (access(lock, R_OK | W_OK) != 0)
+		what = lock, need = "read and write (its reader table, even to read)";
+	if (!what)
+		return status_set(st, STATUS_DENIED, "%s: cannot open the store: permission denied",
+		                  dir);
+	return status_set(st, STATUS_DENIED,
+	                  "%s: cannot open the store: permission denied: %s needs %s access", dir,
+	                  what, need);
+}
+
 enum status_code store_open(const char *dir, const struct store_options *opt, struct store **out,
                             struct status *st)
 {
@@ -349,8 +372,18 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		goto fail;
 	}
 	struct stat sb;
-	if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-		code = status_set(st, STATUS_NOT_FOUND, "%s: no such store directory", dir);
+	if (stat(dir, &sb) != 0) {
+		code = errno == EACCES ? denied(dir, s->opt.read_only, st)
+		                       : status_set(st, STATUS_NOT_FOUND,
+		                                    "%s: no such store directory", dir);
+		goto fail;
+	}
+	if (!S_ISDIR(sb.st_mode)) {
+		code = status_set(
+		        st, STATUS_INVALID,
+		        "%s: not a directory (a store is the directory that holds data.mdb "
+		        "and lock.mdb)",
+		        dir);
 		goto fail;
 	}
 	if ((rc = mdb_env_create(&s->env)) != 0) {
@@ -376,6 +409,8 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 			                  "%s: not a k3cache store (no data.mdb)", dir);
 		else if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED)
 			code = damaged(s, st, mdb_strerror(rc));
+		else if (rc == EACCES || rc == EPERM)
+			code = denied(dir, s->opt.read_only, st);
 		else
 			code = status_set(st, STATUS_INTERNAL, "%s: cannot open the store: %s", dir,
 			                  mdb_strerror(rc));

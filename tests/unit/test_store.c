@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <grp.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -975,6 +976,54 @@ static void test_reopen_keeps_everything(void **state)
 	store_get_stats(f->st, &stats, NULL);
 	assert_int_equal(stats.entries, 1);
 	assert_int_equal(stats.models, 2);
+}
+
+/* A store this user may not read: DENIED, naming what lacks which access
+ * (not INTERNAL). As root the check runs as nobody; else with the
+ * directory's mode 0. */
+static void test_open_denied_names_the_file(void **state)
+{
+	struct fixture *f = *state;
+	int root = geteuid() == 0;
+	if (!root)
+		assert_int_equal(chmod(f->dir, 0), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (root && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+			_exit(3);
+		struct store *s = NULL;
+		struct store_options o = {.read_only = 1, .check = STORE_CHECK_NEVER};
+		struct status st;
+		enum status_code code = store_open(f->dir, &o, &s, &st);
+		int ok = code == STATUS_DENIED && strstr(st.message, f->dir) &&
+		         strstr(st.message, "needs read and search access");
+		if (!ok)
+			fprintf(stderr, "store_open: %d: %s\n", code, st.message);
+		_exit(ok ? 0 : 1);
+	}
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!root)
+		assert_int_equal(chmod(f->dir, 0700), 0);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* A path that is a file: said so, not "no such store directory" */
+static void test_open_file_not_directory(void **state)
+{
+	struct fixture *f = *state;
+	char path[600];
+	snprintf(path, sizeof(path), "%s/data.mdb", f->dir);
+	struct store *s = NULL;
+	struct store_options o = {.read_only = 1, .check = STORE_CHECK_NEVER};
+	struct status st;
+	assert_int_equal(store_open(path, &o, &s, &st), STATUS_INVALID);
+	assert_non_null(strstr(st.message, "not a directory"));
+	snprintf(path, sizeof(path), "%s/nothing", f->dir);
+	assert_int_equal(store_open(path, &o, &s, &st), STATUS_NOT_FOUND);
+	assert_non_null(strstr(st.message, "no such store directory"));
 }
 
 static double open_seconds(const char *dir)
@@ -3205,6 +3254,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_batch_over_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_evict_selectors, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_list_inspect_resolve, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_open_denied_names_the_file, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_open_file_not_directory, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_window_publish_reads_each_byte_in_its_window,
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_window_publish_bad_last_layer_stores_nothing,
