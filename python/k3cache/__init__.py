@@ -16,6 +16,7 @@ from one thread at a time.
 import array
 import ctypes
 import json
+import operator
 import os
 
 from . import _lib
@@ -182,6 +183,21 @@ class _Handle:
     def __exit__(self, *exc):
         self.close()
 
+    def empty_layers(self, p, fp=None):
+        """New float32 arrays (numpy.empty when importable, else zeroed
+        array('f')) shaped for restore_into at prefix length p (a lookup's
+        prefix_len): per layer a (conv, recurrent) pair of the model's KDA
+        sizes, or a (k, v) pair of p x k_row and p x v_row floats."""
+        m = self._model(fp)
+        try:
+            n = operator.index(p) if not isinstance(p, bool) else -1
+        except TypeError:
+            n = -1
+        if n < 0 or n >= 1 << 32:
+            raise InvalidError(f"empty_layers: p is a prefix length, 0 to 2^32-1, not {p!r}")
+        p = n
+        return [tuple(_new_floats(n) for n in m.shape(i, p)) for i in range(len(m.layers))]
+
     def __del__(self):
         try:
             self.close()
@@ -275,8 +291,13 @@ class Client(_Handle):
     # ---- restore ----
     def restore_into(self, key, layers, fp=None):
         """Fills the caller's float32 buffers in place: layers[i] is a
-        (conv, recurrent) or (k, v) pair, of the model's sizes at the entry's
-        P. Returns P. On an error their contents must not be used."""
+        (conv, recurrent) or (k, v) pair. A KDA layer's two are exactly the
+        model's sizes; an MLA layer's hold whole rows (k_row and v_row
+        floats), at least the entry's P of them and the same number in k, v
+        and every MLA layer, so an engine's buffers for its longest context
+        do (the first P rows are written). empty_layers(P) makes such
+        buffers. Sizes are checked before anything is sent. Returns P. On an
+        error their contents must not be used."""
         return _restore_arrays(_lib.restore_arrays, self._conn(), self._model(fp), key, layers,
                                self._p.get(bytes(key)) if isinstance(key, bytes) else None)
 
@@ -451,10 +472,13 @@ class Direct(_Handle):
         """Client.lookup, answered from the store itself."""
         return _lookup(self._lib.lookup, self._handle(), self._p, fp, tokens, salt, limit)
 
+    def _model(self, fp):
+        return _find_model(self._models, fp, "Direct reader", "add_model")
+
     def restore_into(self, key, layers, fp=None):
         """Client.restore_into, from the store itself: each layer is copied
         straight into its two buffers and checked. Returns P."""
-        m = _find_model(self._models, fp, "Direct reader", "add_model")
+        m = self._model(fp)
         return _restore_arrays(self._lib.restore_arrays, self._handle(), m, key, layers,
                                self._p.get(bytes(key)) if isinstance(key, bytes) else None)
 

@@ -224,6 +224,40 @@ def test_tampered_restore_refused(daemon, twin_path):
         assert "must not be used" in ei.value.message
 
 
+def test_empty_layers_and_an_engines_longer_buffers(daemon, twin_path):
+    spec = model_of(twin_path)
+    with k3cache.Client(daemon.sock) as c:
+        fp = c.put_model(twin_path)
+        t = tokens(120, 5000)
+        s = state(spec, 120, 12)
+        key = c.publish(fp, t, s)
+        r = c.lookup(fp, t + [1])
+        out = c.empty_layers(r.prefix_len)
+        assert [(len(a), len(b)) for a, b in out] == [(len(a), len(b)) for a, b in s]
+        assert all(a.dtype == np.float32 and b.dtype == np.float32 for a, b in out)
+        assert c.restore_into(r.key, out) == 120
+        same(s, out)
+        # buffers for a longer context (an engine's, allocated once): the
+        # first P rows of each MLA layer are written, the rest left alone
+        big = c.empty_layers(300, fp=fp)
+        for a, b in big:
+            a.fill(7.0)
+            b.fill(7.0)
+        assert c.restore_into(key, big) == 120
+        for i, l in enumerate(spec["layers"]):
+            if l["mixer"] == "kda":
+                same([s[i]], [big[i]])
+                continue
+            for got, want, row in ((big[i][0], s[i][0], l["k_row"]), (big[i][1], s[i][1],
+                                                                        l["v_row"])):
+                assert got[:120 * row].tobytes() == want.tobytes()
+                assert (got[120 * row:] == 7.0).all()
+        for bad in (-1, 1 << 32, "12", 1.5, True):
+            with pytest.raises(k3cache.InvalidError, match="empty_layers: p is a prefix length"):
+                c.empty_layers(bad)
+        assert len(c.empty_layers(np.int64(3))[0][0]) == len(s[0][0])
+
+
 def test_wrong_buffers_refused_before_sending(daemon, twin_path):
     spec = model_of(twin_path)
     with k3cache.Client(daemon.sock) as c:

@@ -21,7 +21,7 @@ def test_direct_restores_what_the_daemon_stored(daemon, twin_path):
         r = d.lookup(fp, t + [1])
         assert (r.prefix_len, r.key) == (300, key)
         assert d.lookup(fp, t + [1], salt=b"other").key is None
-        out = empty_like(s)
+        out = d.empty_layers(r.prefix_len)
         assert d.restore_into(key, out) == 300
         same(s, out)
         # the daemon's restore of the same entry: the same floats
