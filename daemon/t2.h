@@ -105,6 +105,8 @@
 	  "Copies that failed (the cluster down, a timeout, a damaged local entry).")              \
 	X(copies_too_large, "tier2_copies_too_large_total",                                        \
 	  "Copies skipped: the entry alone is over --tier2-max-bytes.")                            \
+	X(copies_undone, "tier2_copies_undone_total",                                              \
+	  "Copies cut short by a stop (SIGKILL, a crash), undone from the ledger's journal.")      \
 	X(deleted, "tier2_deleted_total",                                                          \
 	  "Entries this daemon deleted from the cluster to stay within its budget.")               \
 	X(bytes_in, "tier2_received_bytes_total", "Value bytes read from the cluster.")            \

@@ -45,6 +45,10 @@ static const struct probe probes[] = {
         {{"EXPIRE", "%s:zset", "60"}, 3, 0},
         {{"ZRANGE", "%s:zset", "0", "-1"}, 4, 0}, /* the ledger: copies only */
         {{"ZREM", "%s:zset", "m"}, 3, 0},
+        {{"RPUSH", "%s:list", "m"}, 3, 0},
+        {{"EXPIRE", "%s:list", "60"}, 3, 0},
+        {{"LRANGE", "%s:list", "0", "-1"}, 4, 0}, /* a put's intent: copies only */
+        {{"DEL", "%s:list"}, 2, 0},
         {{"ASKING"}, 1, 1},
 };
 

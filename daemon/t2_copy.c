@@ -3,7 +3,12 @@
  * against its stored sum on the way: bytes known bad are never sent),
  * writes it to the cluster unless a valid record is there already, and keeps
  * this daemon's share of the cluster within --tier2-max-bytes: the entries
- * it wrote are in its ledger (tier2_ledger_*), and the oldest go first. */
+ * it wrote are in its ledger (tier2_ledger_*), and the oldest go first.
+ * Each copy is journaled in the ledger before its first write (a member of
+ * negative score, with the generation the put then uses), so that a copy a
+ * SIGKILL or a crash cut short is undone at the next start (tier2_undo):
+ * its chunks and part references would otherwise stay in the cluster,
+ * outside every budget. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +28,8 @@ struct copier {
 	size_t head, n, cap;
 	uint64_t used;
 	int loaded;
+	struct tier2_owned *left; /* copies cut short, to undo: pending members */
+	size_t n_left, cap_left;
 	double warned;  /* t2_warn: when it last logged */
 	uint64_t quiet; /* failures passed over since */
 };
@@ -102,6 +109,62 @@ static int snap_read(void *ctx, void *dst, size_t len, char *err, size_t errsz)
 
 /* ---- the ledger ---------------------------------------------------------------- */
 
+static int left_add(struct copier *c, const struct tier2_owned *o)
+{
+	if (c->n_left == c->cap_left) {
+		size_t cap = c->cap_left ? 2 * c->cap_left : 8;
+		struct tier2_owned *grown = realloc(c->left, cap * sizeof(*grown));
+		if (!grown)
+			return -1;
+		c->left = grown;
+		c->cap_left = cap;
+	}
+	c->left[c->n_left++] = *o;
+	return 0;
+}
+
+/* Undoes at most `most` copies cut short (their pending members), oldest
+ * first; those whose undo fails stay for the next call. */
+static void undo_left(struct copier *c, size_t most)
+{
+	struct k3d_t2 *t = c->t;
+	size_t kept = 0, done = 0;
+	uint64_t freed_all = 0;
+	for (size_t i = 0; i < c->n_left; i++) {
+		const struct tier2_owned *o = &c->left[i];
+		char err[512] = "", hex[2 * TIER2_KEY_LEN + 1];
+		uint64_t freed = 0;
+		enum tier2_status st = TIER2_TIMEOUT;
+		if (done < most && !atomic_load(&t->stopping)) {
+			done++;
+			st = tier2_undo(c->r, t->cfg.ns, o->key, o->generation, &freed, err,
+			                sizeof(err));
+			if (st == TIER2_OK)
+				st = tier2_ledger_remove(c->r, t->cfg.ns, t->owner, o, err,
+				                         sizeof(err));
+			if (st == TIER2_MISSING)
+				st = TIER2_OK;
+			if (st != TIER2_OK) {
+				hexutil_encode(o->key, TIER2_KEY_LEN, hex);
+				t2_warn(c, "tier2: undoing the copy of %.16s cut short: %s: %s",
+				        hex, tier2_status_name(st), err);
+			}
+		}
+		if (st == TIER2_OK) {
+			atomic_fetch_add(&t->n.copies_undone, 1);
+			freed_all += freed;
+		} else {
+			c->left[kept++] = *o;
+		}
+	}
+	if (c->n_left > kept)
+		k3d_log(K3D_LOG_INFO,
+		        "tier2: undid %zu copies cut short by a stop (%llu bytes deleted); %zu "
+		        "left",
+		        c->n_left - kept, (unsigned long long)freed_all, kept);
+	c->n_left = kept;
+}
+
 /* Reads the ledger back: 0, or -1 with why in err. */
 static int load_ledger(struct copier *c, char *err, size_t errsz)
 {
@@ -114,10 +177,20 @@ static int load_ledger(struct copier *c, char *err, size_t errsz)
 	free(c->ledger);
 	c->ledger = all;
 	c->head = 0;
-	c->n = c->cap = n;
 	c->used = 0;
-	for (size_t i = 0; i < n; i++)
+	c->n_left = 0;
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (all[i].score < 0) { /* a copy under way when the daemon stopped */
+			if (left_add(c, &all[i]) != 0)
+				k3d_log(K3D_LOG_WARN, "tier2: ledger: out of memory");
+			continue;
+		}
+		all[kept++] = all[i];
 		c->used += all[i].bytes;
+	}
+	n = kept;
+	c->n = c->cap = n;
 	atomic_store(&c->t->used_bytes, c->used);
 	c->loaded = 1;
 	if (n)
@@ -151,6 +224,10 @@ static int ledger_append(struct copier *c, const struct tier2_owned *o)
  * --tier2-max-bytes) is caught up over the next copies, and a SIGTERM waits
  * for one delete, not thousands. */
 #define ROOM_DELETES_PER_COPY 64
+
+/* Copies cut short undone per copy at most, after the start's (a cluster
+ * that failed their undo then). */
+#define UNDO_PER_COPY 4
 
 /* Deletes this daemon's oldest entries from the cluster until what it holds
  * is within its budget; the newest (just written) stays. */
@@ -222,6 +299,23 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		store_entry_info_free(info);
 		return;
 	}
+	if (c->n_left)
+		undo_left(c, UNDO_PER_COPY);
+	/* the journal first: a copy cut short is undone at the next start */
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct tier2_owned pending = {
+	        .generation = tier2_generation_new(),
+	        .bytes = info->bytes,
+	        .score = -((double)now.tv_sec * 1e3 + (double)now.tv_nsec / 1e6)};
+	memcpy(pending.key, key, TIER2_KEY_LEN);
+	if (tier2_ledger_add(c->r, t->cfg.ns, t->owner, &pending, err, sizeof(err)) != TIER2_OK) {
+		atomic_fetch_add(&t->n.copies_failed, 1);
+		t2_warn(c, "tier2: copy of %.16s: journaling it in the ledger: %s", hex, err);
+		store_snapshot_release(snap);
+		store_entry_info_free(info);
+		return;
+	}
 	struct tier2_layer *layers = calloc(snap->n_layers ? snap->n_layers : 1, sizeof(*layers));
 	enum tier2_status ts = TIER2_NOMEM;
 	struct tier2_put_result res = {0};
@@ -232,7 +326,8 @@ static void copy_one(struct copier *c, const uint8_t *key)
 			                                 snap->layers[i].tag};
 		struct tier2_source source = {snap_read, &src};
 		/* MLA rows in blocks of 64 shared with the conversation's other turns */
-		struct tier2_put_options o = {.keep_existing = 1, .row_block = 64};
+		struct tier2_put_options o = {
+		        .keep_existing = 1, .row_block = 64, .generation = pending.generation};
 		ts = tier2_put_from(c->r, t->cfg.ns, info->fingerprint, info->salt, info->salt_len,
 		                    info->tokens, info->prefix_len, layers, snap->n_layers, &source,
 		                    &o, &res, &c->ts, err, sizeof(err));
@@ -252,8 +347,6 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		atomic_fetch_add(&t->n.copies_existing, 1);
 	} else {
 		atomic_fetch_add(&t->n.copies, 1);
-		struct timespec now;
-		clock_gettime(CLOCK_REALTIME, &now);
 		struct tier2_owned o = {.generation = res.generation,
 		                        /* all it uses, shared parts too: a part
 		                         * outlives the entry that wrote it while
@@ -270,8 +363,18 @@ static void copy_one(struct copier *c, const uint8_t *key)
 			t2_warn(c, "tier2: ledger: %s", err);
 		if (ledger_append(c, &o) != 0)
 			t2_warn(c, "tier2: ledger: out of memory");
-		make_room(c);
 	}
+	/* the journal's member goes once the copy is whole, found there or
+	 * undone; a failure whose undo did not finish keeps it, to undo later */
+	if (ts != TIER2_OK && res.undo_left) {
+		if (left_add(c, &pending) != 0)
+			t2_warn(c, "tier2: ledger: out of memory");
+	} else if (tier2_ledger_remove(c->r, t->cfg.ns, t->owner, &pending, err, sizeof(err)) !=
+	           TIER2_OK) {
+		t2_warn(c, "tier2: ledger: %s", err);
+	}
+	if (ts == TIER2_OK && !res.existed)
+		make_room(c);
 	store_entry_info_free(info);
 }
 
@@ -282,6 +385,8 @@ void *t2_copy_main(void *arg)
 	char err[512] = "";
 	if (c.r && load_ledger(&c, err, sizeof(err)) != 0)
 		k3d_log(K3D_LOG_DEBUG, "tier2: the ledger is read before the first copy (%s)", err);
+	if (c.r && c.n_left) /* copies a stop cut short: undone before any other */
+		undo_left(&c, SIZE_MAX);
 	for (;;) {
 		struct t2_item *it = t2_queue_pop(&c.t->copyq);
 		if (!it)
@@ -301,6 +406,7 @@ void *t2_copy_main(void *arg)
 		k3d_t2_item_free(it);
 	}
 	free(c.ledger);
+	free(c.left);
 	cluster_router_free(c.r);
 	return NULL;
 }

@@ -27,6 +27,8 @@
  *                          part's bytes seeded with L (16 hex digits)
  *   k3:NS:q:{NODE:L:P:XXH} its referrers (set), in the part's slot (the
  *                          hash tag)
+ *   k3:NS:i:KEY:GEN        a put's intent (list, below): what a put of
+ *                          generation GEN may have written, for its undo
  *
  * Entry record, little-endian, exactly this long:
  *   "K3T2" | u16 version = 1 | u16 flags = 0 | u64 generation
@@ -72,6 +74,18 @@
  * Limits: a part at most TIER2_PART_MAX bytes, at most TIER2_MAX_PARTS
  * parts an entry (layers beyond either are stored whole).
  *
+ * Intent k3:NS:i:KEY:GEN, a list, so that a put stopped part-way (its
+ * process killed) can be undone by whoever knows its key and generation
+ * (tier2_undo; the daemon journals both in its ledger first). The put
+ * writes it, and waits for the answer, before any chunk or part: element 0
+ * is "K3TI" | u32 chunk_size | u32 n_chunks at most (12 bytes); before each
+ * round of part references it appends, and waits for, one element per part:
+ * NODE (16 raw bytes) | u32 layer | u32 part | u64 xxh3 | u64 size (40
+ * bytes, LE). Chunks need no element: their names follow from the key, GEN
+ * and the count. A put deletes its intent once it is whole (after the
+ * replaced generation's cleanup) or undone; a delete of the generation
+ * deletes it too. It has the put's expiry.
+ *
  * Prefix-index node k3:NS:n:h_d, for an entry of P tokens, D = P / 16:
  *   - at d = 1..D-1 (the blocks its prefix passes): field "+" = "" (the node
  *     exists: a lookup's binary search probes existence);
@@ -103,7 +117,11 @@
  * are the 32 raw bytes of an entry key | u64 generation | u64 bytes (LE, 48
  * bytes), scored by the caller's clock (oldest lowest). The daemon adds what
  * it put and removes what it deleted; it survives the daemon's restart. It
- * is one key, so one master holds it.
+ * is one key, so one master holds it. A member with a negative score is a
+ * put under way: the daemon adds it, with the generation it then passes to
+ * the put, before the put writes anything, and replaces it when the put
+ * returns; one found when the ledger is read back is a put that a stop
+ * interrupted, to undo (tier2_undo).
  *
  * Lookup of a prompt of n tokens: its block hashes h_1..h_{n/16}; the deepest
  * node present is found by a search that probes TIER2_PROBES depths per
@@ -304,6 +322,7 @@ size_t tier2_name_record(char *out, const char *ns, const uint8_t key[TIER2_KEY_
 size_t tier2_name_chunk(char *out, const char *ns, const uint8_t key[TIER2_KEY_LEN], uint64_t gen,
                         uint32_t i);
 size_t tier2_name_node(char *out, const char *ns, const uint8_t node[16]);
+size_t tier2_name_intent(char *out, const char *ns, const uint8_t key[TIER2_KEY_LEN], uint64_t gen);
 
 /* A block part, k3:NS:p:{NODE:L:P:XXH}, and its referrers' set,
  * k3:NS:q:{NODE:L:P:XXH} (part 0 is k, 1 is v). */
@@ -344,6 +363,10 @@ struct tier2_put_options {
 	                         * nothing (its chunks are not checked) */
 	uint32_t row_block;     /* B: 0, a version-1 record (blobs whole); else a
 	                         * multiple of 16 up to 65536: MLA rows in parts */
+	uint64_t generation;    /* 0: a random one; else this one (the caller's,
+	                         * journaled first so that it can undo the put
+	                         * if it is killed: tier2_undo). TIER2_INVALID
+	                         * when it is the key's record's already */
 };
 
 /* The entry's bytes in order (the layer blobs end to end), pulled by the put. */
@@ -361,6 +384,8 @@ struct tier2_put_result {
 	int existed;        /* keep_existing: a valid record was already there; nothing written */
 	uint64_t new_bytes; /* written by this put: chunks, parts it created, record */
 	uint64_t shared_bytes; /* parts already in the cluster, referenced, not sent */
+	int undo_left;         /* set on a failure whose undo did not finish (a node
+	                        * failed): the intent stays, for tier2_undo later */
 };
 
 /* Writes the entry of model fingerprint, salt and tokens [0, n_tokens) whose
@@ -406,7 +431,8 @@ enum tier2_status tier2_put(struct cluster_router *r, const char *ns, const uint
 /* Deletes the entry of key when its record decodes, is bound to key and has
  * this generation: its references to parts (a part left with none is
  * deleted), its chunks, its field in its index node h_D (the "+"
- * fields of its path stay: other entries share them), then its record, last,
+ * fields of its path stay: other entries share them), then its record, last
+ * (and an intent of the generation its put left),
  * so that a delete that fails part-way can be done again. TIER2_OK with
  * *bytes_freed (may be NULL) the bytes of the record, chunks and parts that
  * DEL removed (keys already evicted add nothing); TIER2_MISSING when the record
@@ -418,6 +444,23 @@ enum tier2_status tier2_put(struct cluster_router *r, const char *ns, const uint
 enum tier2_status tier2_delete(struct cluster_router *r, const char *ns,
                                const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
                                uint64_t *bytes_freed, char *err, size_t errsz);
+
+/* A random generation for tier2_put_options.generation (never 0). */
+uint64_t tier2_generation_new(void);
+
+/* Undoes what a put of key and generation wrote and did not take back
+ * itself (its process was killed, or its undo met a failing node): when the
+ * key's record has that generation, tier2_delete of it; then, from the
+ * put's intent, its references to parts (a part left with none is
+ * deleted) and its chunks; then the intent. A put that had finished is
+ * deleted too. Nothing of another generation is touched; undoing twice, or
+ * a put that wrote nothing, is TIER2_OK. TIER2_OK with *bytes_freed (may be
+ * NULL) what DEL removed (a chunk counted at chunk_size); TIER2_DAMAGED when
+ * the intent's header is not one (nothing deleted); TIER2_INVALID,
+ * TIER2_TIMEOUT, TIER2_NODE_ERROR, TIER2_NOMEM: to run again later. */
+enum tier2_status tier2_undo(struct cluster_router *r, const char *ns,
+                             const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
+                             uint64_t *bytes_freed, char *err, size_t errsz);
 
 /* The longest stored entry whose tokens are tokens [0, P) with 1 <= P <= n
  * (pass the prompt cut at the caller's limit). TIER2_OK with *prefix_len P and
@@ -546,6 +589,44 @@ enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uin
                              uint32_t limit, int (*fn)(const struct tier2_listed *e, void *ctx),
                              int (*cancelled)(void *ctx), void *ctx, struct tier2_stats *stats,
                              char *err, size_t errsz);
+
+/* ---- a put's intent (tier2_intent.c; layout above, "Intent") ---- */
+
+#define TIER2_INTENT_HEAD_LEN 12u
+#define TIER2_INTENT_PART_LEN 40u
+
+/* A part a put referenced, as its intent names it. */
+struct tier2_intent_part {
+	uint8_t node[16];
+	uint32_t layer;
+	uint32_t part; /* 0 k, 1 v */
+	uint64_t xxh3;
+	uint64_t size;
+};
+
+void tier2_intent_head_encode(unsigned char out[TIER2_INTENT_HEAD_LEN], uint32_t chunk_size,
+                              uint32_t n_chunks);
+
+/* 0 with the header's fields when b (len bytes, untrusted: a reply's) is
+ * one (its magic, a chunk size of 1..TIER2_CHUNK_MAX, at most
+ * TIER2_MAX_CHUNKS chunks); -1 when not. */
+int tier2_intent_head_decode(const void *b, size_t len, uint32_t *chunk_size, uint32_t *n_chunks);
+
+void tier2_intent_part_encode(unsigned char out[TIER2_INTENT_PART_LEN],
+                              const struct tier2_intent_part *p);
+
+/* 0 with the part when b (len bytes, untrusted) is one (layer below
+ * TIER2_MAX_LAYERS, part 0 or 1, size 1..TIER2_PART_MAX); -1 when not. */
+int tier2_intent_part_decode(const void *b, size_t len, struct tier2_intent_part *p);
+
+/* Parses one page of LRANGE of an intent (RESP2, at most cap elements;
+ * first: the page from element 0, whose first element must be the header,
+ * to *chunk_size and *n_chunks): 0 with the parts named in out[0..*n_out)
+ * (elements of another form skipped) and *n_elems the page's elements; -1
+ * with a message when the reply is not such a page. */
+int tier2_intent_parse(const redisReply *rep, int first, uint32_t *chunk_size, uint32_t *n_chunks,
+                       struct tier2_intent_part *out, size_t cap, size_t *n_out, size_t *n_elems,
+                       char *err, size_t errsz);
 
 /* ---- a daemon's ledger (tier2_ledger.c) ---- */
 

@@ -197,6 +197,12 @@ enum tier2_status tier2_delete(struct cluster_router *r, const char *ns,
 		st = run_ints(r, &cmd, 1, "deleting the record", &gone, NULL, err, errsz);
 		freed += gone ? rec_len : 0;
 	}
+	if (st == TIER2_OK) {
+		/* an intent its put left (its DEL failed): nothing in it is
+		 * needed once the generation is gone */
+		char ignored[256];
+		(void)tier2_intent_end(r, ns, key, generation, ignored, sizeof(ignored));
+	}
 	if (bytes_freed)
 		*bytes_freed = freed;
 	return st;

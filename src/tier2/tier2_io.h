@@ -111,4 +111,23 @@ enum tier2_status tier2_parts_unref(struct cluster_router *r, const char *ns,
                                     const struct tier2_part_ref *refs, size_t n, uint64_t *freed,
                                     char *err, size_t errsz);
 
+/* ---- a put's intent (tier2_intent.c) ---- */
+
+/* Writes the intent's header (RPUSH), and its expiry when ttl_len. */
+enum tier2_status tier2_intent_begin(struct cluster_router *r, const char *ns,
+                                     const uint8_t key[TIER2_KEY_LEN], uint64_t gen,
+                                     uint32_t chunk_size, uint32_t n_chunks, const char *ttl,
+                                     size_t ttl_len, char *err, size_t errsz);
+
+/* Appends refs[0..n) to the intent (one RPUSH, answered before it returns). */
+enum tier2_status tier2_intent_parts(struct cluster_router *r, const char *ns,
+                                     const uint8_t key[TIER2_KEY_LEN], uint64_t gen,
+                                     const struct tier2_part_ref *const *refs, size_t n, char *err,
+                                     size_t errsz);
+
+/* DELs the intent. */
+enum tier2_status tier2_intent_end(struct cluster_router *r, const char *ns,
+                                   const uint8_t key[TIER2_KEY_LEN], uint64_t gen, char *err,
+                                   size_t errsz);
+
 #endif

@@ -57,6 +57,14 @@ size_t tier2_name_chunk(char *out, const char *ns, const uint8_t key[TIER2_KEY_L
 	                        (unsigned long long)gen, i);
 }
 
+size_t tier2_name_intent(char *out, const char *ns, const uint8_t key[TIER2_KEY_LEN], uint64_t gen)
+{
+	char hex[2 * TIER2_KEY_LEN + 1];
+	hexutil_encode(key, TIER2_KEY_LEN, hex);
+	return (size_t)snprintf(out, TIER2_NAME_MAX, "k3:%s:i:%s:%016llx", ns, hex,
+	                        (unsigned long long)gen);
+}
+
 size_t tier2_name_node(char *out, const char *ns, const uint8_t node[16])
 {
 	char hex[33];

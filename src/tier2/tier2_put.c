@@ -45,17 +45,18 @@ struct old {
 	size_t n_parts;
 };
 
-static uint64_t new_generation(void)
+uint64_t tier2_generation_new(void)
 {
 	uint64_t g = 0;
-	if (getrandom(&g, sizeof(g), 0) == (ssize_t)sizeof(g))
-		return g;
-	/* no entropy source: the time, the pid and the address space, hashed */
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	uint64_t seed[4] = {(uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, (uint64_t)getpid(),
-	                    (uint64_t)(uintptr_t)&g};
-	return XXH3_64bits(seed, sizeof(seed));
+	if (getrandom(&g, sizeof(g), 0) != (ssize_t)sizeof(g)) {
+		/* no entropy source: the time, the pid and the address space, hashed */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t seed[4] = {(uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, (uint64_t)getpid(),
+		                    (uint64_t)(uintptr_t)&g};
+		g = XXH3_64bits(seed, sizeof(seed));
+	}
+	return g ? g : 1; /* 0 means "choose one" to a put */
 }
 
 /* Adds " EX ttl" to a command of argc arguments when the put has a TTL. */
@@ -228,6 +229,7 @@ struct stream {
 	size_t pend_bytes;
 	struct cluster_cmd *pcmds;
 	uint32_t *idx, *absent; /* window entries each */
+	const struct tier2_part_ref **named;
 	int64_t *codes;
 	uint64_t new_part_bytes, shared_bytes;
 };
@@ -395,9 +397,17 @@ static enum tier2_status flush_parts(struct stream *s)
 	s->pend_bytes = 0;
 	uint32_t *idx = s->idx, *absent = s->absent;
 	int64_t *codes = s->codes;
-	for (uint32_t j = 0; j < n; j++)
+	const struct tier2_part_ref **named = s->named;
+	for (uint32_t j = 0; j < n; j++) {
 		idx[j] = j;
-	enum tier2_status st = run_refs(s, idx, n, "0", codes);
+		named[j] = &s->refs[s->pend[j].ref];
+	}
+	/* the intent names them before any is referenced, for an undo after a
+	 * kill (tier2.h, "Intent") */
+	enum tier2_status st = tier2_intent_parts(s->p->r, s->p->ns, s->p->key, s->p->gen, named, n,
+	                                          s->p->err, s->p->errsz);
+	if (st == TIER2_OK)
+		st = run_refs(s, idx, n, "0", codes);
 	uint32_t n_absent = 0;
 	for (uint32_t j = 0; j < n && st == TIER2_OK; j++) {
 		uint64_t size = s->refs[s->pend[j].ref].size;
@@ -577,9 +587,10 @@ static enum tier2_status put_stream(struct stream *s, const struct tier2_layer *
 		s->idx = calloc(s->window, sizeof(*s->idx));
 		s->absent = calloc(s->window, sizeof(*s->absent));
 		s->codes = calloc(s->window, sizeof(*s->codes));
+		s->named = calloc(s->window, sizeof(*s->named));
 		s->h = malloc((size_t)(s->n_tokens / PREFIX_BLOCK + 1) * PREFIX_NODE_LEN);
 		if (!s->split || !s->pend || !s->pcmds || !s->idx || !s->absent || !s->codes ||
-		    !s->h) {
+		    !s->named || !s->h) {
 			tier2_io_err(s->p->err, s->p->errsz, "tier2: put: out of memory");
 			return TIER2_NOMEM;
 		}
@@ -619,6 +630,7 @@ static void stream_free(struct stream *s)
 	free(s->idx);
 	free(s->absent);
 	free(s->codes);
+	free(s->named);
 	free(s->split);
 	free(s->refs);
 	free(s->h);
@@ -691,8 +703,8 @@ static enum tier2_status put_index(struct put *p, const uint8_t *fingerprint, co
 }
 
 /* Deletes chunks [0, n_chunks) of generation gen (best effort); the number
- * deleted. */
-static uint64_t del_chunks(struct put *p, uint64_t gen, uint32_t n_chunks)
+ * deleted. *failed (may be NULL) is set when a round trip failed. */
+static uint64_t del_chunks(struct put *p, uint64_t gen, uint32_t n_chunks, int *failed)
 {
 	struct cmdbuf *cb = calloc(INDEX_WINDOW, sizeof(*cb));
 	struct cluster_cmd *cmds = calloc(INDEX_WINDOW, sizeof(*cmds));
@@ -706,10 +718,16 @@ static uint64_t del_chunks(struct put *p, uint64_t gen, uint32_t n_chunks)
 			       tier2_name_chunk(cb[j].name, p->ns, p->key, gen, first + j), 2);
 		}
 		char ignored[256];
-		(void)tier2_io_pipeline(p->r, cmds, n, "deleting chunks", ignored, sizeof(ignored));
-		for (uint32_t j = 0; j < n; j++)
-			deleted += cmds[j].reply && cmds[j].reply->type == REDIS_REPLY_INTEGER &&
-			           cmds[j].reply->integer == 1;
+		if (tier2_io_pipeline(p->r, cmds, n, "deleting chunks", ignored, sizeof(ignored)) !=
+		            TIER2_OK &&
+		    failed)
+			*failed = 1;
+		for (uint32_t j = 0; j < n; j++) {
+			int ok = cmds[j].reply && cmds[j].reply->type == REDIS_REPLY_INTEGER;
+			deleted += ok && cmds[j].reply->integer == 1;
+			if (!ok && failed)
+				*failed = 1;
+		}
 		tier2_io_free_replies(cmds, n);
 	}
 	free(cmds);
@@ -731,35 +749,44 @@ static void unref_old(struct put *p, const struct old *old)
  * may be in place, tier2_delete removes it if it is still its own (with its
  * chunks, parts and index field), and then the generation it replaced is an
  * orphan. The parts it referenced are unreferenced again in any case (an
- * unreference is idempotent). */
-static void undo(struct put *p, int record_sent, const struct old *old, const struct stream *s)
+ * unreference is idempotent). 0 when all of it was taken back; -1 when a
+ * round trip failed (the intent then stays, for tier2_undo). */
+static int undo(struct put *p, int record_sent, const struct old *old, const struct stream *s)
 {
 	char ignored[512];
 	uint64_t freed = 0;
+	int failed = 0;
 	unsigned char member[TIER2_MEMBER_LEN];
 	tier2_member(member, p->key, p->gen);
 	for (size_t i = 0; i < s->n_refs;) {
 		size_t k = i;
 		while (k < s->n_refs && s->refs[k].size) /* a run of refs taken */
 			k++;
-		(void)tier2_parts_unref(p->r, p->ns, member, s->refs + i, k - i, NULL, ignored,
-		                        sizeof(ignored));
+		if (tier2_parts_unref(p->r, p->ns, member, s->refs + i, k - i, NULL, ignored,
+		                      sizeof(ignored)) != TIER2_OK)
+			failed = 1;
 		for (i = k; i < s->n_refs && !s->refs[i].size;)
 			i++;
 	}
-	if (record_sent && tier2_delete(p->r, p->ns, p->key, p->gen, &freed, ignored,
-	                                sizeof(ignored)) == TIER2_OK) {
-		if (old->have) {
-			(void)del_chunks(p, old->gen, old->n_chunks);
-			unref_old(p, old);
+	if (record_sent) {
+		enum tier2_status st =
+		        tier2_delete(p->r, p->ns, p->key, p->gen, &freed, ignored, sizeof(ignored));
+		if (st == TIER2_OK) {
+			if (old->have) {
+				(void)del_chunks(p, old->gen, old->n_chunks, NULL);
+				unref_old(p, old);
+			}
+			if (p->stats)
+				p->stats->undone_chunks_del += p->sent;
+			return failed ? -1 : 0;
 		}
-		if (p->stats)
-			p->stats->undone_chunks_del += p->sent;
-		return;
+		if (st != TIER2_MISSING && st != TIER2_DAMAGED)
+			failed = 1; /* the record may be there still */
 	}
-	uint64_t n = del_chunks(p, p->gen, p->sent);
+	uint64_t n = del_chunks(p, p->gen, p->sent, &failed);
 	if (p->stats)
 		p->stats->undone_chunks_del += n;
+	return failed ? -1 : 0;
 }
 
 static enum tier2_status check_args(const char *ns, size_t salt_len, uint32_t n_tokens,
@@ -843,8 +870,8 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	size_t rec_len = 0;
 	struct old old = {0};
 	struct verify v = {.layers = layers, .n_layers = n_layers};
-	int record_sent = 0, existed = 0;
-	p.gen = new_generation();
+	int record_sent = 0, existed = 0, intent = 0;
+	p.gen = o.generation ? o.generation : tier2_generation_new();
 	struct stream s = {.p = &p,
 	                   .src = src,
 	                   .v = verify ? &v : NULL,
@@ -869,12 +896,27 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	if (o.keep_existing && old.have && old.same) {
 		existed = 1;
 		if (res)
-			*res = (struct tier2_put_result){old.gen, old.n_chunks, old.bytes, 1, 0, 0};
+			*res = (struct tier2_put_result){.generation = old.gen,
+			                                 .n_chunks = old.n_chunks,
+			                                 .bytes = old.bytes,
+			                                 .existed = 1};
 		goto out;
 	}
-	if (old.have && old.gen == p.gen)
+	if (old.have && old.gen == p.gen) {
+		if (o.generation) {
+			tier2_io_err(err, errsz,
+			             "tier2: put: generation %016llx is the key's record's already",
+			             (unsigned long long)p.gen);
+			st = TIER2_INVALID;
+			goto out;
+		}
 		p.gen = ~p.gen; /* one in 2^64: never reuse the generation being replaced */
+	}
 	tier2_member(s.member, p.key, p.gen);
+	if ((st = tier2_intent_begin(r, ns, p.key, p.gen, cs, max_chunks, p.ttl, p.ttl_len, err,
+	                             errsz)) != TIER2_OK)
+		goto out;
+	intent = 1;
 	if ((st = put_stream(&s, layers, n_layers)) != TIER2_OK)
 		goto out;
 	if (s.n_refs) {
@@ -922,23 +964,37 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	if ((st = put_index(&p, fingerprint, salt, salt_len, tokens, n_tokens)) != TIER2_OK)
 		goto out;
 	if (old.have) {
-		uint64_t n = del_chunks(&p, old.gen, old.n_chunks);
+		uint64_t n = del_chunks(&p, old.gen, old.n_chunks, NULL);
 		if (stats)
 			stats->old_chunks_del += n;
 		unref_old(&p, &old);
 	}
+	/* whole: the intent has nothing left to undo (one left behind is taken
+	 * by the generation's delete) */
+	{
+		char ignored[256];
+		(void)tier2_intent_end(r, ns, p.key, p.gen, ignored, sizeof(ignored));
+	}
 	if (res)
-		*res = (struct tier2_put_result){p.gen,
-		                                 s.n_chunks,
-		                                 total,
-		                                 0,
-		                                 s.stream_bytes + s.new_part_bytes + rec_len,
-		                                 s.shared_bytes};
+		*res = (struct tier2_put_result){.generation = p.gen,
+		                                 .n_chunks = s.n_chunks,
+		                                 .bytes = total,
+		                                 .new_bytes = s.stream_bytes + s.new_part_bytes +
+		                                              rec_len,
+		                                 .shared_bytes = s.shared_bytes};
 out:
 	if (v.cs)
 		(void)checksum_end(v.cs);
-	if (st != TIER2_OK && (p.sent || s.n_refs))
-		undo(&p, record_sent, &old, &s);
+	if (st != TIER2_OK && intent) {
+		/* undone whole: the intent goes too; else it stays for tier2_undo */
+		char ignored[256];
+		int left = (p.sent || s.n_refs) && undo(&p, record_sent, &old, &s) != 0;
+		if (!left &&
+		    tier2_intent_end(r, ns, p.key, p.gen, ignored, sizeof(ignored)) != TIER2_OK)
+			left = 1;
+		if (res)
+			res->undo_left = left;
+	}
 	if (stats) {
 		stats->puts += st == TIER2_OK && !existed;
 		stats->put_existing += existed;

@@ -1,6 +1,7 @@
 /* Seeds for fuzz_tier2_record: records as tier2_put writes them, with and
  * without a salt, one chunk or many, one layer or several, versions 1 and 2
- * (MLA layers split in blocks of 16 or 32 rows, or none).
+ * (MLA layers split in blocks of 16 or 32 rows, or none); and a put's intent
+ * as LRANGE answers it.
  * usage: fuzz_tier2_record_seeds DIR */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,31 @@ static int write_seed(const char *dir, int i, const struct tier2_record *rec)
 		fclose(f);
 	free(b);
 	return rc;
+}
+
+/* An intent as LRANGE answers it: its header and two parts, as RESP. */
+static int intent_seed(const char *dir)
+{
+	unsigned char head[TIER2_INTENT_HEAD_LEN], part[2][TIER2_INTENT_PART_LEN];
+	tier2_intent_head_encode(head, 65536, 30);
+	for (uint32_t i = 0; i < 2; i++) {
+		struct tier2_intent_part p = {
+		        .layer = 3, .part = i, .xxh3 = 0x9e37ull + i, .size = 16384};
+		memset(p.node, 0x5a + (int)i, sizeof(p.node));
+		tier2_intent_part_encode(part[i], &p);
+	}
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/tier2-intent-0", dir);
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return 1;
+	int rc = fprintf(f, "*3\r\n$%u\r\n", TIER2_INTENT_HEAD_LEN) < 0 ||
+	         fwrite(head, 1, sizeof(head), f) != sizeof(head);
+	for (int i = 0; i < 2; i++)
+		rc |= fprintf(f, "\r\n$%u\r\n", TIER2_INTENT_PART_LEN) < 0 ||
+		      fwrite(part[i], 1, sizeof(part[i]), f) != sizeof(part[i]);
+	rc |= fprintf(f, "\r\n") < 0;
+	return fclose(f) != 0 || rc;
 }
 
 int main(int argc, char **argv)
@@ -90,5 +116,6 @@ int main(int argc, char **argv)
 	rec.n_split = 0;
 	rec.n_chunks = 15; /* 58144 bytes */
 	rc |= write_seed(argv[1], 5, &rec);
+	rc |= intent_seed(argv[1]);
 	return rc;
 }

@@ -6,11 +6,14 @@
  * namespaces blind to the entry, expiries. Without redis-server and
  * redis-cli on PATH: skipped (exit 77). */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "checksum.h"
 #include "clusterutil.h"
@@ -316,14 +319,20 @@ static void test_damage_and_eviction(void **state)
 	cluster_router_free(r);
 }
 
-static long long ttl_of(struct cluster_router *r, const char *name)
+/* The integer VERB NAME answers (TTL, SCARD, LLEN...). */
+static long long int_reply(struct cluster_router *r, const char *verb, const char *name)
 {
-	const char *argv[] = {"TTL", name};
+	const char *argv[] = {verb, name};
 	redisReply *rep = cmd(r, 2, argv);
 	assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
-	long long t = rep->integer;
+	long long v = rep->integer;
 	freeReplyObject(rep);
-	return t;
+	return v;
+}
+
+static long long ttl_of(struct cluster_router *r, const char *name)
+{
+	return int_reply(r, "TTL", name);
 }
 
 static void test_expiry_and_small_chunks(void **state)
@@ -1286,6 +1295,126 @@ static void test_conversation_blocks(void **state)
 	cluster_router_free(r);
 }
 
+/* A source that kills its own process once `at` of its bytes have been read:
+ * a daemon SIGKILLed in the middle of a copy. */
+struct kill_src {
+	struct odd_src o;
+	uint64_t at;
+};
+
+static int kill_read(void *ctx, void *dst, size_t len, char *err, size_t errsz)
+{
+	struct kill_src *k = ctx;
+	if (k->o.pos + len > k->at)
+		raise(SIGKILL);
+	return odd_read(&k->o, dst, len, err, errsz);
+}
+
+/* A put killed part-way leaves its chunks, its parts and its references to
+ * shared parts, which nothing else would ever delete (its record was never
+ * written): tier2_undo of its key and generation takes back every one of
+ * them from its intent, and leaves the entry whose parts it shared whole. */
+static void test_undo_after_kill(void **state)
+{
+	(void)state;
+	const char *ns = "undo";
+	struct cluster_router *r = router();
+	char err[512] = "";
+	struct tier2_put_result res;
+	struct storeutil_snap a = conv_turn(256, 31, 0), b = conv_turn(1024, 31, 0);
+	enum tier2_status st = put_turn(r, ns, &a, 256, 64, 0, &res, NULL, err, sizeof(err));
+	if (st != TIER2_OK)
+		fail_msg("put of turn 256: %s: %s", tier2_status_name(st), err);
+	assert_int_equal(count_kind(r, ns, 'i'), 0); /* a put that is whole keeps no intent */
+	size_t parts = count_kind(r, ns, 'p'), refs = count_kind(r, ns, 'q'),
+	       chunks = count_kind(r, ns, 'c');
+	assert_true(parts > 0);
+	char shared[TIER2_NAME_MAX];
+	part_name(r, ns, 256, 0, 0, shared, 'q');
+	assert_int_equal(int_reply(r, "SCARD", shared), 1);
+
+	/* turn 1024, which shares turn 256's blocks, killed at three quarters */
+	uint8_t key[32];
+	key_of(1024, key);
+	uint64_t gen = tier2_generation_new();
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct cluster_router *cr = router(); /* connections of its own */
+		struct tier2_layer *layers = calloc(b.n, sizeof(*layers));
+		for (uint32_t i = 0; i < b.n; i++)
+			layers[i] = (struct tier2_layer){b.blobs[i].size, b.blobs[i].xxh3,
+			                                 b.bufs[i][0]};
+		struct kill_src ks = {.o = {.s = &b}, .at = blob_sum(&b) / 4 * 3};
+		struct tier2_source src = {kill_read, &ks};
+		struct tier2_put_options o = {.row_block = 64,
+		                              .chunk_size = 65536,
+		                              .max_in_flight = 2,
+		                              .generation = gen};
+		(void)tier2_put_from(cr, ns, fp, "c", 1, conv, 1024, layers, b.n, &src, &o, NULL,
+		                     NULL, err, sizeof(err));
+		_exit(3); /* not reached: the source kills it first */
+	}
+	int ws = 0;
+	assert_int_equal(waitpid(pid, &ws, 0), pid);
+	assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+	char intent[TIER2_NAME_MAX];
+	tier2_name_intent(intent, ns, key, gen);
+	/* it had written: its intent, naming parts; chunks; a reference to a
+	 * part of turn 256's; parts of its own */
+	assert_true(int_reply(r, "LLEN", intent) > 1);
+	assert_true(count_kind(r, ns, 'c') > chunks);
+	assert_int_equal(int_reply(r, "SCARD", shared), 2);
+	assert_true(count_kind(r, ns, 'p') > parts);
+	assert_int_equal(count_kind(r, ns, 'e'), 1);
+
+	uint64_t freed = 0;
+	st = tier2_undo(r, ns, key, gen, &freed, err, sizeof(err));
+	if (st != TIER2_OK)
+		fail_msg("undo: %s: %s", tier2_status_name(st), err);
+	assert_true(freed > 0);
+	assert_int_equal(count_kind(r, ns, 'i'), 0);
+	assert_int_equal(count_kind(r, ns, 'c'), chunks);
+	assert_int_equal(count_kind(r, ns, 'p'), parts);
+	assert_int_equal(count_kind(r, ns, 'q'), refs);
+	assert_int_equal(int_reply(r, "SCARD", shared), 1);
+	get_turn_exact(r, ns, 256, &a);
+	/* again: nothing left to take back */
+	st = tier2_undo(r, ns, key, gen, &freed, err, sizeof(err));
+	assert_int_equal(st, TIER2_OK);
+	assert_int_equal(freed, 0);
+	/* a generation the key's record has is refused as a put's choice */
+	uint8_t ka[32];
+	key_of(256, ka);
+	struct tier2_record rec;
+	record_of(r, ns, ka, &rec);
+	struct tier2_layer *la = calloc(a.n, sizeof(*la));
+	for (uint32_t i = 0; i < a.n; i++)
+		la[i] = (struct tier2_layer){a.blobs[i].size, a.blobs[i].xxh3, a.bufs[i][0]};
+	struct odd_src os = {.s = &a};
+	struct tier2_source src = {odd_read, &os};
+	struct tier2_put_options o = {.row_block = 64, .generation = rec.generation};
+	st = tier2_put_from(r, ns, fp, "c", 1, conv, 256, la, a.n, &src, &o, &res, NULL, err,
+	                    sizeof(err));
+	assert_int_equal(st, TIER2_INVALID);
+	assert_non_null(strstr(err, "the key's record's already"));
+	free(la);
+	tier2_record_free(&rec);
+	/* an undo of a put that finished deletes it, intent and all */
+	record_of(r, ns, ka, &rec);
+	st = tier2_undo(r, ns, ka, rec.generation, &freed, err, sizeof(err));
+	assert_int_equal(st, TIER2_OK);
+	tier2_record_free(&rec);
+	assert_int_equal(count_kind(r, ns, 'e'), 0);
+	assert_int_equal(count_kind(r, ns, 'p'), 0);
+	assert_int_equal(count_kind(r, ns, 'q'), 0);
+	assert_int_equal(count_kind(r, ns, 'c'), 0);
+	storeutil_snap_free(&a);
+	storeutil_snap_free(&b);
+	cluster_router_free(r);
+}
+
 /* The reader streams an entry through a window: every byte below *arrived
  * is the entry's, none at or past the limit is written, and the bytes a
  * chunk holds past an MLA layer's parts wait for a later limit. Windows far
@@ -1459,6 +1588,7 @@ int main(void)
 	        cmocka_unit_test(test_ledger_pages),
 	        cmocka_unit_test(test_conversation_blocks),
 	        cmocka_unit_test(test_read_window),
+	        cmocka_unit_test(test_undo_after_kill),
 	        cmocka_unit_test(test_cluster_unreachable),
 	};
 	return cmocka_run_group_tests_name("tier 2 on a real cluster", tests, setup, teardown);

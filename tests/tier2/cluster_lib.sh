@@ -41,7 +41,7 @@ echo k3pass > "$dir/pw"
 echo wrong > "$dir/badpw"
 # the daemons' user has exactly the rights the README lists (the default
 # user, without a password, is the test's own, for its faults)
-acl=('~k3:k3cache:*' +get +set +del +exists +hset +hgetall +hdel +expire +scan +zadd +zrange +zrem
+acl=('~k3:k3cache:*' +get +set +del +exists +hset +hgetall +hdel +expire +scan +zadd +zrange +zrem +rpush +lrange
   +eval '+cluster|slots' +asking +persist +ttl +pttl +pexpire +sadd +srem +scard)
 # start_node I [redis-server flags...]: on port[I], or the next free one when
 # another process took it meanwhile (another test picking at the same time)

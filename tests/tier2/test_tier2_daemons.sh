@@ -246,10 +246,34 @@ out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2)
 ok "budget: the other daemons' entries stay ($(python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))' <<<"$out") listed)" $(python3 -c 'import json,sys; sys.exit(0 if len(json.load(sys.stdin)["entries"]) >= '"$n"' else 1)' <<<"$out"; echo $?)
 stop_daemons bud
 
+# ---- a daemon SIGKILLed mid-copy: the copy undone at its next start ---------------------------
+# A copy is journaled in the ledger (a member of negative score) before it
+# writes; killed part-way, its parts and chunks have no record and no budget
+# naming them. The daemon is frozen once the copy has appended two rounds of
+# parts to its intent (RPUSH), then killed; restarted, it undoes the copy.
+big=$shared_dir/models/kimi-k3-0.40b-twin.json pub=$build/tests/k3pub
+led="k3:k3cache:o:cut"
+pending() { redis-cli -c -p "${port[0]}" zcount "$led" -inf '(0'; }
+kind_count() { local i n=0; for i in 0 1 2; do n=$((n + $(redis-cli -p "${port[$i]}" --scan --pattern "k3:k3cache:$1:*" | wc -l))); done; echo $n; }
+rpushes() { local i n=0 c; for i in 0 1 2; do c=$(redis-cli -p "${port[$i]}" info commandstats | sed -n 's/^cmdstat_rpush:calls=\([0-9]*\),.*/\1/p'); n=$((n + ${c:-0})); done; echo $n; }
+parts0=$(kind_count p) refs0=$(kind_count q) chunks0=$(kind_count c)
+start_daemon cut --tier2-owner cut
+"$pub" "$dir/cut.sock" "$big" N:16384 cut 7 >/dev/null; ok "cut short: a 160 MiB entry published" $?
+for _ in $(seq 1000); do [ "$(pending)" = 1 ] && break; sleep 0.005; done
+r0=$(rpushes) frozen=1
+for _ in $(seq 2000); do [ "$(rpushes)" -ge $((r0 + 3)) ] && { kill -STOP "${dpid[cut]}"; frozen=0; break; }; done
+kill -9 "${dpid[cut]}"; wait "${dpid[cut]}" 2>/dev/null; dpid[cut]=
+ok "cut short: SIGKILLed in the middle of its copy (pending $(pending), intents $(kind_count i), parts $(kind_count p) from $parts0)" $([ $frozen = 0 ] && [ "$(pending)" = 1 ] && [ "$(kind_count i)" = 1 ] && [ "$(kind_count p)" -gt "$parts0" ]; echo $?)
+start_daemon cut --tier2-owner cut
+for _ in $(seq 200); do grep -q "undid 1 copies cut short" "$dir/cut.log" && break; sleep 0.05; done
+ok "cut short: the restarted daemon undid the copy ($(grep -o 'undid.*' "$dir/cut.log" | tail -1))" $(grep -q "undid 1 copies cut short" "$dir/cut.log" && [ "$(stat_of cut tier2_copies_undone)" = 1 ]; echo $?)
+ok "cut short: nothing of it is left (pending $(pending), intents $(kind_count i), parts $(kind_count p) of $parts0, referrers $(kind_count q) of $refs0, chunks $(kind_count c) of $chunks0)" $([ "$(pending)" = 0 ] && [ "$(kind_count i)" = 0 ] && [ "$(kind_count p)" = "$parts0" ] && [ "$(kind_count q)" = "$refs0" ] && [ "$(kind_count c)" = "$chunks0" ]; echo $?)
+ok "cut short: its ledger holds no entry" $([ "$(redis-cli -c -p "${port[0]}" zcard "$led")" = 0 ]; echo $?)
+stop_daemons cut
+
 # ---- a large entry streams from the cluster into the store through a window ----------------
 # 16,384 tokens of the twin model: 160 MiB (MLA rows in block parts, the rest
 # in 1 MiB chunks); daemon c's stages are 2 MiB, so its window holds 6 MiB
-big=$shared_dir/models/kimi-k3-0.40b-twin.json pub=$build/tests/k3pub
 before=$(($(stat_of a tier2_copies) + $(stat_of a tier2_copies_existing)))
 "$pub" "$dir/a.sock" "$big" N:16384 big 7 >/dev/null; ok "large: a 160 MiB entry published on a" $?
 wait_copies a $((before + 1)); ok "large: copied to the cluster" $?

@@ -721,6 +721,105 @@ static void test_ledger_page(void **state)
 	freeReplyObject(rep);
 }
 
+/* RESP of one bulk string of len bytes at out. */
+static size_t bulk(char *out, const void *b, size_t len)
+{
+	size_t n = (size_t)sprintf(out, "$%zu\r\n", len);
+	memcpy(out + n, b, len);
+	n += len;
+	return n + (size_t)sprintf(out + n, "\r\n");
+}
+
+static void test_intent(void **state)
+{
+	(void)state;
+	unsigned char head[TIER2_INTENT_HEAD_LEN], el[TIER2_INTENT_PART_LEN];
+	uint32_t cs = 0, n = 0;
+	tier2_intent_head_encode(head, 65536, 669);
+	assert_memory_equal(head, "K3TI", 4);
+	assert_int_equal(tier2_intent_head_decode(head, sizeof(head), &cs, &n), 0);
+	assert_int_equal(cs, 65536);
+	assert_int_equal(n, 669);
+	assert_int_equal(tier2_intent_head_decode(head, sizeof(head) - 1, &cs, &n), -1);
+	assert_int_equal(tier2_intent_head_decode(NULL, sizeof(head), &cs, &n), -1);
+	const uint32_t bad_head[][2] = {
+	        {0, 1}, {TIER2_CHUNK_MAX + 1, 1}, {4096, TIER2_MAX_CHUNKS + 1}};
+	for (size_t i = 0; i < sizeof(bad_head) / sizeof(bad_head[0]); i++) {
+		tier2_intent_head_encode(head, bad_head[i][0], bad_head[i][1]);
+		if (tier2_intent_head_decode(head, sizeof(head), &cs, &n) != -1)
+			fail_msg("header %zu accepted", i);
+	}
+	tier2_intent_head_encode(head, 65536, 669);
+	head[0] = 'X';
+	assert_int_equal(tier2_intent_head_decode(head, sizeof(head), &cs, &n), -1);
+
+	struct tier2_intent_part p = {.layer = 7, .part = 1, .xxh3 = UINT64_MAX - 3, .size = 65536},
+	                         q;
+	memset(p.node, 0xa5, sizeof(p.node));
+	tier2_intent_part_encode(el, &p);
+	assert_int_equal(tier2_intent_part_decode(el, sizeof(el), &q), 0);
+	assert_memory_equal(&p, &q, sizeof(p));
+	assert_int_equal(tier2_intent_part_decode(el, sizeof(el) + 1, &q), -1);
+	const struct tier2_intent_part bad_part[] = {
+	        {.layer = TIER2_MAX_LAYERS, .part = 0, .size = 1},
+	        {.layer = 0, .part = 2, .size = 1},
+	        {.layer = 0, .part = 0, .size = 0},
+	        {.layer = 0, .part = 0, .size = (uint64_t)TIER2_PART_MAX + 1}};
+	for (size_t i = 0; i < sizeof(bad_part) / sizeof(bad_part[0]); i++) {
+		tier2_intent_part_encode(el, &bad_part[i]);
+		if (tier2_intent_part_decode(el, sizeof(el), &q) != -1)
+			fail_msg("part %zu accepted", i);
+	}
+
+	/* a first page: the header, a part, an element of another form
+	 * (skipped), another part */
+	struct tier2_intent_part got[4];
+	size_t gn = 9, elems = 9;
+	char err[256] = "", buf[1024];
+	tier2_intent_head_encode(head, 4096, 30);
+	tier2_intent_part_encode(el, &p);
+	size_t len = (size_t)sprintf(buf, "*4\r\n");
+	len += bulk(buf + len, head, sizeof(head));
+	len += bulk(buf + len, el, sizeof(el));
+	len += bulk(buf + len, "odd", 3);
+	len += bulk(buf + len, el, sizeof(el));
+	redisReply *rep = resp(buf, len);
+	assert_int_equal(tier2_intent_parse(rep, 1, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)),
+	                 0);
+	assert_int_equal(cs, 4096);
+	assert_int_equal(n, 30);
+	assert_int_equal(gn, 2);
+	assert_int_equal(elems, 4);
+	assert_memory_equal(&got[1], &p, sizeof(p));
+	/* the same as a later page: its first element is a part like the rest */
+	assert_int_equal(tier2_intent_parse(rep, 0, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)),
+	                 0);
+	assert_int_equal(gn, 2);
+	/* more than the page holds */
+	assert_int_equal(tier2_intent_parse(rep, 1, &cs, &n, got, 3, &gn, &elems, err, sizeof(err)),
+	                 -1);
+	assert_int_equal(gn, 0);
+	freeReplyObject(rep);
+	/* a first page that does not begin with a header */
+	len = (size_t)sprintf(buf, "*1\r\n");
+	len += bulk(buf + len, el, sizeof(el));
+	rep = resp(buf, len);
+	assert_int_equal(tier2_intent_parse(rep, 1, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)),
+	                 -1);
+	assert_non_null(strstr(err, "no header"));
+	freeReplyObject(rep);
+	const char *bad[] = {"-WRONGTYPE Operation\r\n", ":3\r\n", "$3\r\nabc\r\n", "*1\r\n:1\r\n"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		rep = resp(bad[i], strlen(bad[i]));
+		if (tier2_intent_parse(rep, 1, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)) !=
+		    -1)
+			fail_msg("reply %zu accepted", i);
+		freeReplyObject(rep);
+	}
+	assert_int_equal(
+	        tier2_intent_parse(NULL, 1, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -737,6 +836,7 @@ int main(void)
 	        cmocka_unit_test(test_tail_hash),
 	        cmocka_unit_test(test_record_names_and_owners),
 	        cmocka_unit_test(test_ledger_page),
+	        cmocka_unit_test(test_intent),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
