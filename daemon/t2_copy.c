@@ -109,6 +109,17 @@ static int snap_read(void *ctx, void *dst, size_t len, char *err, size_t errsz)
 
 /* ---- the ledger ---------------------------------------------------------------- */
 
+/* Whether the copy of pending member o was whole: the ledger has its entry
+ * (the stop came between the two, or the pending member's removal failed). */
+static int finished(const struct tier2_owned *all, size_t n, const struct tier2_owned *o)
+{
+	for (size_t i = 0; i < n; i++)
+		if (all[i].score >= 0 && all[i].generation == o->generation &&
+		    !memcmp(all[i].key, o->key, TIER2_KEY_LEN))
+			return 1;
+	return 0;
+}
+
 static int left_add(struct copier *c, const struct tier2_owned *o)
 {
 	if (c->n_left == c->cap_left) {
@@ -139,6 +150,11 @@ static void undo_left(struct copier *c, size_t most)
 			done++;
 			st = tier2_undo(c->r, t->cfg.ns, o->key, o->generation, &freed, err,
 			                sizeof(err));
+			if (st == TIER2_DAMAGED) {
+				/* as far as it can be: no retry does more */
+				k3d_log(K3D_LOG_WARN, "tier2: %s", err);
+				st = TIER2_OK;
+			}
 			if (st == TIER2_OK)
 				st = tier2_ledger_remove(c->r, t->cfg.ns, t->owner, o, err,
 				                         sizeof(err));
@@ -182,7 +198,10 @@ static int load_ledger(struct copier *c, char *err, size_t errsz)
 	size_t kept = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (all[i].score < 0) { /* a copy under way when the daemon stopped */
-			if (left_add(c, &all[i]) != 0)
+			if (finished(all, n, &all[i])) /* only its journal is left */
+				(void)tier2_ledger_remove(c->r, c->t->cfg.ns, c->t->owner, &all[i],
+				                          err, errsz);
+			else if (left_add(c, &all[i]) != 0)
 				k3d_log(K3D_LOG_WARN, "tier2: ledger: out of memory");
 			continue;
 		}
@@ -281,6 +300,7 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		return;
 	}
 	char err[512] = "";
+	int late = !c->loaded;
 	if (!c->loaded && load_ledger(c, err, sizeof(err)) != 0) {
 		atomic_fetch_add(&t->n.copies_failed, 1);
 		t2_warn(c,
@@ -299,8 +319,8 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		store_entry_info_free(info);
 		return;
 	}
-	if (c->n_left)
-		undo_left(c, UNDO_PER_COPY);
+	if (c->n_left) /* all of them when the ledger was read just now */
+		undo_left(c, late ? SIZE_MAX : UNDO_PER_COPY);
 	/* the journal first: a copy cut short is undone at the next start */
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);

@@ -81,8 +81,10 @@
  * is "K3TI" | u32 chunk_size | u32 n_chunks at most (12 bytes); before each
  * round of part references it appends, and waits for, one element per part:
  * NODE (16 raw bytes) | u32 layer | u32 part | u64 xxh3 | u64 size (40
- * bytes, LE). Chunks need no element: their names follow from the key, GEN
- * and the count. A put deletes its intent once it is whole (after the
+ * bytes, LE); before it overwrites a record of another generation, "K3TO" |
+ * u64 that generation | u32 its n_chunks (16 bytes), whose chunks are then
+ * the put's to delete. Chunks need no element: their names follow from the
+ * key, GEN and the count. A put deletes its intent once it is whole (after the
  * replaced generation's cleanup) or undone; a delete of the generation
  * deletes it too. It has the put's expiry.
  *
@@ -449,15 +451,19 @@ enum tier2_status tier2_delete(struct cluster_router *r, const char *ns,
 uint64_t tier2_generation_new(void);
 
 /* Undoes what a put of key and generation wrote and did not take back
- * itself (its process was killed, or its undo met a failing node): when the
- * key's record has that generation, tier2_delete of it; then, from the
- * put's intent, its references to parts (a part left with none is
- * deleted) and its chunks; then the intent. A put that had finished is
- * deleted too. Nothing of another generation is touched; undoing twice, or
- * a put that wrote nothing, is TIER2_OK. TIER2_OK with *bytes_freed (may be
- * NULL) what DEL removed (a chunk counted at chunk_size); TIER2_DAMAGED when
- * the intent's header is not one (nothing deleted); TIER2_INVALID,
- * TIER2_TIMEOUT, TIER2_NODE_ERROR, TIER2_NOMEM: to run again later. */
+ * itself (its process was killed, or its undo met a failing node): from
+ * the put's intent, its references to parts (a part left with none is
+ * deleted); when the key's record has that generation, the chunks of the
+ * generation it replaced (named in the intent) and then tier2_delete of
+ * it; the put's chunks; the intent, last, so that an undo that failed can
+ * be run again. A put that had finished is deleted too. Nothing of another
+ * generation is touched but the one the put itself replaced; undoing
+ * twice, or a put that wrote nothing, is TIER2_OK. TIER2_OK with
+ * *bytes_freed (may be NULL) what DEL removed (a chunk counted at
+ * chunk_size); TIER2_DAMAGED when the intent has no header (evicted and
+ * written again): its parts are unreferenced and it is deleted, but its
+ * chunks are left to expiry or eviction; TIER2_INVALID, TIER2_TIMEOUT,
+ * TIER2_NODE_ERROR, TIER2_NOMEM: to run again later. */
 enum tier2_status tier2_undo(struct cluster_router *r, const char *ns,
                              const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
                              uint64_t *bytes_freed, char *err, size_t errsz);
@@ -595,6 +601,18 @@ enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uin
 #define TIER2_INTENT_HEAD_LEN 12u
 #define TIER2_INTENT_PART_LEN 40u
 
+#define TIER2_INTENT_OLD_LEN 16u
+
+/* What an intent's pages say besides its parts (tier2_intent_parse fills
+ * it in, page after page; zero it first). */
+struct tier2_intent_info {
+	int have_head; /* the header, first element of the first page */
+	uint32_t chunk_size, n_chunks;
+	int have_old; /* the generation the put replaced, when it had begun to */
+	uint64_t old_gen;
+	uint32_t old_n_chunks;
+};
+
 /* A part a put referenced, as its intent names it. */
 struct tier2_intent_part {
 	uint8_t node[16];
@@ -619,12 +637,19 @@ void tier2_intent_part_encode(unsigned char out[TIER2_INTENT_PART_LEN],
  * TIER2_MAX_LAYERS, part 0 or 1, size 1..TIER2_PART_MAX); -1 when not. */
 int tier2_intent_part_decode(const void *b, size_t len, struct tier2_intent_part *p);
 
+/* "K3TO" | u64 old_gen | u32 old_n_chunks; decode: 0, or -1 when b (len
+ * bytes, untrusted) is not one (more than TIER2_MAX_CHUNKS chunks). */
+void tier2_intent_old_encode(unsigned char out[TIER2_INTENT_OLD_LEN], uint64_t old_gen,
+                             uint32_t old_n_chunks);
+int tier2_intent_old_decode(const void *b, size_t len, uint64_t *old_gen, uint32_t *old_n_chunks);
+
 /* Parses one page of LRANGE of an intent (RESP2, at most cap elements;
- * first: the page from element 0, whose first element must be the header,
- * to *chunk_size and *n_chunks): 0 with the parts named in out[0..*n_out)
- * (elements of another form skipped) and *n_elems the page's elements; -1
- * with a message when the reply is not such a page. */
-int tier2_intent_parse(const redisReply *rep, int first, uint32_t *chunk_size, uint32_t *n_chunks,
+ * first: the page from element 0, where the header may be, as its first
+ * element only): 0 with the parts named in out[0..*n_out), the header and
+ * an old generation noted in *info, elements of another form skipped, and
+ * *n_elems the page's elements; -1 with a message when the reply is not a
+ * page of a list. */
+int tier2_intent_parse(const redisReply *rep, int first, struct tier2_intent_info *info,
                        struct tier2_intent_part *out, size_t cap, size_t *n_out, size_t *n_elems,
                        char *err, size_t errsz);
 

@@ -152,6 +152,13 @@ enum tier2_status tier2_delete(struct cluster_router *r, const char *ns,
                                const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
                                uint64_t *bytes_freed, char *err, size_t errsz)
 {
+	return tier2_delete_gen(r, ns, key, generation, 0, bytes_freed, err, errsz);
+}
+
+enum tier2_status tier2_delete_gen(struct cluster_router *r, const char *ns,
+                                   const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
+                                   int keep_intent, uint64_t *bytes_freed, char *err, size_t errsz)
+{
 	uint64_t freed = 0;
 	if (bytes_freed)
 		*bytes_freed = 0;
@@ -197,7 +204,7 @@ enum tier2_status tier2_delete(struct cluster_router *r, const char *ns,
 		st = run_ints(r, &cmd, 1, "deleting the record", &gone, NULL, err, errsz);
 		freed += gone ? rec_len : 0;
 	}
-	if (st == TIER2_OK) {
+	if (st == TIER2_OK && !keep_intent) {
 		/* an intent its put left (its DEL failed): nothing in it is
 		 * needed once the generation is gone */
 		char ignored[256];

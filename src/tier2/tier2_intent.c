@@ -5,14 +5,16 @@
 
 #include "tier2/tier2_io.h"
 
-#define HEAD_MAGIC    "K3TI"
 #define INTENT_PAGE   1024u /* elements read per LRANGE */
 #define DELS_PER_TRIP 1024u
+
+static const unsigned char head_magic[4] = {'K', '3', 'T', 'I'};
+static const unsigned char old_magic[4] = {'K', '3', 'T', 'O'};
 
 void tier2_intent_head_encode(unsigned char out[TIER2_INTENT_HEAD_LEN], uint32_t chunk_size,
                               uint32_t n_chunks)
 {
-	memcpy(out, HEAD_MAGIC, 4);
+	memcpy(out, head_magic, sizeof(head_magic));
 	tier2_put_le32(out + 4, chunk_size);
 	tier2_put_le32(out + 8, n_chunks);
 }
@@ -20,7 +22,7 @@ void tier2_intent_head_encode(unsigned char out[TIER2_INTENT_HEAD_LEN], uint32_t
 int tier2_intent_head_decode(const void *b, size_t len, uint32_t *chunk_size, uint32_t *n_chunks)
 {
 	const unsigned char *p = b;
-	if (!p || len != TIER2_INTENT_HEAD_LEN || memcmp(p, HEAD_MAGIC, 4) != 0)
+	if (!p || len != TIER2_INTENT_HEAD_LEN || memcmp(p, head_magic, sizeof(head_magic)) != 0)
 		return -1;
 	uint32_t cs = tier2_get_le32(p + 4), n = tier2_get_le32(p + 8);
 	if (cs == 0 || cs > TIER2_CHUNK_MAX || n > TIER2_MAX_CHUNKS)
@@ -54,6 +56,27 @@ int tier2_intent_part_decode(const void *b, size_t len, struct tier2_intent_part
 	if (ref->layer >= TIER2_MAX_LAYERS || ref->part > 1 || ref->size == 0 ||
 	    ref->size > TIER2_PART_MAX)
 		return -1;
+	return 0;
+}
+
+void tier2_intent_old_encode(unsigned char out[TIER2_INTENT_OLD_LEN], uint64_t old_gen,
+                             uint32_t old_n_chunks)
+{
+	memcpy(out, old_magic, sizeof(old_magic));
+	tier2_put_le64(out + 4, old_gen);
+	tier2_put_le32(out + 12, old_n_chunks);
+}
+
+int tier2_intent_old_decode(const void *b, size_t len, uint64_t *old_gen, uint32_t *old_n_chunks)
+{
+	const unsigned char *p = b;
+	if (!p || len != TIER2_INTENT_OLD_LEN || memcmp(p, old_magic, sizeof(old_magic)) != 0)
+		return -1;
+	uint32_t n = tier2_get_le32(p + 12);
+	if (n > TIER2_MAX_CHUNKS)
+		return -1;
+	*old_gen = tier2_get_le64(p + 4);
+	*old_n_chunks = n;
 	return 0;
 }
 
@@ -132,6 +155,19 @@ enum tier2_status tier2_intent_parts(struct cluster_router *r, const char *ns,
 	return st;
 }
 
+enum tier2_status tier2_intent_old(struct cluster_router *r, const char *ns,
+                                   const uint8_t key[TIER2_KEY_LEN], uint64_t gen, uint64_t old_gen,
+                                   uint32_t old_n_chunks, char *err, size_t errsz)
+{
+	char name[TIER2_NAME_MAX];
+	size_t nl = tier2_name_intent(name, ns, key, gen);
+	unsigned char el[TIER2_INTENT_OLD_LEN];
+	tier2_intent_old_encode(el, old_gen, old_n_chunks);
+	const char *argv[3] = {"RPUSH", NULL, (const char *)el};
+	size_t lens[3] = {5, 0, sizeof(el)};
+	return intent_int(r, name, nl, 3, argv, lens, "writing the put's intent", err, errsz);
+}
+
 enum tier2_status tier2_intent_end(struct cluster_router *r, const char *ns,
                                    const uint8_t key[TIER2_KEY_LEN], uint64_t gen, char *err,
                                    size_t errsz)
@@ -173,7 +209,7 @@ static enum tier2_status del_chunks(struct cluster_router *r, const char *ns, co
 	return st;
 }
 
-int tier2_intent_parse(const redisReply *rep, int first, uint32_t *chunk_size, uint32_t *n_chunks,
+int tier2_intent_parse(const redisReply *rep, int first, struct tier2_intent_info *info,
                        struct tier2_intent_part *out, size_t cap, size_t *n_out, size_t *n_elems,
                        char *err, size_t errsz)
 {
@@ -188,19 +224,19 @@ int tier2_intent_parse(const redisReply *rep, int first, uint32_t *chunk_size, u
 	size_t n = 0;
 	for (size_t i = 0; i < rep->elements; i++) {
 		const redisReply *e = rep->element[i];
-		int ok = e && e->type == REDIS_REPLY_STRING && (e->str || !e->len);
-		if (first && i == 0) {
-			if (!ok ||
-			    tier2_intent_head_decode(e->str, e->len, chunk_size, n_chunks) != 0) {
-				tier2_io_err(err, errsz,
-				             "tier2: intent: no header in its first element");
-				*n_out = 0;
-				return -1;
-			}
-			continue;
-		}
-		/* an element of another form names nothing to take back */
-		if (ok && tier2_intent_part_decode(e->str, e->len, &out[n]) == 0)
+		if (!e || e->type != REDIS_REPLY_STRING || (!e->str && e->len))
+			continue; /* an element of another form names nothing to take back */
+		uint64_t og;
+		uint32_t on;
+		if (first && i == 0 &&
+		    tier2_intent_head_decode(e->str, e->len, &info->chunk_size, &info->n_chunks) ==
+		            0)
+			info->have_head = 1;
+		else if (tier2_intent_old_decode(e->str, e->len, &og, &on) == 0) {
+			info->have_old = 1;
+			info->old_gen = og;
+			info->old_n_chunks = on;
+		} else if (tier2_intent_part_decode(e->str, e->len, &out[n]) == 0)
 			n++;
 	}
 	*n_out = n;
@@ -208,14 +244,15 @@ int tier2_intent_parse(const redisReply *rep, int first, uint32_t *chunk_size, u
 	return 0;
 }
 
-/* Reads the intent a page at a time: its header to *cs and *n_chunks
- * (*have 0 when there is no intent), and unreferences every part it
- * names for member. */
+/* Reads the intent a page at a time: what it says to *info (*have 0 when
+ * there is no intent), and unreferences every part it names for member. */
 static enum tier2_status undo_parts(struct cluster_router *r, const char *ns, const char *name,
-                                    size_t nl, const unsigned char *member, int *have, uint32_t *cs,
-                                    uint32_t *n_chunks, uint64_t *freed, char *err, size_t errsz)
+                                    size_t nl, const unsigned char *member, int *have,
+                                    struct tier2_intent_info *info, uint64_t *freed, char *err,
+                                    size_t errsz)
 {
 	*have = 0;
+	memset(info, 0, sizeof(*info));
 	struct tier2_intent_part *got = calloc(INTENT_PAGE, sizeof(*got));
 	struct tier2_part_ref *refs = calloc(INTENT_PAGE, sizeof(*refs));
 	enum tier2_status st = TIER2_OK;
@@ -242,13 +279,11 @@ static enum tier2_status undo_parts(struct cluster_router *r, const char *ns, co
 			             (int)(rep->len > 200 ? 200 : rep->len),
 			             rep->str ? rep->str : "");
 			st = TIER2_NODE_ERROR;
-		} else if (start == 0 && rep->type == REDIS_REPLY_ARRAY && rep->elements == 0) {
-			elems = 0; /* no intent */
-		} else if (tier2_intent_parse(rep, start == 0, cs, n_chunks, got, INTENT_PAGE, &n,
-		                              &elems, msg, sizeof(msg)) != 0) {
+		} else if (tier2_intent_parse(rep, start == 0, info, got, INTENT_PAGE, &n, &elems,
+		                              msg, sizeof(msg)) != 0) {
 			tier2_io_err(err, errsz, "%s (%s)", msg, name);
-			st = TIER2_DAMAGED;
-		} else {
+			st = TIER2_NODE_ERROR; /* not a list: another's key, not to delete */
+		} else if (elems) {
 			*have = 1;
 		}
 		tier2_io_free_replies(&cmd, 1);
@@ -269,6 +304,31 @@ static enum tier2_status undo_parts(struct cluster_router *r, const char *ns, co
 	return st;
 }
 
+/* Whether the key's record decodes and has generation gen: *yes. */
+static enum tier2_status record_has(struct cluster_router *r, const char *ns, const uint8_t *key,
+                                    uint64_t gen, int *yes, char *err, size_t errsz)
+{
+	struct tier2_cmd2 c;
+	struct cluster_cmd cmd;
+	*yes = 0;
+	tier2_io_cmd2(&cmd, &c, "GET", tier2_name_record(c.name, ns, key));
+	enum tier2_status st =
+	        tier2_io_pipeline(r, &cmd, 1, "undo: reading the record", err, errsz);
+	if (st != TIER2_OK)
+		return st;
+	const redisReply *rep = cmd.reply;
+	struct tier2_record rec;
+	if (rep->type == REDIS_REPLY_ERROR) {
+		st = tier2_io_want_ok(rep, "GET", cmd.key, err, errsz);
+	} else if (rep->type == REDIS_REPLY_STRING &&
+	           tier2_record_decode(rep->str, rep->len, &rec, NULL, 0) == 0) {
+		*yes = rec.generation == gen;
+		tier2_record_free(&rec);
+	}
+	tier2_io_free_replies(&cmd, 1);
+	return st;
+}
+
 enum tier2_status tier2_undo(struct cluster_router *r, const char *ns,
                              const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
                              uint64_t *bytes_freed, char *err, size_t errsz)
@@ -278,22 +338,41 @@ enum tier2_status tier2_undo(struct cluster_router *r, const char *ns,
 		*bytes_freed = 0;
 	if (tier2_ns_check(ns, err, errsz) != 0)
 		return TIER2_INVALID;
-	/* a record of this generation: the put got that far (or finished) */
-	enum tier2_status st = tier2_delete(r, ns, key, generation, &freed, err, errsz);
-	if (st == TIER2_MISSING || st == TIER2_DAMAGED)
-		st = TIER2_OK; /* none, or not this put's: its chunks and parts remain */
 	char name[TIER2_NAME_MAX];
 	size_t nl = tier2_name_intent(name, ns, key, generation);
 	unsigned char member[TIER2_MEMBER_LEN];
 	tier2_member(member, key, generation);
-	int have = 0;
-	uint32_t cs = 0, n_chunks = 0;
+	int have = 0, ours = 0;
+	struct tier2_intent_info info;
+	/* its references first: from the intent (the record, when there, names
+	 * the same parts, and tier2_delete unreferences them again) */
+	enum tier2_status st =
+	        undo_parts(r, ns, name, nl, member, &have, &info, &freed, err, errsz);
 	if (st == TIER2_OK)
-		st = undo_parts(r, ns, name, nl, member, &have, &cs, &n_chunks, &freed, err, errsz);
-	if (st == TIER2_OK && have)
-		st = del_chunks(r, ns, key, generation, n_chunks, cs, &freed, err, errsz);
+		st = record_has(r, ns, key, generation, &ours, err, errsz);
+	/* its record in place: the generation it replaced has no record left,
+	 * so its chunks are this put's to delete, before the record that says so */
+	if (st == TIER2_OK && ours && info.have_old && info.old_gen != generation)
+		st = del_chunks(r, ns, key, info.old_gen, info.old_n_chunks, TIER2_CHUNK_MAX,
+		                &freed, err, errsz);
+	if (st == TIER2_OK && ours) {
+		st = tier2_delete_gen(r, ns, key, generation, 1, &freed, err, errsz);
+		if (st == TIER2_MISSING || st == TIER2_DAMAGED)
+			st = TIER2_OK; /* replaced meanwhile: the other put's */
+	}
+	if (st == TIER2_OK && info.have_head)
+		st = del_chunks(r, ns, key, generation, info.n_chunks, info.chunk_size, &freed, err,
+		                errsz);
 	if (st == TIER2_OK && have)
 		st = tier2_intent_end(r, ns, key, generation, err, errsz);
+	if (st == TIER2_OK && have && !info.have_head) {
+		tier2_io_err(
+		        err, errsz,
+		        "tier2: undo: %s had no header (evicted, then written again): its parts "
+		        "were unreferenced, its chunks are left to expiry or eviction",
+		        name);
+		st = TIER2_DAMAGED;
+	}
 	if (bytes_freed)
 		*bytes_freed = freed;
 	return st;

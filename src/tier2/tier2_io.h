@@ -125,6 +125,18 @@ enum tier2_status tier2_intent_parts(struct cluster_router *r, const char *ns,
                                      const struct tier2_part_ref *const *refs, size_t n, char *err,
                                      size_t errsz);
 
+/* Appends the generation a put replaces (its record is about to be
+ * overwritten): "K3TO" | u64 generation | u32 n_chunks. */
+enum tier2_status tier2_intent_old(struct cluster_router *r, const char *ns,
+                                   const uint8_t key[TIER2_KEY_LEN], uint64_t gen, uint64_t old_gen,
+                                   uint32_t old_n_chunks, char *err, size_t errsz);
+
+/* tier2_delete, which also DELs the generation's intent unless keep_intent
+ * (tier2_undo reads it, and deletes it last). */
+enum tier2_status tier2_delete_gen(struct cluster_router *r, const char *ns,
+                                   const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
+                                   int keep_intent, uint64_t *bytes_freed, char *err, size_t errsz);
+
 /* DELs the intent. */
 enum tier2_status tier2_intent_end(struct cluster_router *r, const char *ns,
                                    const uint8_t key[TIER2_KEY_LEN], uint64_t gen, char *err,

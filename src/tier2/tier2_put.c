@@ -581,7 +581,7 @@ static enum tier2_status put_stream(struct stream *s, const struct tier2_layer *
 		return TIER2_NOMEM;
 	}
 	if (s->row_block) {
-		s->split = calloc(n_layers, sizeof(*s->split));
+		s->split = calloc(n_layers ? n_layers : 1, sizeof(*s->split));
 		s->pend = calloc(s->window, sizeof(*s->pend));
 		s->pcmds = calloc(s->window, sizeof(*s->pcmds));
 		s->idx = calloc(s->window, sizeof(*s->idx));
@@ -913,10 +913,10 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 		p.gen = ~p.gen; /* one in 2^64: never reuse the generation being replaced */
 	}
 	tier2_member(s.member, p.key, p.gen);
+	intent = 1; /* before it is asked for: one that timed out may be there */
 	if ((st = tier2_intent_begin(r, ns, p.key, p.gen, cs, max_chunks, p.ttl, p.ttl_len, err,
 	                             errsz)) != TIER2_OK)
 		goto out;
-	intent = 1;
 	if ((st = put_stream(&s, layers, n_layers)) != TIER2_OK)
 		goto out;
 	if (s.n_refs) {
@@ -958,6 +958,11 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	cmd_of(&cmd, &c, tier2_name_record(c.name, ns, p.key), with_ttl(&p, &c, 3));
 	if (stats)
 		stats->bytes_out += rec_len;
+	/* the generation it replaces, in the intent: once the record is ours,
+	 * its chunks are this put's to delete, even after a kill */
+	if (old.have && (st = tier2_intent_old(r, ns, p.key, p.gen, old.gen, old.n_chunks, err,
+	                                       errsz)) != TIER2_OK)
+		goto out;
 	record_sent = 1;
 	if ((st = run(&p, &cmd, 1, "writing the record", 0)) != TIER2_OK)
 		goto out;

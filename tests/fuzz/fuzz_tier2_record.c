@@ -60,10 +60,10 @@ static void ledger_page(const redisReply *rep, int i)
 static void intent_page(const redisReply *rep, int i)
 {
 	static struct tier2_intent_part page[64];
-	uint32_t cs = 0, n = 0;
+	struct tier2_intent_info info = {0};
 	size_t got = 0, elems = 0;
 	char err[200] = "";
-	int rc = tier2_intent_parse(rep, i == 0, &cs, &n, page, 64, &got, &elems, err, sizeof(err));
+	int rc = tier2_intent_parse(rep, i == 0, &info, page, 64, &got, &elems, err, sizeof(err));
 	if ((rc == 0 && (got > elems || elems > 64)) || (rc != 0 && (got != 0 || err[0] == '\0')))
 		abort();
 }
@@ -77,6 +77,13 @@ static void intent(const uint8_t *data, size_t size)
 		tier2_intent_head_encode(again, cs, n);
 		if (size != sizeof(again) || memcmp(again, data, size) != 0)
 			abort(); /* a header that decodes is one that encodes */
+	}
+	uint64_t og = 0;
+	if (tier2_intent_old_decode(data, size, &og, &n) == 0) {
+		unsigned char again[TIER2_INTENT_OLD_LEN];
+		tier2_intent_old_encode(again, og, n);
+		if (size != sizeof(again) || memcmp(again, data, size) != 0)
+			abort();
 	}
 	struct tier2_intent_part part;
 	if (tier2_intent_part_decode(data, size, &part) == 0) {

@@ -1410,6 +1410,44 @@ static void test_undo_after_kill(void **state)
 	assert_int_equal(count_kind(r, ns, 'p'), 0);
 	assert_int_equal(count_kind(r, ns, 'q'), 0);
 	assert_int_equal(count_kind(r, ns, 'c'), 0);
+
+	/* a put that replaced a record of another generation, stopped after
+	 * its own record and before the replaced generation's cleanup (the
+	 * state made by hand: the replaced chunks written back, the intent as
+	 * the put leaves it): the undo deletes the replaced chunks too */
+	st = put_turn(r, ns, &a, 256, 64, 0, &res, NULL, err, sizeof(err));
+	assert_int_equal(st, TIER2_OK);
+	uint64_t g1 = res.generation;
+	uint32_t n1 = res.n_chunks;
+	st = put_turn(r, ns, &a, 256, 64, 0, &res, NULL, err, sizeof(err)); /* replaces it */
+	assert_int_equal(st, TIER2_OK);
+	uint64_t g2 = res.generation;
+	assert_true(g2 != g1);
+	assert_int_equal(count_kind(r, ns, 'c'), res.n_chunks); /* g1's deleted */
+	for (uint32_t i = 0; i < n1; i++) {
+		char name[TIER2_NAME_MAX];
+		tier2_name_chunk(name, ns, ka, g1, i);
+		const char *argv[] = {"SET", name, "x"};
+		freeReplyObject(cmd(r, 3, argv));
+	}
+	unsigned char head[TIER2_INTENT_HEAD_LEN], old[TIER2_INTENT_OLD_LEN];
+	tier2_intent_head_encode(head, 65536, res.n_chunks);
+	tier2_intent_old_encode(old, g1, n1);
+	tier2_name_intent(intent, ns, ka, g2);
+	const char *argv[] = {"RPUSH", intent, (const char *)head, (const char *)old};
+	size_t lens[] = {5, strlen(intent), sizeof(head), sizeof(old)};
+	redisReply *rep = NULL;
+	assert_int_equal(cluster_command_argv(r, intent, lens[1], 4, argv, lens, &rep), 0);
+	assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+	freeReplyObject(rep);
+	assert_int_equal(count_kind(r, ns, 'c'), res.n_chunks + n1);
+	st = tier2_undo(r, ns, ka, g2, &freed, err, sizeof(err));
+	if (st != TIER2_OK)
+		fail_msg("undo of the replacing put: %s: %s", tier2_status_name(st), err);
+	assert_int_equal(count_kind(r, ns, 'c'), 0);
+	assert_int_equal(count_kind(r, ns, 'i'), 0);
+	assert_int_equal(count_kind(r, ns, 'e'), 0);
+	assert_int_equal(count_kind(r, ns, 'p'), 0);
 	storeutil_snap_free(&a);
 	storeutil_snap_free(&b);
 	cluster_router_free(r);

@@ -251,6 +251,8 @@ stop_daemons bud
 # writes; killed part-way, its parts and chunks have no record and no budget
 # naming them. The daemon is frozen once the copy has appended two rounds of
 # parts to its intent (RPUSH), then killed; restarted, it undoes the copy.
+# (The twin's stream is one chunk, written last: test_tier2_live kills a put
+# after chunks too.) Daemons a and b are idle here: their copies are done.
 big=$shared_dir/models/kimi-k3-0.40b-twin.json pub=$build/tests/k3pub
 led="k3:k3cache:o:cut"
 pending() { redis-cli -c -p "${port[0]}" zcount "$led" -inf '(0'; }
@@ -261,14 +263,59 @@ start_daemon cut --tier2-owner cut
 "$pub" "$dir/cut.sock" "$big" N:16384 cut 7 >/dev/null; ok "cut short: a 160 MiB entry published" $?
 for _ in $(seq 1000); do [ "$(pending)" = 1 ] && break; sleep 0.005; done
 r0=$(rpushes) frozen=1
-for _ in $(seq 2000); do [ "$(rpushes)" -ge $((r0 + 3)) ] && { kill -STOP "${dpid[cut]}"; frozen=0; break; }; done
+for _ in $(seq 2000); do [ "$(rpushes)" -ge $((r0 + 3)) ] && { kill -STOP "${dpid[cut]}"; frozen=0; break; }; sleep 0.005; done
 kill -9 "${dpid[cut]}"; wait "${dpid[cut]}" 2>/dev/null; dpid[cut]=
 ok "cut short: SIGKILLed in the middle of its copy (pending $(pending), intents $(kind_count i), parts $(kind_count p) from $parts0)" $([ $frozen = 0 ] && [ "$(pending)" = 1 ] && [ "$(kind_count i)" = 1 ] && [ "$(kind_count p)" -gt "$parts0" ]; echo $?)
 start_daemon cut --tier2-owner cut
-for _ in $(seq 200); do grep -q "undid 1 copies cut short" "$dir/cut.log" && break; sleep 0.05; done
+for _ in $(seq 600); do grep -q "undid 1 copies cut short" "$dir/cut.log" && break; sleep 0.05; done
 ok "cut short: the restarted daemon undid the copy ($(grep -o 'undid.*' "$dir/cut.log" | tail -1))" $(grep -q "undid 1 copies cut short" "$dir/cut.log" && [ "$(stat_of cut tier2_copies_undone)" = 1 ]; echo $?)
 ok "cut short: nothing of it is left (pending $(pending), intents $(kind_count i), parts $(kind_count p) of $parts0, referrers $(kind_count q) of $refs0, chunks $(kind_count c) of $chunks0)" $([ "$(pending)" = 0 ] && [ "$(kind_count i)" = 0 ] && [ "$(kind_count p)" = "$parts0" ] && [ "$(kind_count q)" = "$refs0" ] && [ "$(kind_count c)" = "$chunks0" ]; echo $?)
 ok "cut short: its ledger holds no entry" $([ "$(redis-cli -c -p "${port[0]}" zcard "$led")" = 0 ]; echo $?)
+stop_daemons cut
+
+# a stop between a copy's ledger entry and the removal of its journal: the
+# entry is whole and kept, only the pending member goes (made by hand: the
+# member of a copied entry, its byte count changed, scored below zero)
+start_daemon cut --tier2-owner cut2
+: > "$dir/cut2"
+turn cut 1 "$dir/cut2" cut2; wait_copies cut 2; ok "journal left: the turn's entries copied" $?
+stop_daemons cut
+python3 - "$led"2 "${port[@]}" <<'PY' > "$dir/cut2.py" 2>&1
+import socket, struct, sys
+key, ports = sys.argv[1].encode(), [int(p) for p in sys.argv[2:]]
+def call(port, *args):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+    f = s.makefile("rb")
+    def rd():
+        line = f.readline()
+        t, v = line[:1], line[1:-2]
+        if t == b"$":
+            return None if int(v) < 0 else f.read(int(v) + 2)[:-2]
+        if t == b"*":
+            return [rd() for _ in range(int(v))]
+        if t == b":":
+            return int(v)
+        if t == b"-":
+            return Exception(v.decode())
+        return v
+    r = rd()
+    s.close()
+    return r
+for port in ports:
+    got = call(port, b"ZRANGE", key, b"0", b"-1", b"WITHSCORES")
+    if isinstance(got, list):
+        break
+assert isinstance(got, list) and len(got) >= 2, got
+m = got[0]
+pend = m[:40] + struct.pack("<Q", struct.unpack("<Q", m[40:48])[0] + 1)
+print(call(port, b"ZADD", key, b"-1", pend))
+PY
+kept=$(redis-cli -c -p "${port[0]}" zcard "$led"2)
+ok "journal left: a pending member of a copied entry added ($(cat "$dir/cut2.py"), $kept in the ledger)" $([ "$(cat "$dir/cut2.py")" = 1 ] && [ "$kept" -ge 3 ]; echo $?)
+start_daemon cut --tier2-owner cut2
+for _ in $(seq 600); do grep -q "ledger holds" "$dir/cut.log" && break; sleep 0.05; done
+ok "journal left: the entry is kept, only the pending member goes ($(grep -o 'ledger holds.*' "$dir/cut.log" | tail -1))" $([ "$(redis-cli -c -p "${port[0]}" zcard "$led"2)" = $((kept - 1)) ] && [ "$(stat_of cut tier2_copies_undone)" = 0 ] && [ "$(stat_of cut tier2_used_bytes)" -gt 0 ] && [ "$("$ctl" --socket "$dir/cut.sock" --json ls --tier2 | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))')" -ge 1 ]; echo $?)
 stop_daemons cut
 
 # ---- a large entry streams from the cluster into the store through a window ----------------

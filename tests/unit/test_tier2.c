@@ -771,53 +771,82 @@ static void test_intent(void **state)
 			fail_msg("part %zu accepted", i);
 	}
 
+	/* the replaced generation */
+	unsigned char old[TIER2_INTENT_OLD_LEN];
+	uint64_t og = 0;
+	uint32_t on = 0;
+	tier2_intent_old_encode(old, 0x1122334455667788ull, 77);
+	assert_int_equal(tier2_intent_old_decode(old, sizeof(old), &og, &on), 0);
+	assert_true(og == 0x1122334455667788ull && on == 77);
+	assert_int_equal(tier2_intent_old_decode(old, sizeof(old) - 1, &og, &on), -1);
+	tier2_intent_old_encode(old, 1, TIER2_MAX_CHUNKS + 1);
+	assert_int_equal(tier2_intent_old_decode(old, sizeof(old), &og, &on), -1);
+	tier2_intent_old_encode(old, 0x1122334455667788ull, 77);
+
 	/* a first page: the header, a part, an element of another form
-	 * (skipped), another part */
-	struct tier2_intent_part got[4];
+	 * (skipped), the replaced generation, another part */
+	struct tier2_intent_part got[5];
+	struct tier2_intent_info info = {0};
 	size_t gn = 9, elems = 9;
 	char err[256] = "", buf[1024];
 	tier2_intent_head_encode(head, 4096, 30);
 	tier2_intent_part_encode(el, &p);
-	size_t len = (size_t)sprintf(buf, "*4\r\n");
+	size_t len = (size_t)sprintf(buf, "*5\r\n");
 	len += bulk(buf + len, head, sizeof(head));
 	len += bulk(buf + len, el, sizeof(el));
 	len += bulk(buf + len, "odd", 3);
+	len += bulk(buf + len, old, sizeof(old));
 	len += bulk(buf + len, el, sizeof(el));
 	redisReply *rep = resp(buf, len);
-	assert_int_equal(tier2_intent_parse(rep, 1, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)),
+	assert_int_equal(tier2_intent_parse(rep, 1, &info, got, 5, &gn, &elems, err, sizeof(err)),
 	                 0);
-	assert_int_equal(cs, 4096);
-	assert_int_equal(n, 30);
+	assert_true(info.have_head && info.chunk_size == 4096 && info.n_chunks == 30);
+	assert_true(info.have_old && info.old_gen == 0x1122334455667788ull &&
+	            info.old_n_chunks == 77);
 	assert_int_equal(gn, 2);
-	assert_int_equal(elems, 4);
+	assert_int_equal(elems, 5);
 	assert_memory_equal(&got[1], &p, sizeof(p));
-	/* the same as a later page: its first element is a part like the rest */
-	assert_int_equal(tier2_intent_parse(rep, 0, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)),
+	/* the same as a later page: a header there is not one */
+	memset(&info, 0, sizeof(info));
+	assert_int_equal(tier2_intent_parse(rep, 0, &info, got, 5, &gn, &elems, err, sizeof(err)),
 	                 0);
 	assert_int_equal(gn, 2);
+	assert_false(info.have_head);
+	assert_true(info.have_old);
 	/* more than the page holds */
-	assert_int_equal(tier2_intent_parse(rep, 1, &cs, &n, got, 3, &gn, &elems, err, sizeof(err)),
+	assert_int_equal(tier2_intent_parse(rep, 1, &info, got, 4, &gn, &elems, err, sizeof(err)),
 	                 -1);
 	assert_int_equal(gn, 0);
+	assert_non_null(strstr(err, "at most 4"));
 	freeReplyObject(rep);
-	/* a first page that does not begin with a header */
-	len = (size_t)sprintf(buf, "*1\r\n");
+	/* a first page without a header (the intent evicted, then appended to):
+	 * its parts all the same */
+	memset(&info, 0, sizeof(info));
+	len = (size_t)sprintf(buf, "*2\r\n");
+	len += bulk(buf + len, el, sizeof(el));
 	len += bulk(buf + len, el, sizeof(el));
 	rep = resp(buf, len);
-	assert_int_equal(tier2_intent_parse(rep, 1, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)),
-	                 -1);
-	assert_non_null(strstr(err, "no header"));
+	assert_int_equal(tier2_intent_parse(rep, 1, &info, got, 5, &gn, &elems, err, sizeof(err)),
+	                 0);
+	assert_false(info.have_head);
+	assert_int_equal(gn, 2);
 	freeReplyObject(rep);
-	const char *bad[] = {"-WRONGTYPE Operation\r\n", ":3\r\n", "$3\r\nabc\r\n", "*1\r\n:1\r\n"};
+	/* elements that are not strings are passed over */
+	rep = resp("*2\r\n:1\r\n*0\r\n", 12);
+	assert_int_equal(tier2_intent_parse(rep, 1, &info, got, 5, &gn, &elems, err, sizeof(err)),
+	                 0);
+	assert_int_equal(gn, 0);
+	assert_int_equal(elems, 2);
+	freeReplyObject(rep);
+	const char *bad[] = {"-WRONGTYPE Operation\r\n", ":3\r\n", "$3\r\nabc\r\n", "$-1\r\n"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		rep = resp(bad[i], strlen(bad[i]));
-		if (tier2_intent_parse(rep, 1, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)) !=
-		    -1)
+		if (tier2_intent_parse(rep, 1, &info, got, 5, &gn, &elems, err, sizeof(err)) != -1)
 			fail_msg("reply %zu accepted", i);
 		freeReplyObject(rep);
 	}
-	assert_int_equal(
-	        tier2_intent_parse(NULL, 1, &cs, &n, got, 4, &gn, &elems, err, sizeof(err)), -1);
+	assert_int_equal(tier2_intent_parse(NULL, 1, &info, got, 5, &gn, &elems, err, sizeof(err)),
+	                 -1);
 }
 
 int main(void)
