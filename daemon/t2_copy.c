@@ -244,6 +244,9 @@ static int ledger_append(struct copier *c, const struct tier2_owned *o)
  * for one delete, not thousands. */
 #define ROOM_DELETES_PER_COPY 64
 
+/* A pending member's bytes have it set. */
+#define PENDING_BIT ((uint64_t)1 << 63)
+
 /* Copies cut short undone per copy at most, after the start's (a cluster
  * that failed their undo then). */
 #define UNDO_PER_COPY 4
@@ -301,7 +304,9 @@ static void copy_one(struct copier *c, const uint8_t *key)
 	}
 	char err[512] = "";
 	int late = !c->loaded;
-	if (!c->loaded && load_ledger(c, err, sizeof(err)) != 0) {
+	if (late && load_ledger(c, err, sizeof(err)) == 0 && c->n_left)
+		undo_left(c, SIZE_MAX); /* read just now: all of them, before this copy */
+	if (!c->loaded) {
 		atomic_fetch_add(&t->n.copies_failed, 1);
 		t2_warn(c,
 		        "tier2: copy of %.16s: this daemon's ledger cannot be read from the "
@@ -319,14 +324,14 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		store_entry_info_free(info);
 		return;
 	}
-	if (c->n_left) /* all of them when the ledger was read just now */
-		undo_left(c, late ? SIZE_MAX : UNDO_PER_COPY);
+	if (c->n_left && !late)
+		undo_left(c, UNDO_PER_COPY);
 	/* the journal first: a copy cut short is undone at the next start */
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
 	struct tier2_owned pending = {
 	        .generation = tier2_generation_new(),
-	        .bytes = info->bytes,
+	        .bytes = info->bytes | PENDING_BIT, /* never the member of the entry it becomes */
 	        .score = -((double)now.tv_sec * 1e3 + (double)now.tv_nsec / 1e6)};
 	memcpy(pending.key, key, TIER2_KEY_LEN);
 	if (tier2_ledger_add(c->r, t->cfg.ns, t->owner, &pending, err, sizeof(err)) != TIER2_OK) {

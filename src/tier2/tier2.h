@@ -82,8 +82,11 @@
  * round of part references it appends, and waits for, one element per part:
  * NODE (16 raw bytes) | u32 layer | u32 part | u64 xxh3 | u64 size (40
  * bytes, LE); before it overwrites a record of another generation, "K3TO" |
- * u64 that generation | u32 its n_chunks (16 bytes), whose chunks are then
- * the put's to delete. Chunks need no element: their names follow from the
+ * u64 that generation | u32 its chunk_size | u32 its n_chunks (20 bytes),
+ * whose chunks are then the put's to delete (not its part references: a
+ * put that replaces a record of the same entry, keep_existing off, killed
+ * between its record and their unreference leaves them; the daemon keeps
+ * such a record instead). Chunks need no element: their names follow from the
  * key, GEN and the count. A put deletes its intent once it is whole (after the
  * replaced generation's cleanup) or undone; a delete of the generation
  * deletes it too. It has the put's expiry.
@@ -601,7 +604,7 @@ enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uin
 #define TIER2_INTENT_HEAD_LEN 12u
 #define TIER2_INTENT_PART_LEN 40u
 
-#define TIER2_INTENT_OLD_LEN 16u
+#define TIER2_INTENT_OLD_LEN 20u
 
 /* What an intent's pages say besides its parts (tier2_intent_parse fills
  * it in, page after page; zero it first). */
@@ -610,7 +613,7 @@ struct tier2_intent_info {
 	uint32_t chunk_size, n_chunks;
 	int have_old; /* the generation the put replaced, when it had begun to */
 	uint64_t old_gen;
-	uint32_t old_n_chunks;
+	uint32_t old_chunk_size, old_n_chunks;
 };
 
 /* A part a put referenced, as its intent names it. */
@@ -637,11 +640,13 @@ void tier2_intent_part_encode(unsigned char out[TIER2_INTENT_PART_LEN],
  * TIER2_MAX_LAYERS, part 0 or 1, size 1..TIER2_PART_MAX); -1 when not. */
 int tier2_intent_part_decode(const void *b, size_t len, struct tier2_intent_part *p);
 
-/* "K3TO" | u64 old_gen | u32 old_n_chunks; decode: 0, or -1 when b (len
- * bytes, untrusted) is not one (more than TIER2_MAX_CHUNKS chunks). */
+/* "K3TO" | u64 old_gen | u32 old_chunk_size | u32 old_n_chunks; decode: 0,
+ * or -1 when b (len bytes, untrusted) is not one (a chunk size of
+ * 1..TIER2_CHUNK_MAX, at most TIER2_MAX_CHUNKS chunks). */
 void tier2_intent_old_encode(unsigned char out[TIER2_INTENT_OLD_LEN], uint64_t old_gen,
-                             uint32_t old_n_chunks);
-int tier2_intent_old_decode(const void *b, size_t len, uint64_t *old_gen, uint32_t *old_n_chunks);
+                             uint32_t old_chunk_size, uint32_t old_n_chunks);
+int tier2_intent_old_decode(const void *b, size_t len, uint64_t *old_gen, uint32_t *old_chunk_size,
+                            uint32_t *old_n_chunks);
 
 /* Parses one page of LRANGE of an intent (RESP2, at most cap elements;
  * first: the page from element 0, where the header may be, as its first

@@ -60,22 +60,25 @@ int tier2_intent_part_decode(const void *b, size_t len, struct tier2_intent_part
 }
 
 void tier2_intent_old_encode(unsigned char out[TIER2_INTENT_OLD_LEN], uint64_t old_gen,
-                             uint32_t old_n_chunks)
+                             uint32_t old_chunk_size, uint32_t old_n_chunks)
 {
 	memcpy(out, old_magic, sizeof(old_magic));
 	tier2_put_le64(out + 4, old_gen);
-	tier2_put_le32(out + 12, old_n_chunks);
+	tier2_put_le32(out + 12, old_chunk_size);
+	tier2_put_le32(out + 16, old_n_chunks);
 }
 
-int tier2_intent_old_decode(const void *b, size_t len, uint64_t *old_gen, uint32_t *old_n_chunks)
+int tier2_intent_old_decode(const void *b, size_t len, uint64_t *old_gen, uint32_t *old_chunk_size,
+                            uint32_t *old_n_chunks)
 {
 	const unsigned char *p = b;
 	if (!p || len != TIER2_INTENT_OLD_LEN || memcmp(p, old_magic, sizeof(old_magic)) != 0)
 		return -1;
-	uint32_t n = tier2_get_le32(p + 12);
-	if (n > TIER2_MAX_CHUNKS)
+	uint32_t cs = tier2_get_le32(p + 12), n = tier2_get_le32(p + 16);
+	if (cs == 0 || cs > TIER2_CHUNK_MAX || n > TIER2_MAX_CHUNKS)
 		return -1;
 	*old_gen = tier2_get_le64(p + 4);
+	*old_chunk_size = cs;
 	*old_n_chunks = n;
 	return 0;
 }
@@ -157,12 +160,13 @@ enum tier2_status tier2_intent_parts(struct cluster_router *r, const char *ns,
 
 enum tier2_status tier2_intent_old(struct cluster_router *r, const char *ns,
                                    const uint8_t key[TIER2_KEY_LEN], uint64_t gen, uint64_t old_gen,
-                                   uint32_t old_n_chunks, char *err, size_t errsz)
+                                   uint32_t old_chunk_size, uint32_t old_n_chunks, char *err,
+                                   size_t errsz)
 {
 	char name[TIER2_NAME_MAX];
 	size_t nl = tier2_name_intent(name, ns, key, gen);
 	unsigned char el[TIER2_INTENT_OLD_LEN];
-	tier2_intent_old_encode(el, old_gen, old_n_chunks);
+	tier2_intent_old_encode(el, old_gen, old_chunk_size, old_n_chunks);
 	const char *argv[3] = {"RPUSH", NULL, (const char *)el};
 	size_t lens[3] = {5, 0, sizeof(el)};
 	return intent_int(r, name, nl, 3, argv, lens, "writing the put's intent", err, errsz);
@@ -227,14 +231,15 @@ int tier2_intent_parse(const redisReply *rep, int first, struct tier2_intent_inf
 		if (!e || e->type != REDIS_REPLY_STRING || (!e->str && e->len))
 			continue; /* an element of another form names nothing to take back */
 		uint64_t og;
-		uint32_t on;
+		uint32_t oc, on;
 		if (first && i == 0 &&
 		    tier2_intent_head_decode(e->str, e->len, &info->chunk_size, &info->n_chunks) ==
 		            0)
 			info->have_head = 1;
-		else if (tier2_intent_old_decode(e->str, e->len, &og, &on) == 0) {
+		else if (tier2_intent_old_decode(e->str, e->len, &og, &oc, &on) == 0) {
 			info->have_old = 1;
 			info->old_gen = og;
+			info->old_chunk_size = oc;
 			info->old_n_chunks = on;
 		} else if (tier2_intent_part_decode(e->str, e->len, &out[n]) == 0)
 			n++;
@@ -304,9 +309,8 @@ static enum tier2_status undo_parts(struct cluster_router *r, const char *ns, co
 	return st;
 }
 
-/* Whether the key's record decodes and has generation gen: *yes. */
-static enum tier2_status record_has(struct cluster_router *r, const char *ns, const uint8_t *key,
-                                    uint64_t gen, int *yes, char *err, size_t errsz)
+enum tier2_status tier2_record_has(struct cluster_router *r, const char *ns, const uint8_t *key,
+                                   uint64_t gen, int *yes, char *err, size_t errsz)
 {
 	struct tier2_cmd2 c;
 	struct cluster_cmd cmd;
@@ -349,7 +353,7 @@ enum tier2_status tier2_undo(struct cluster_router *r, const char *ns,
 	enum tier2_status st =
 	        undo_parts(r, ns, name, nl, member, &have, &info, &freed, err, errsz);
 	if (st == TIER2_OK)
-		st = record_has(r, ns, key, generation, &ours, err, errsz);
+		st = tier2_record_has(r, ns, key, generation, &ours, err, errsz);
 	/* its record in place: the generation it replaced has no record left,
 	 * so its chunks are this put's to delete, before the record that says so */
 	if (st == TIER2_OK && ours && info.have_old && info.old_gen != generation)

@@ -126,10 +126,15 @@ enum tier2_status tier2_intent_parts(struct cluster_router *r, const char *ns,
                                      size_t errsz);
 
 /* Appends the generation a put replaces (its record is about to be
- * overwritten): "K3TO" | u64 generation | u32 n_chunks. */
+ * overwritten): "K3TO" | u64 generation | u32 chunk_size | u32 n_chunks. */
 enum tier2_status tier2_intent_old(struct cluster_router *r, const char *ns,
                                    const uint8_t key[TIER2_KEY_LEN], uint64_t gen, uint64_t old_gen,
-                                   uint32_t old_n_chunks, char *err, size_t errsz);
+                                   uint32_t old_chunk_size, uint32_t old_n_chunks, char *err,
+                                   size_t errsz);
+
+/* Whether the key's record decodes and has generation gen: *yes. */
+enum tier2_status tier2_record_has(struct cluster_router *r, const char *ns, const uint8_t *key,
+                                   uint64_t gen, int *yes, char *err, size_t errsz);
 
 /* tier2_delete, which also DELs the generation's intent unless keep_intent
  * (tier2_undo reads it, and deletes it last). */

@@ -39,7 +39,7 @@ struct old {
 	int have; /* it decodes */
 	int same; /* and is this entry's: model, salt and tokens */
 	uint64_t gen;
-	uint32_t n_chunks;
+	uint32_t chunk_size, n_chunks;
 	uint64_t bytes;               /* the sum of its layer sizes */
 	struct tier2_part_ref *parts; /* its parts (version 2), malloc'd */
 	size_t n_parts;
@@ -114,6 +114,7 @@ static enum tier2_status old_record(struct put *p, const uint8_t *fingerprint, c
 		if (tier2_record_decode(rep->str, rep->len, &rec, NULL, 0) == 0) {
 			o->have = 1;
 			o->gen = rec.generation;
+			o->chunk_size = rec.chunk_size;
 			o->n_chunks = rec.n_chunks;
 			for (uint32_t i = 0; i < rec.n_layers; i++)
 				o->bytes += rec.layers[i].size; /* bounded by the decoder */
@@ -735,14 +736,16 @@ static uint64_t del_chunks(struct put *p, uint64_t gen, uint32_t n_chunks, int *
 	return deleted;
 }
 
-/* Unreferences the old generation's parts once the put replaced it. */
-static void unref_old(struct put *p, const struct old *old)
+/* Unreferences the old generation's parts once the put replaced it: 0, or
+ * -1 when a round trip failed. */
+static int unref_old(struct put *p, const struct old *old)
 {
 	char ignored[512];
 	unsigned char member[TIER2_MEMBER_LEN];
 	tier2_member(member, p->key, old->gen);
-	(void)tier2_parts_unref(p->r, p->ns, member, old->parts, old->n_parts, NULL, ignored,
-	                        sizeof(ignored));
+	enum tier2_status st = tier2_parts_unref(p->r, p->ns, member, old->parts, old->n_parts,
+	                                         NULL, ignored, sizeof(ignored));
+	return st == TIER2_OK ? 0 : -1;
 }
 
 /* After a failure: removes what the put wrote (best effort). When its record
@@ -769,19 +772,33 @@ static int undo(struct put *p, int record_sent, const struct old *old, const str
 			i++;
 	}
 	if (record_sent) {
-		enum tier2_status st =
-		        tier2_delete(p->r, p->ns, p->key, p->gen, &freed, ignored, sizeof(ignored));
-		if (st == TIER2_OK) {
+		/* its record in place: the generation it replaced is an orphan, to
+		 * delete first, while the record (and the intent) say so; then the
+		 * record with its chunks and field. A failure keeps both for
+		 * tier2_undo, which does the same in the same order. */
+		int ours = 0;
+		enum tier2_status st = tier2_record_has(p->r, p->ns, p->key, p->gen, &ours, ignored,
+		                                        sizeof(ignored));
+		if (st != TIER2_OK)
+			return -1;
+		if (ours) {
 			if (old->have) {
-				(void)del_chunks(p, old->gen, old->n_chunks, NULL);
-				unref_old(p, old);
+				(void)del_chunks(p, old->gen, old->n_chunks, &failed);
+				if (unref_old(p, old) != 0)
+					failed = 1;
 			}
-			if (p->stats)
-				p->stats->undone_chunks_del += p->sent;
-			return failed ? -1 : 0;
+			if (failed)
+				return -1;
+			st = tier2_delete_gen(p->r, p->ns, p->key, p->gen, 1, &freed, ignored,
+			                      sizeof(ignored));
+			if (st == TIER2_OK) {
+				if (p->stats)
+					p->stats->undone_chunks_del += p->sent;
+				return 0;
+			}
+			if (st != TIER2_MISSING && st != TIER2_DAMAGED)
+				return -1; /* the record may be there still */
 		}
-		if (st != TIER2_MISSING && st != TIER2_DAMAGED)
-			failed = 1; /* the record may be there still */
 	}
 	uint64_t n = del_chunks(p, p->gen, p->sent, &failed);
 	if (p->stats)
@@ -960,8 +977,8 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 		stats->bytes_out += rec_len;
 	/* the generation it replaces, in the intent: once the record is ours,
 	 * its chunks are this put's to delete, even after a kill */
-	if (old.have && (st = tier2_intent_old(r, ns, p.key, p.gen, old.gen, old.n_chunks, err,
-	                                       errsz)) != TIER2_OK)
+	if (old.have && (st = tier2_intent_old(r, ns, p.key, p.gen, old.gen, old.chunk_size,
+	                                       old.n_chunks, err, errsz)) != TIER2_OK)
 		goto out;
 	record_sent = 1;
 	if ((st = run(&p, &cmd, 1, "writing the record", 0)) != TIER2_OK)
@@ -972,7 +989,7 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 		uint64_t n = del_chunks(&p, old.gen, old.n_chunks, NULL);
 		if (stats)
 			stats->old_chunks_del += n;
-		unref_old(&p, &old);
+		(void)unref_old(&p, &old);
 	}
 	/* whole: the intent has nothing left to undo (one left behind is taken
 	 * by the generation's delete) */

@@ -79,9 +79,9 @@ static void intent(const uint8_t *data, size_t size)
 			abort(); /* a header that decodes is one that encodes */
 	}
 	uint64_t og = 0;
-	if (tier2_intent_old_decode(data, size, &og, &n) == 0) {
+	if (tier2_intent_old_decode(data, size, &og, &cs, &n) == 0) {
 		unsigned char again[TIER2_INTENT_OLD_LEN];
-		tier2_intent_old_encode(again, og, n);
+		tier2_intent_old_encode(again, og, cs, n);
 		if (size != sizeof(again) || memcmp(again, data, size) != 0)
 			abort();
 	}

@@ -1310,6 +1310,39 @@ static int kill_read(void *ctx, void *dst, size_t len, char *err, size_t errsz)
 	return odd_read(&k->o, dst, len, err, errsz);
 }
 
+/* RPUSH calls answered by every master so far (INFO commandstats). */
+static long long rpushes(struct cluster_router *r)
+{
+	long long n = 0;
+	for (size_t m = 0; m < cluster_n_masters(r); m++) {
+		const char *argv[] = {"INFO", "commandstats"};
+		size_t lens[2] = {4, 12};
+		redisReply *rep = NULL;
+		if (cluster_command_node(r, m, 2, argv, lens, &rep) != 0)
+			fail_msg("INFO: %s", cluster_error(r));
+		assert_int_equal(rep->type, REDIS_REPLY_STRING);
+		const char *at = strstr(rep->str, "cmdstat_rpush:calls=");
+		if (at)
+			n += strtoll(at + strlen("cmdstat_rpush:calls="), NULL, 10);
+		freeReplyObject(rep);
+	}
+	return n;
+}
+
+/* Writes an intent of key and generation gen by hand: head, then old. */
+static void push_intent(struct cluster_router *r, const char *ns, const uint8_t key[32],
+                        uint64_t gen, const unsigned char *head, const unsigned char *old)
+{
+	char name[TIER2_NAME_MAX];
+	tier2_name_intent(name, ns, key, gen);
+	const char *argv[] = {"RPUSH", name, (const char *)head, (const char *)old};
+	size_t lens[] = {5, strlen(name), TIER2_INTENT_HEAD_LEN, TIER2_INTENT_OLD_LEN};
+	redisReply *rep = NULL;
+	assert_int_equal(cluster_command_argv(r, name, lens[1], 4, argv, lens, &rep), 0);
+	assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+	freeReplyObject(rep);
+}
+
 /* A put killed part-way leaves its chunks, its parts and its references to
  * shared parts, which nothing else would ever delete (its record was never
  * written): tier2_undo of its key and generation takes back every one of
@@ -1415,14 +1448,19 @@ static void test_undo_after_kill(void **state)
 	 * its own record and before the replaced generation's cleanup (the
 	 * state made by hand: the replaced chunks written back, the intent as
 	 * the put leaves it): the undo deletes the replaced chunks too */
+	long long r0 = rpushes(r);
 	st = put_turn(r, ns, &a, 256, 64, 0, &res, NULL, err, sizeof(err));
 	assert_int_equal(st, TIER2_OK);
 	uint64_t g1 = res.generation;
 	uint32_t n1 = res.n_chunks;
+	long long r1 = rpushes(r);
 	st = put_turn(r, ns, &a, 256, 64, 0, &res, NULL, err, sizeof(err)); /* replaces it */
 	assert_int_equal(st, TIER2_OK);
 	uint64_t g2 = res.generation;
 	assert_true(g2 != g1);
+	/* the same rounds of parts, and one more element: the replaced
+	 * generation, named before the record was overwritten */
+	assert_int_equal(rpushes(r) - r1, (r1 - r0) + 1);
 	assert_int_equal(count_kind(r, ns, 'c'), res.n_chunks); /* g1's deleted */
 	for (uint32_t i = 0; i < n1; i++) {
 		char name[TIER2_NAME_MAX];
@@ -1432,14 +1470,18 @@ static void test_undo_after_kill(void **state)
 	}
 	unsigned char head[TIER2_INTENT_HEAD_LEN], old[TIER2_INTENT_OLD_LEN];
 	tier2_intent_head_encode(head, 65536, res.n_chunks);
-	tier2_intent_old_encode(old, g1, n1);
-	tier2_name_intent(intent, ns, ka, g2);
-	const char *argv[] = {"RPUSH", intent, (const char *)head, (const char *)old};
-	size_t lens[] = {5, strlen(intent), sizeof(head), sizeof(old)};
-	redisReply *rep = NULL;
-	assert_int_equal(cluster_command_argv(r, intent, lens[1], 4, argv, lens, &rep), 0);
-	assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
-	freeReplyObject(rep);
+	/* first, another put's intent naming the live generation as replaced:
+	 * the record is not that put's, so nothing of the live one goes */
+	tier2_intent_old_encode(old, g2, 65536, res.n_chunks);
+	push_intent(r, ns, ka, g2 ^ 1, head, old);
+	assert_int_equal(count_kind(r, ns, 'c'), res.n_chunks + n1);
+	st = tier2_undo(r, ns, ka, g2 ^ 1, &freed, err, sizeof(err));
+	assert_int_equal(st, TIER2_OK);
+	assert_int_equal(count_kind(r, ns, 'c'), res.n_chunks + n1);
+	assert_int_equal(count_kind(r, ns, 'i'), 0);
+	get_turn_exact(r, ns, 256, &a);
+	tier2_intent_old_encode(old, g1, 65536, n1);
+	push_intent(r, ns, ka, g2, head, old);
 	assert_int_equal(count_kind(r, ns, 'c'), res.n_chunks + n1);
 	st = tier2_undo(r, ns, ka, g2, &freed, err, sizeof(err));
 	if (st != TIER2_OK)

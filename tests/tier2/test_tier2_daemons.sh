@@ -274,11 +274,14 @@ ok "cut short: its ledger holds no entry" $([ "$(redis-cli -c -p "${port[0]}" zc
 stop_daemons cut
 
 # a stop between a copy's ledger entry and the removal of its journal: the
-# entry is whole and kept, only the pending member goes (made by hand: the
-# member of a copied entry, its byte count changed, scored below zero)
+# entry is whole and kept, only the pending member goes (made by hand as the
+# daemon makes one: the member of a copied entry, its bytes' top bit set,
+# scored below zero)
 start_daemon cut --tier2-owner cut2
 : > "$dir/cut2"
 turn cut 1 "$dir/cut2" cut2; wait_copies cut 2; ok "journal left: the turn's entries copied" $?
+listed() { "$ctl" --socket "$dir/cut.sock" --json ls --tier2 | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))'; }
+listed0=$(listed)
 stop_daemons cut
 python3 - "$led"2 "${port[@]}" <<'PY' > "$dir/cut2.py" 2>&1
 import socket, struct, sys
@@ -308,14 +311,15 @@ for port in ports:
         break
 assert isinstance(got, list) and len(got) >= 2, got
 m = got[0]
-pend = m[:40] + struct.pack("<Q", struct.unpack("<Q", m[40:48])[0] + 1)
+pend = m[:40] + struct.pack("<Q", struct.unpack("<Q", m[40:48])[0] | 1 << 63)
 print(call(port, b"ZADD", key, b"-1", pend))
 PY
 kept=$(redis-cli -c -p "${port[0]}" zcard "$led"2)
 ok "journal left: a pending member of a copied entry added ($(cat "$dir/cut2.py"), $kept in the ledger)" $([ "$(cat "$dir/cut2.py")" = 1 ] && [ "$kept" -ge 3 ]; echo $?)
+off=$(stat -c %s "$dir/cut.log")
 start_daemon cut --tier2-owner cut2
-for _ in $(seq 600); do grep -q "ledger holds" "$dir/cut.log" && break; sleep 0.05; done
-ok "journal left: the entry is kept, only the pending member goes ($(grep -o 'ledger holds.*' "$dir/cut.log" | tail -1))" $([ "$(redis-cli -c -p "${port[0]}" zcard "$led"2)" = $((kept - 1)) ] && [ "$(stat_of cut tier2_copies_undone)" = 0 ] && [ "$(stat_of cut tier2_used_bytes)" -gt 0 ] && [ "$("$ctl" --socket "$dir/cut.sock" --json ls --tier2 | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))')" -ge 1 ]; echo $?)
+for _ in $(seq 600); do tail -c +$((off + 1)) "$dir/cut.log" | grep -q "ledger holds" && break; sleep 0.05; done
+ok "journal left: the entry is kept, only the pending member goes ($(grep -o 'ledger holds.*' "$dir/cut.log" | tail -1))" $([ "$(redis-cli -c -p "${port[0]}" zcard "$led"2)" = $((kept - 1)) ] && [ "$(stat_of cut tier2_copies_undone)" = 0 ] && [ "$(stat_of cut tier2_used_bytes)" -gt 0 ] && [ "$(listed)" = "$listed0" ]; echo $?)
 stop_daemons cut
 
 # ---- a large entry streams from the cluster into the store through a window ----------------

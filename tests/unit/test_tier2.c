@@ -774,14 +774,18 @@ static void test_intent(void **state)
 	/* the replaced generation */
 	unsigned char old[TIER2_INTENT_OLD_LEN];
 	uint64_t og = 0;
-	uint32_t on = 0;
-	tier2_intent_old_encode(old, 0x1122334455667788ull, 77);
-	assert_int_equal(tier2_intent_old_decode(old, sizeof(old), &og, &on), 0);
-	assert_true(og == 0x1122334455667788ull && on == 77);
-	assert_int_equal(tier2_intent_old_decode(old, sizeof(old) - 1, &og, &on), -1);
-	tier2_intent_old_encode(old, 1, TIER2_MAX_CHUNKS + 1);
-	assert_int_equal(tier2_intent_old_decode(old, sizeof(old), &og, &on), -1);
-	tier2_intent_old_encode(old, 0x1122334455667788ull, 77);
+	uint32_t oc = 0, on = 0;
+	tier2_intent_old_encode(old, 0x1122334455667788ull, 65536, 77);
+	assert_int_equal(tier2_intent_old_decode(old, sizeof(old), &og, &oc, &on), 0);
+	assert_true(og == 0x1122334455667788ull && oc == 65536 && on == 77);
+	assert_int_equal(tier2_intent_old_decode(old, sizeof(old) - 1, &og, &oc, &on), -1);
+	tier2_intent_old_encode(old, 1, 65536, TIER2_MAX_CHUNKS + 1);
+	assert_int_equal(tier2_intent_old_decode(old, sizeof(old), &og, &oc, &on), -1);
+	tier2_intent_old_encode(old, 1, 0, 1);
+	assert_int_equal(tier2_intent_old_decode(old, sizeof(old), &og, &oc, &on), -1);
+	tier2_intent_old_encode(old, 1, TIER2_CHUNK_MAX + 1, 1);
+	assert_int_equal(tier2_intent_old_decode(old, sizeof(old), &og, &oc, &on), -1);
+	tier2_intent_old_encode(old, 0x1122334455667788ull, 65536, 77);
 
 	/* a first page: the header, a part, an element of another form
 	 * (skipped), the replaced generation, another part */
@@ -802,7 +806,7 @@ static void test_intent(void **state)
 	                 0);
 	assert_true(info.have_head && info.chunk_size == 4096 && info.n_chunks == 30);
 	assert_true(info.have_old && info.old_gen == 0x1122334455667788ull &&
-	            info.old_n_chunks == 77);
+	            info.old_chunk_size == 65536 && info.old_n_chunks == 77);
 	assert_int_equal(gn, 2);
 	assert_int_equal(elems, 5);
 	assert_memory_equal(&got[1], &p, sizeof(p));
