@@ -45,46 +45,46 @@ static enum tier2_status run_ints(struct cluster_router *r, struct cluster_cmd *
 	return st;
 }
 
-/* Reads the record of key: TIER2_OK with rec decoded and bound to key and
- * *len its bytes, or why not. */
+/* Reads the record of key for `what` ("delete", "undo"): TIER2_OK with rec
+ * decoded and bound to key and *len its bytes, or why not. */
 static enum tier2_status read_record(struct cluster_router *r, const char *ns, const uint8_t *key,
-                                     struct tier2_record *rec, size_t *len, char *err, size_t errsz)
+                                     const char *what, struct tier2_record *rec, size_t *len,
+                                     char *err, size_t errsz)
 {
 	struct tier2_cmd2 c;
 	struct cluster_cmd cmd;
 	tier2_io_cmd2(&cmd, &c, "GET", tier2_name_record(c.name, ns, key));
-	enum tier2_status st =
-	        tier2_io_pipeline(r, &cmd, 1, "delete: reading the record", err, errsz);
+	enum tier2_status st = tier2_io_pipeline(r, &cmd, 1, "reading the record", err, errsz);
 	if (st != TIER2_OK)
 		return st;
 	const redisReply *rep = cmd.reply;
 	char msg[320];
 	uint8_t want[TIER2_KEY_LEN];
 	if (rep->type == REDIS_REPLY_NIL) {
-		tier2_io_err(err, errsz, "tier2: delete %s: not in the cluster", c.name);
+		tier2_io_err(err, errsz, "tier2: %s %s: not in the cluster", what, c.name);
 		st = TIER2_MISSING;
 	} else if (rep->type == REDIS_REPLY_ERROR) {
-		tier2_io_err(err, errsz, "tier2: delete %s: %.*s", c.name,
+		tier2_io_err(err, errsz, "tier2: %s %s: %.*s", what, c.name,
 		             (int)(rep->len > 200 ? 200 : rep->len), rep->str);
 		st = TIER2_NODE_ERROR;
 	} else if (rep->type != REDIS_REPLY_STRING) {
-		tier2_io_err(err, errsz, "tier2: delete %s: the record is a reply of type %d",
+		tier2_io_err(err, errsz, "tier2: %s %s: the record is a reply of type %d", what,
 		             c.name, rep->type);
 		st = TIER2_DAMAGED;
 	} else if (tier2_record_decode(rep->str, rep->len, rec, msg, sizeof(msg)) != 0) {
-		tier2_io_err(err, errsz, "tier2: delete %s: %s", c.name, msg);
+		tier2_io_err(err, errsz, "tier2: %s %s: %s", what, c.name, msg);
 		st = TIER2_DAMAGED;
 	} else if (prefix_key(rec->fingerprint, rec->salt, rec->salt_len, rec->tokens,
 	                      rec->n_tokens, want) != 0) {
 		tier2_record_free(rec);
-		tier2_io_err(err, errsz, "tier2: delete: no memory for a digest");
+		tier2_io_err(err, errsz, "tier2: %s: no memory for a digest", what);
 		st = TIER2_NOMEM;
 	} else if (memcmp(want, key, TIER2_KEY_LEN) != 0) {
 		tier2_record_free(rec);
 		tier2_io_err(err, errsz,
-		             "tier2: delete %s: the record's model, salt and tokens are another "
+		             "tier2: %s %s: the record's model, salt and tokens are another "
 		             "entry's",
-		             c.name);
+		             what, c.name);
 		st = TIER2_DAMAGED;
 	} else {
 		*len = rep->len;
@@ -93,39 +93,54 @@ static enum tier2_status read_record(struct cluster_router *r, const char *ns, c
 	return st;
 }
 
-/* DEL every chunk of rec; the bytes of those deleted to *freed. */
-static enum tier2_status del_chunks(struct cluster_router *r, const char *ns, const uint8_t *key,
-                                    const struct tier2_record *rec, uint64_t total, uint64_t *freed,
-                                    char *err, size_t errsz)
+enum tier2_status tier2_chunks_del(struct cluster_router *r, const char *ns, const uint8_t *key,
+                                   uint64_t gen, uint32_t n_chunks, uint32_t chunk_size,
+                                   uint64_t total, uint64_t *freed, uint64_t *n_deleted, char *err,
+                                   size_t errsz)
 {
 	struct cmd3 *cb = calloc(DELS_PER_TRIP, sizeof(*cb));
 	struct cluster_cmd *cmds = calloc(DELS_PER_TRIP, sizeof(*cmds));
 	uint8_t *one = calloc(DELS_PER_TRIP, 1);
 	enum tier2_status st = TIER2_OK;
 	if (!cb || !cmds || !one) {
-		tier2_io_err(err, errsz, "tier2: delete: out of memory");
+		tier2_io_err(err, errsz, "tier2: deleting chunks: out of memory");
 		st = TIER2_NOMEM;
 	}
-	for (uint32_t first = 0; first < rec->n_chunks && st == TIER2_OK; first += DELS_PER_TRIP) {
-		uint32_t n = rec->n_chunks - first < DELS_PER_TRIP ? rec->n_chunks - first
-		                                                   : DELS_PER_TRIP;
+	for (uint32_t first = 0; first < n_chunks && st == TIER2_OK; first += DELS_PER_TRIP) {
+		uint32_t n = n_chunks - first < DELS_PER_TRIP ? n_chunks - first : DELS_PER_TRIP;
 		for (uint32_t j = 0; j < n; j++)
 			cmd3(&cmds[j], &cb[j], "DEL",
-			     tier2_name_chunk(cb[j].name, ns, key, rec->generation, first + j),
-			     NULL, 0);
+			     tier2_name_chunk(cb[j].name, ns, key, gen, first + j), NULL, 0);
 		uint64_t ignored = 0;
 		st = run_ints(r, cmds, n, "deleting chunks", &ignored, one, err, errsz);
 		for (uint32_t j = 0; j < n && st == TIER2_OK; j++) {
-			uint64_t at = (uint64_t)(first + j) * rec->chunk_size;
-			if (one[j])
-				*freed +=
-				        total - at < rec->chunk_size ? total - at : rec->chunk_size;
+			uint64_t at = (uint64_t)(first + j) * chunk_size;
+			if (one[j] && n_deleted)
+				++*n_deleted;
+			if (one[j] && at < total)
+				*freed += total - at < chunk_size ? total - at : chunk_size;
 		}
 	}
 	free(one);
 	free(cmds);
 	free(cb);
 	return st;
+}
+
+enum tier2_status tier2_record_has(struct cluster_router *r, const char *ns, const uint8_t *key,
+                                   uint64_t gen, int *yes, char *err, size_t errsz)
+{
+	struct tier2_record rec;
+	size_t len = 0;
+	*yes = 0;
+	enum tier2_status st = read_record(r, ns, key, "undo", &rec, &len, err, errsz);
+	if (st == TIER2_MISSING || st == TIER2_DAMAGED)
+		return TIER2_OK; /* none, or none of this key's: not gen's */
+	if (st != TIER2_OK)
+		return st;
+	*yes = rec.generation == gen;
+	tier2_record_free(&rec);
+	return TIER2_OK;
 }
 
 /* HDEL the entry's field from its node h_D. */
@@ -166,7 +181,7 @@ enum tier2_status tier2_delete_gen(struct cluster_router *r, const char *ns,
 		return TIER2_INVALID;
 	struct tier2_record rec;
 	size_t rec_len = 0;
-	enum tier2_status st = read_record(r, ns, key, &rec, &rec_len, err, errsz);
+	enum tier2_status st = read_record(r, ns, key, "delete", &rec, &rec_len, err, errsz);
 	if (st != TIER2_OK)
 		return st;
 	char name[TIER2_NAME_MAX];
@@ -192,7 +207,8 @@ enum tier2_status tier2_delete_gen(struct cluster_router *r, const char *ns,
 	}
 	free(parts);
 	if (st == TIER2_OK)
-		st = del_chunks(r, ns, key, &rec, tier2_stream_size(&rec), &freed, err, errsz);
+		st = tier2_chunks_del(r, ns, key, rec.generation, rec.n_chunks, rec.chunk_size,
+		                      tier2_stream_size(&rec), &freed, NULL, err, errsz);
 	if (st == TIER2_OK)
 		st = del_field(r, ns, key, &rec, err, errsz);
 	tier2_record_free(&rec);

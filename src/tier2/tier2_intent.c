@@ -5,8 +5,7 @@
 
 #include "tier2/tier2_io.h"
 
-#define INTENT_PAGE   1024u /* elements read per LRANGE */
-#define DELS_PER_TRIP 1024u
+#define INTENT_PAGE 1024u /* elements read per LRANGE */
 
 static const unsigned char head_magic[4] = {'K', '3', 'T', 'I'};
 static const unsigned char old_magic[4] = {'K', '3', 'T', 'O'};
@@ -183,36 +182,6 @@ enum tier2_status tier2_intent_end(struct cluster_router *r, const char *ns,
 	return intent_int(r, name, nl, 2, argv, lens, "deleting the put's intent", err, errsz);
 }
 
-/* DELs chunks [0, n) of generation gen; each one removed counts cs bytes. */
-static enum tier2_status del_chunks(struct cluster_router *r, const char *ns, const uint8_t *key,
-                                    uint64_t gen, uint32_t n, uint32_t cs, uint64_t *freed,
-                                    char *err, size_t errsz)
-{
-	struct tier2_cmd2 *cb = calloc(DELS_PER_TRIP, sizeof(*cb));
-	struct cluster_cmd *cmds = calloc(DELS_PER_TRIP, sizeof(*cmds));
-	enum tier2_status st = TIER2_OK;
-	if (!cb || !cmds) {
-		tier2_io_err(err, errsz, "tier2: undo: out of memory");
-		st = TIER2_NOMEM;
-	}
-	for (uint32_t first = 0; first < n && st == TIER2_OK; first += DELS_PER_TRIP) {
-		uint32_t k = n - first < DELS_PER_TRIP ? n - first : DELS_PER_TRIP;
-		for (uint32_t j = 0; j < k; j++)
-			tier2_io_cmd2(&cmds[j], &cb[j], "DEL",
-			              tier2_name_chunk(cb[j].name, ns, key, gen, first + j));
-		st = tier2_io_pipeline(r, cmds, k, "undo: deleting chunks", err, errsz);
-		for (uint32_t j = 0; j < k && st == TIER2_OK; j++) {
-			st = tier2_io_want_int(cmds[j].reply, "DEL", cmds[j].key, err, errsz);
-			if (st == TIER2_OK && cmds[j].reply->integer == 1)
-				*freed += cs;
-		}
-		tier2_io_free_replies(cmds, k);
-	}
-	free(cmds);
-	free(cb);
-	return st;
-}
-
 int tier2_intent_parse(const redisReply *rep, int first, struct tier2_intent_info *info,
                        struct tier2_intent_part *out, size_t cap, size_t *n_out, size_t *n_elems,
                        char *err, size_t errsz)
@@ -309,30 +278,6 @@ static enum tier2_status undo_parts(struct cluster_router *r, const char *ns, co
 	return st;
 }
 
-enum tier2_status tier2_record_has(struct cluster_router *r, const char *ns, const uint8_t *key,
-                                   uint64_t gen, int *yes, char *err, size_t errsz)
-{
-	struct tier2_cmd2 c;
-	struct cluster_cmd cmd;
-	*yes = 0;
-	tier2_io_cmd2(&cmd, &c, "GET", tier2_name_record(c.name, ns, key));
-	enum tier2_status st =
-	        tier2_io_pipeline(r, &cmd, 1, "undo: reading the record", err, errsz);
-	if (st != TIER2_OK)
-		return st;
-	const redisReply *rep = cmd.reply;
-	struct tier2_record rec;
-	if (rep->type == REDIS_REPLY_ERROR) {
-		st = tier2_io_want_ok(rep, "GET", cmd.key, err, errsz);
-	} else if (rep->type == REDIS_REPLY_STRING &&
-	           tier2_record_decode(rep->str, rep->len, &rec, NULL, 0) == 0) {
-		*yes = rec.generation == gen;
-		tier2_record_free(&rec);
-	}
-	tier2_io_free_replies(&cmd, 1);
-	return st;
-}
-
 enum tier2_status tier2_undo(struct cluster_router *r, const char *ns,
                              const uint8_t key[TIER2_KEY_LEN], uint64_t generation,
                              uint64_t *bytes_freed, char *err, size_t errsz)
@@ -357,16 +302,16 @@ enum tier2_status tier2_undo(struct cluster_router *r, const char *ns,
 	/* its record in place: the generation it replaced has no record left,
 	 * so its chunks are this put's to delete, before the record that says so */
 	if (st == TIER2_OK && ours && info.have_old && info.old_gen != generation)
-		st = del_chunks(r, ns, key, info.old_gen, info.old_n_chunks, TIER2_CHUNK_MAX,
-		                &freed, err, errsz);
+		st = tier2_chunks_del(r, ns, key, info.old_gen, info.old_n_chunks,
+		                      info.old_chunk_size, UINT64_MAX, &freed, NULL, err, errsz);
 	if (st == TIER2_OK && ours) {
 		st = tier2_delete_gen(r, ns, key, generation, 1, &freed, err, errsz);
 		if (st == TIER2_MISSING || st == TIER2_DAMAGED)
 			st = TIER2_OK; /* replaced meanwhile: the other put's */
 	}
 	if (st == TIER2_OK && info.have_head)
-		st = del_chunks(r, ns, key, generation, info.n_chunks, info.chunk_size, &freed, err,
-		                errsz);
+		st = tier2_chunks_del(r, ns, key, generation, info.n_chunks, info.chunk_size,
+		                      UINT64_MAX, &freed, NULL, err, errsz);
 	if (st == TIER2_OK && have)
 		st = tier2_intent_end(r, ns, key, generation, err, errsz);
 	if (st == TIER2_OK && have && !info.have_head) {

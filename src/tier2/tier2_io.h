@@ -132,9 +132,19 @@ enum tier2_status tier2_intent_old(struct cluster_router *r, const char *ns,
                                    uint32_t old_chunk_size, uint32_t old_n_chunks, char *err,
                                    size_t errsz);
 
-/* Whether the key's record decodes and has generation gen: *yes. */
+/* Whether the key's record decodes, is bound to key and has generation
+ * gen: *yes (tier2_delete.c). */
 enum tier2_status tier2_record_has(struct cluster_router *r, const char *ns, const uint8_t *key,
                                    uint64_t gen, int *yes, char *err, size_t errsz);
+
+/* DELs chunks [0, n_chunks) of generation gen (tier2_delete.c); *freed grows
+ * by the bytes of each removed, chunk_size each but the last below total
+ * (UINT64_MAX: unknown), and *n_deleted (may be NULL) by one. Stops at the
+ * first round trip that fails. */
+enum tier2_status tier2_chunks_del(struct cluster_router *r, const char *ns, const uint8_t *key,
+                                   uint64_t gen, uint32_t n_chunks, uint32_t chunk_size,
+                                   uint64_t total, uint64_t *freed, uint64_t *n_deleted, char *err,
+                                   size_t errsz);
 
 /* tier2_delete, which also DELs the generation's intent unless keep_intent
  * (tier2_undo reads it, and deletes it last). */

@@ -707,32 +707,12 @@ static enum tier2_status put_index(struct put *p, const uint8_t *fingerprint, co
  * deleted. *failed (may be NULL) is set when a round trip failed. */
 static uint64_t del_chunks(struct put *p, uint64_t gen, uint32_t n_chunks, int *failed)
 {
-	struct cmdbuf *cb = calloc(INDEX_WINDOW, sizeof(*cb));
-	struct cluster_cmd *cmds = calloc(INDEX_WINDOW, sizeof(*cmds));
-	uint64_t deleted = 0;
-	for (uint32_t first = 0; cb && cmds && first < n_chunks; first += INDEX_WINDOW) {
-		uint32_t n = n_chunks - first < INDEX_WINDOW ? n_chunks - first : INDEX_WINDOW;
-		for (uint32_t j = 0; j < n; j++) {
-			cb[j].argv[0] = "DEL";
-			cb[j].len[0] = 3;
-			cmd_of(&cmds[j], &cb[j],
-			       tier2_name_chunk(cb[j].name, p->ns, p->key, gen, first + j), 2);
-		}
-		char ignored[256];
-		if (tier2_io_pipeline(p->r, cmds, n, "deleting chunks", ignored, sizeof(ignored)) !=
-		            TIER2_OK &&
-		    failed)
-			*failed = 1;
-		for (uint32_t j = 0; j < n; j++) {
-			int ok = cmds[j].reply && cmds[j].reply->type == REDIS_REPLY_INTEGER;
-			deleted += ok && cmds[j].reply->integer == 1;
-			if (!ok && failed)
-				*failed = 1;
-		}
-		tier2_io_free_replies(cmds, n);
-	}
-	free(cmds);
-	free(cb);
+	char ignored[256];
+	uint64_t freed = 0, deleted = 0;
+	if (tier2_chunks_del(p->r, p->ns, p->key, gen, n_chunks, 1, UINT64_MAX, &freed, &deleted,
+	                     ignored, sizeof(ignored)) != TIER2_OK &&
+	    failed)
+		*failed = 1;
 	return deleted;
 }
 

@@ -1092,9 +1092,10 @@ static void delete_turn(struct cluster_router *r, const char *ns, uint32_t p)
 	tier2_record_free(&rec);
 }
 
-/* The name of part (0 k, 1 v) of block b of the entry's first split layer. */
-static void part_name(struct cluster_router *r, const char *ns, uint32_t p, uint32_t b, int part,
-                      char *name, char kind)
+/* Part (0 k, 1 v) of block b of the entry's first split layer, as an
+ * intent names it. */
+static void part_of(struct cluster_router *r, const char *ns, uint32_t p, uint32_t b, int part,
+                    struct tier2_intent_part *out)
 {
 	uint8_t key[32];
 	key_of(p, key);
@@ -1106,13 +1107,26 @@ static void part_name(struct cluster_router *r, const char *ns, uint32_t p, uint
 	uint8_t(*h)[PREFIX_NODE_LEN] = malloc((size_t)(p / 16 + 1) * PREFIX_NODE_LEN);
 	prefix_block_hashes(fp, "c", 1, conv, p, h);
 	uint32_t d = (b + 1) * rec.row_block / 16;
-	uint64_t x = rec.part_xxh3[2 * b + (uint32_t)part];
-	if (kind == 'p')
-		tier2_name_part(name, ns, h[d], rec.split[0].layer, part, x);
-	else
-		tier2_name_refs(name, ns, h[d], rec.split[0].layer, part, x);
+	*out = (struct tier2_intent_part){.layer = rec.split[0].layer,
+	                                  .part = (uint32_t)part,
+	                                  .xxh3 = rec.part_xxh3[2 * b + (uint32_t)part],
+	                                  .size = (uint64_t)rec.row_block * 4u *
+	                                          (part ? rec.split[0].v_row : rec.split[0].k_row)};
+	memcpy(out->node, h[d], sizeof(out->node));
 	free(h);
 	tier2_record_free(&rec);
+}
+
+/* The name of that part ('p'), or of its referrers ('q'). */
+static void part_name(struct cluster_router *r, const char *ns, uint32_t p, uint32_t b, int part,
+                      char *name, char kind)
+{
+	struct tier2_intent_part ip;
+	part_of(r, ns, p, b, part, &ip);
+	if (kind == 'p')
+		tier2_name_part(name, ns, ip.node, ip.layer, part, ip.xxh3);
+	else
+		tier2_name_refs(name, ns, ip.node, ip.layer, part, ip.xxh3);
 }
 
 static void test_conversation_blocks(void **state)
@@ -1329,18 +1343,28 @@ static long long rpushes(struct cluster_router *r)
 	return n;
 }
 
+/* VERB NAME VALUE with a binary value; the integer answered. */
+static long long bin_cmd(struct cluster_router *r, const char *verb, const char *name,
+                         const void *value, size_t len)
+{
+	const char *argv[] = {verb, name, value};
+	size_t lens[] = {strlen(verb), strlen(name), len};
+	redisReply *rep = NULL;
+	assert_int_equal(cluster_command_argv(r, name, lens[1], 3, argv, lens, &rep), 0);
+	assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+	long long v = rep->integer;
+	freeReplyObject(rep);
+	return v;
+}
+
 /* Writes an intent of key and generation gen by hand: head, then old. */
 static void push_intent(struct cluster_router *r, const char *ns, const uint8_t key[32],
                         uint64_t gen, const unsigned char *head, const unsigned char *old)
 {
 	char name[TIER2_NAME_MAX];
 	tier2_name_intent(name, ns, key, gen);
-	const char *argv[] = {"RPUSH", name, (const char *)head, (const char *)old};
-	size_t lens[] = {5, strlen(name), TIER2_INTENT_HEAD_LEN, TIER2_INTENT_OLD_LEN};
-	redisReply *rep = NULL;
-	assert_int_equal(cluster_command_argv(r, name, lens[1], 4, argv, lens, &rep), 0);
-	assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
-	freeReplyObject(rep);
+	(void)bin_cmd(r, "RPUSH", name, head, TIER2_INTENT_HEAD_LEN);
+	(void)bin_cmd(r, "RPUSH", name, old, TIER2_INTENT_OLD_LEN);
 }
 
 /* A put killed part-way leaves its chunks, its parts and its references to
@@ -1478,6 +1502,29 @@ static void test_undo_after_kill(void **state)
 	st = tier2_undo(r, ns, ka, g2 ^ 1, &freed, err, sizeof(err));
 	assert_int_equal(st, TIER2_OK);
 	assert_int_equal(count_kind(r, ns, 'c'), res.n_chunks + n1);
+	assert_int_equal(count_kind(r, ns, 'i'), 0);
+	get_turn_exact(r, ns, 256, &a);
+	/* an intent without its header (evicted mid-put, then appended to):
+	 * the part it names loses its generation's referrer, the intent goes,
+	 * and DAMAGED says its chunks are left */
+	struct tier2_intent_part ip;
+	unsigned char el[TIER2_INTENT_PART_LEN], member[40];
+	char refs_name[TIER2_NAME_MAX];
+	uint64_t g9 = g2 ^ 2;
+	part_of(r, ns, 256, 0, 0, &ip);
+	part_name(r, ns, 256, 0, 0, refs_name, 'q');
+	memcpy(member, ka, 32);
+	for (int i = 0; i < 8; i++)
+		member[32 + i] = (unsigned char)(g9 >> (8 * i));
+	assert_int_equal(bin_cmd(r, "SADD", refs_name, member, sizeof(member)), 1);
+	assert_int_equal(int_reply(r, "SCARD", refs_name), 2);
+	tier2_intent_part_encode(el, &ip);
+	tier2_name_intent(intent, ns, ka, g9);
+	(void)bin_cmd(r, "RPUSH", intent, el, sizeof(el));
+	st = tier2_undo(r, ns, ka, g9, &freed, err, sizeof(err));
+	assert_int_equal(st, TIER2_DAMAGED);
+	assert_non_null(strstr(err, "had no header"));
+	assert_int_equal(int_reply(r, "SCARD", refs_name), 1);
 	assert_int_equal(count_kind(r, ns, 'i'), 0);
 	get_turn_exact(r, ns, 256, &a);
 	tier2_intent_old_encode(old, g1, 65536, n1);
