@@ -218,15 +218,12 @@ static void fill_tokens(uint32_t *t, uint32_t p, uint32_t seed)
 		t[i] = seed * 2654435761u + i * 31u + 7u;
 }
 
-/* A buffer of our own, never shared copy-on-write with a forked child (a
- * write into a page a child still maps would fault and copy it). */
+/* A buffer of our own (benchutil_private_buffer), or the run fails. */
 static unsigned char *private_buffer(size_t len)
 {
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		fail("mmap %zu bytes: %s", len, strerror(errno));
-	if (madvise(p, len, MADV_DONTFORK) != 0)
-		fail("madvise(MADV_DONTFORK): %s", strerror(errno));
+	unsigned char *p = benchutil_private_buffer(len);
+	if (!p)
+		fail("mmap %zu bytes (MADV_DONTFORK): %s", len, strerror(errno));
 	return p;
 }
 
