@@ -43,6 +43,7 @@
 #include "record.h"
 #include "staged.h"
 #include "txn.h"
+#include "units.h"
 #include "xxh_dispatch.h"
 
 /* Chunks copied aside by the scan (a window): at most this many at once. */
@@ -662,6 +663,39 @@ static int contiguous(const struct store_publish_req *r)
 	return 1;
 }
 
+static uint64_t part_at(const struct store_stage *g, uint32_t q, int end);
+
+/* A part is placed once all its bytes are in, and the window cannot move
+ * past its first byte before: one whose bytes span more than the window
+ * less a stage (the window's stages are aligned; K3D_WINDOW_STAGES is 3)
+ * would never be placed, and the publish would wait for ever. The first
+ * such part (STATUS_INVALID, saying what to change), or STATUS_OK. */
+static enum status_code parts_fit(const struct store_stage *g, struct status *st)
+{
+	uint64_t room = g->window - g->window / 3;
+	for (uint32_t q = 0; q < g->n_parts; q++) {
+		uint64_t lo = part_at(g, q, 0), hi = part_at(g, q, 1);
+		if (hi <= lo || hi - lo <= room)
+			continue;
+		size_t len;
+		uint32_t layer;
+		(void)store_entry_part(&g->plan, q, &len, &layer);
+		char part[32], fits[32], win[32], stage[32];
+		units_format_size(hi - lo, part, sizeof(part));
+		units_format_size(room, fits, sizeof(fits));
+		units_format_size(g->window, win, sizeof(win));
+		units_format_size((hi - lo + 1) / 2, stage, sizeof(stage));
+		return status_set(
+		        st, STATUS_INVALID,
+		        "layer %u: a block part of %s (%u rows, the store's row block) is "
+		        "larger than the receive window allows (%s of %s): give the "
+		        "daemon stages of at least %s (--stage-size), or use a store made "
+		        "with a smaller --row-block",
+		        layer, part, g->plan.row_block, fits, win, stage);
+	}
+	return STATUS_OK;
+}
+
 enum status_code store_stage_begin(struct store *s, const struct store_publish_req *req,
                                    uint64_t window, void (*notify)(void *ctx), void *ctx,
                                    struct store_stage **out, struct store_publish_res *res,
@@ -724,6 +758,10 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 	if (nomem) {
 		stage_free(g);
 		return status_set(st, STATUS_INTERNAL, "out of memory");
+	}
+	if (window && parts_fit(g, st) != STATUS_OK) {
+		stage_free(g);
+		return st->code;
 	}
 	g->notify = notify;
 	g->notify_ctx = ctx;

@@ -125,6 +125,26 @@ ok "--row-block 256 on that store: it keeps 128" $(grep -Eq '^row_block +128( |$
 ok "--row-block 256 on that store: a warning says so" $(grep -q 'was made with blocks of 128 rows and keeps them' "$dir/rb.log"; echo $?)
 kill "$rbpid"; wait "$rbpid" 2>/dev/null
 
+# a block part larger than the receive window allows (blocks of 2048 rows of
+# the twin's 3 KiB: 6 MiB parts; stages of 1 MiB: a window of 3 MiB) could
+# never be placed, and the publish waited for ever: it is refused at once,
+# saying what to change; a part that fits (512 rows, 1.5 MiB) is stored
+twin=$shared/models/kimi-k3-0.40b-twin.json
+"$daemon" --db "$dir/rbw-db" --socket "$dir/rbw.sock" --row-block 2048 --stage-size 1MiB 2>"$dir/rbw.log" &
+rbpid=$!
+up "$dir/rbw.sock"
+out=$(timeout 20 "$pub" "$dir/rbw.sock" "$twin" N:2048 rbw 2>&1); rc=$?
+ok "a block part over the window: refused at once, not a hang (rc $rc: $out)" $([ $rc != 0 ] && [ $rc != 124 ] && grep -q 'block part' <<<"$out" && grep -q -- "--stage-size" <<<"$out"; echo $?)
+out=$("$ctl" --socket "$dir/rbw.sock" --json stat)
+ok "a block part over the window: nothing stored, nothing in flight, said in the log" $([ "$(json_num entries <<<"$out")" = 0 ] && [ "$(json_num chunks <<<"$out")" = 0 ] && [ "$(json_num inflight_bytes <<<"$out")" = 0 ] && grep -q 'larger than the receive window' "$dir/rbw.log"; echo $?)
+kill "$rbpid"; wait "$rbpid" 2>/dev/null
+"$daemon" --db "$dir/rbw2-db" --socket "$dir/rbw.sock" --row-block 512 --stage-size 1MiB 2>>"$dir/rbw.log" &
+rbpid=$!
+up "$dir/rbw.sock"
+out=$(timeout 20 "$pub" "$dir/rbw.sock" "$twin" N:2048 rbw 2>&1); rc=$?
+ok "a block part within the window: stored (rc $rc)" $([ $rc = 0 ]; echo $?)
+kill "$rbpid"; wait "$rbpid" 2>/dev/null
+
 # ---- the ready line names what was bound, in human sizes; SIGHUP ------------
 log3=$dir/log3
 for try in 1 2 3 4 5; do
