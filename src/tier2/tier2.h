@@ -365,7 +365,10 @@ struct tier2_put_options {
 	uint32_t max_in_flight; /* chunks written per pipeline; 0: 16 */
 	int keep_existing;      /* when the key has a record that decodes and is
 	                         * the same entry's (model, salt, tokens): write
-	                         * nothing (its chunks are not checked) */
+	                         * nothing (its chunks are not checked). A record
+	                         * written by another put while this one ran is
+	                         * kept too (SET NX): this one's writes are undone
+	                         * and res->existed set */
 	uint32_t row_block;     /* B: 0, a version-1 record (blobs whole); else a
 	                         * multiple of 16 up to 65536: MLA rows in parts */
 	uint64_t generation;    /* 0: a random one; else this one (the caller's,

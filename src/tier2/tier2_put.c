@@ -17,8 +17,8 @@
 /* One command's buffers: its key's name, up to 5 arguments. */
 struct cmdbuf {
 	char name[TIER2_NAME_MAX];
-	const char *argv[5];
-	size_t len[5];
+	const char *argv[6];
+	size_t len[6];
 };
 
 struct put {
@@ -867,7 +867,7 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	size_t rec_len = 0;
 	struct old old = {0};
 	struct verify v = {.layers = layers, .n_layers = n_layers};
-	int record_sent = 0, existed = 0, intent = 0;
+	int record_sent = 0, existed = 0, intent = 0, lost = 0;
 	p.gen = o.generation ? o.generation : tier2_generation_new();
 	struct stream s = {.p = &p,
 	                   .src = src,
@@ -952,7 +952,18 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	c.len[0] = 3;
 	c.argv[2] = (const char *)rec_bytes;
 	c.len[2] = rec_len;
-	cmd_of(&cmd, &c, tier2_name_record(c.name, ns, p.key), with_ttl(&p, &c, 3));
+	int argc = with_ttl(&p, &c, 3);
+	/* keeping what is there, and nothing was: only if still nothing is. A
+	 * put of the same entry that wrote its record since (two hosts copying
+	 * one snapshot at once) keeps it, and this one is undone; else the
+	 * record it replaced would leave its chunks and references with no
+	 * record, ledger or intent naming them */
+	int nx = o.keep_existing && !old.have;
+	if (nx) {
+		c.argv[argc] = "NX";
+		c.len[argc++] = 2;
+	}
+	cmd_of(&cmd, &c, tier2_name_record(c.name, ns, p.key), argc);
 	if (stats)
 		stats->bytes_out += rec_len;
 	/* the generation it replaces, in the intent: once the record is ours,
@@ -961,7 +972,21 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	                                       old.n_chunks, err, errsz)) != TIER2_OK)
 		goto out;
 	record_sent = 1;
-	if ((st = run(&p, &cmd, 1, "writing the record", 0)) != TIER2_OK)
+	if ((st = tier2_io_pipeline(r, &cmd, 1, "writing the record", err, errsz)) == TIER2_OK) {
+		if (nx && cmd.reply->type == REDIS_REPLY_NIL)
+			lost = 1; /* not written: another put's record is there */
+		else
+			st = tier2_io_want_ok(cmd.reply, "SET", cmd.key, err, errsz);
+	}
+	tier2_io_free_replies(&cmd, 1);
+	if (lost) {
+		record_sent = 0;
+		st = TIER2_NODE_ERROR; /* undone below, then said to have existed */
+		tier2_io_err(err, errsz,
+		             "tier2: put: another put of the entry wrote its record first; "
+		             "undoing this one's writes failed");
+	}
+	if (st != TIER2_OK)
 		goto out;
 	if ((st = put_index(&p, fingerprint, salt, salt_len, tokens, n_tokens)) != TIER2_OK)
 		goto out;
@@ -996,6 +1021,22 @@ out:
 			left = 1;
 		if (res)
 			res->undo_left = left;
+		if (lost && !left) { /* undone whole: the entry is there, as keep_existing asks */
+			struct old now;
+			st = TIER2_OK;
+			existed = 1;
+			/* the record's details, as a put that found it gives them (zero
+			 * when it cannot be read now) */
+			(void)old_record(&p, fingerprint, salt, salt_len, tokens, n_tokens, &now);
+			if (res)
+				*res = (struct tier2_put_result){.generation = now.gen,
+				                                 .n_chunks = now.n_chunks,
+				                                 .bytes = total,
+				                                 .existed = 1};
+			free(now.parts);
+			if (err && errsz)
+				err[0] = 0;
+		}
 	}
 	if (stats) {
 		stats->puts += st == TIER2_OK && !existed;

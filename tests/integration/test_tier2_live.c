@@ -1546,6 +1546,88 @@ static void test_undo_after_kill(void **state)
  * is the entry's, none at or past the limit is written, and the bytes a
  * chunk holds past an MLA layer's parts wait for a later limit. Windows far
  * under a part and a chunk, under a chunk, and of a few chunks. */
+/* A source whose first read lets another put of the same entry run whole
+ * first (another host copying the same snapshot at the same time). */
+struct race_src {
+	struct odd_src o;
+	struct cluster_router *r;
+	const char *ns;
+	uint32_t p;
+	struct tier2_layer *layers;
+	int fired;
+	enum tier2_status inner_st;
+	struct tier2_put_result inner;
+};
+
+static enum tier2_status put_keep(struct cluster_router *r, const char *ns,
+                                  struct tier2_layer *layers, uint32_t p, struct tier2_source *src,
+                                  struct tier2_put_result *res, char *err, size_t errsz)
+{
+	struct tier2_put_options o = {.row_block = 64, .chunk_size = 65536, .keep_existing = 1};
+	return tier2_put_from(r, ns, fp, "c", 1, conv, p, layers, twin->n_layers, src, &o, res,
+	                      NULL, err, errsz);
+}
+
+static int race_read(void *ctx, void *dst, size_t len, char *err, size_t errsz)
+{
+	struct race_src *k = ctx;
+	if (!k->fired) {
+		k->fired = 1;
+		struct odd_src o = {.s = k->o.s};
+		struct tier2_source src = {odd_read, &o};
+		char e[512] = "";
+		k->inner_st = put_keep(k->r, k->ns, k->layers, k->p, &src, &k->inner, e, sizeof(e));
+		if (k->inner_st != TIER2_OK)
+			fail_msg("the other put: %s: %s", tier2_status_name(k->inner_st), e);
+	}
+	return odd_read(&k->o, dst, len, err, errsz);
+}
+
+/* Two puts of one entry, keep_existing, that overlap: the one whose record
+ * goes second finds the other's there, undoes its own writes and reports
+ * the entry as existing. Before, it overwrote the record, and the first
+ * put's chunks and part references were left with no record, ledger or
+ * intent naming them: nothing was left to delete them. */
+static void test_two_puts_at_once(void **state)
+{
+	(void)state;
+	const char *ns = "race";
+	struct cluster_router *r = router();
+	struct storeutil_snap a = conv_turn(512, 41, 0);
+	struct tier2_layer *layers = calloc(a.n, sizeof(*layers));
+	assert_non_null(layers);
+	for (uint32_t i = 0; i < a.n; i++)
+		layers[i] = (struct tier2_layer){a.blobs[i].size, a.blobs[i].xxh3, a.bufs[i][0]};
+	struct race_src k = {.o = {.s = &a}, .r = r, .ns = ns, .p = 512, .layers = layers};
+	struct tier2_source src = {race_read, &k};
+	struct tier2_put_result res;
+	char err[512] = "";
+	enum tier2_status st = put_keep(r, ns, layers, 512, &src, &res, err, sizeof(err));
+	if (st != TIER2_OK)
+		fail_msg("the second put: %s: %s", tier2_status_name(st), err);
+	assert_true(k.fired);
+	assert_true(res.existed);
+	assert_true(res.generation == k.inner.generation);
+	assert_int_equal(res.n_chunks, k.inner.n_chunks);
+	/* only the first put's bytes: its chunks, no intent, one record */
+	assert_int_equal(count_kind(r, ns, 'c'), k.inner.n_chunks);
+	assert_int_equal(count_kind(r, ns, 'i'), 0);
+	assert_int_equal(count_kind(r, ns, 'e'), 1);
+	char q0[TIER2_NAME_MAX];
+	part_name(r, ns, 512, 0, 0, q0, 'q');
+	assert_int_equal(int_reply(r, "SCARD", q0), 1); /* the first put's reference alone */
+	get_turn_exact(r, ns, 512, &a);
+	/* deleting the entry leaves nothing of either put */
+	delete_turn(r, ns, 512);
+	assert_int_equal(count_kind(r, ns, 'c'), 0);
+	assert_int_equal(count_kind(r, ns, 'p'), 0);
+	assert_int_equal(count_kind(r, ns, 'q'), 0);
+	assert_int_equal(count_kind(r, ns, 'e'), 0);
+	free(layers);
+	storeutil_snap_free(&a);
+	cluster_router_free(r);
+}
+
 static void test_read_window(void **state)
 {
 	(void)state;
@@ -1716,6 +1798,7 @@ int main(void)
 	        cmocka_unit_test(test_conversation_blocks),
 	        cmocka_unit_test(test_read_window),
 	        cmocka_unit_test(test_undo_after_kill),
+	        cmocka_unit_test(test_two_puts_at_once),
 	        cmocka_unit_test(test_cluster_unreachable),
 	};
 	return cmocka_run_group_tests_name("tier 2 on a real cluster", tests, setup, teardown);
