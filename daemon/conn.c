@@ -433,6 +433,7 @@ static void header_done(struct k3d_conn *c)
 	c->req = frame_decode_request(c->hdr, c->hlen, &st);
 	free(c->hdr);
 	c->hdr = NULL;
+	c->rate_mark = c->rate_ticks = 0; /* the payload's rate is measured afresh */
 	if (!c->req) {
 		fatal_frame(c, &st);
 		return;
@@ -649,6 +650,17 @@ static void process(struct k3d_conn *c)
 			{
 				struct status st;
 				if (frame_check_header_len(c->hlen, &st) != STATUS_OK) {
+					fatal_frame(c, &st);
+					return;
+				}
+				/* a peer that has not said who it is sends a Hello, a few
+				 * bytes: it holds no more of the daemon's memory than that */
+				if (!c->who.authed && c->hlen > K3D_HELLO_HEADER_MAX) {
+					status_set(
+					        &st, STATUS_DENIED,
+					        "a header of %u bytes before a Hello with a valid "
+					        "token: at most %u until then",
+					        c->hlen, K3D_HELLO_HEADER_MAX);
 					fatal_frame(c, &st);
 					return;
 				}
@@ -873,12 +885,15 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 static int upload_too_slow(struct k3d_conn *c)
 {
 	uint64_t rate = c->srv->cfg.min_upload_rate;
-	if (!rate || c->state != K3D_READ_PAYLOAD)
+	if (!rate || (c->state != K3D_READ_PAYLOAD && c->state != K3D_READ_HEADER))
 		return 0;
+	/* a header too: one trickled in a byte at a time would hold its
+	 * buffer for ever, as each byte counts as progress */
+	uint64_t got = c->state == K3D_READ_HEADER ? c->hgot : c->pgot;
 	if (++c->rate_ticks < K3D_RATE_WINDOW)
 		return 0;
-	int slow = c->pgot - c->rate_mark < rate * K3D_RATE_WINDOW;
-	c->rate_mark = c->pgot;
+	int slow = got - c->rate_mark < rate * K3D_RATE_WINDOW;
+	c->rate_mark = got;
 	c->rate_ticks = 0;
 	return slow;
 }

@@ -215,6 +215,9 @@ void k3d_log(enum k3d_log level, const char *fmt, ...) __attribute__((format(pri
 enum k3d_log k3d_status_level(enum status_code code);
 void k3d_set_log_level(enum k3d_log level);
 
+/* The largest header a peer that has not authenticated (TCP with
+ * --token-file, before its Hello) may announce. */
+#define K3D_HELLO_HEADER_MAX (64u << 10)
 /* --min-upload-rate is averaged over this many seconds of reading. */
 #define K3D_RATE_WINDOW 10u
 /* A publish is charged --max-inflight for its whole payload only once this

@@ -3,7 +3,7 @@
  * 1 KiB now and then. They hold the first MiB of --max-inflight each, not
  * the 30 MiB they announced, so a real 20 MiB publish goes through at once;
  * after 10 s under --min-upload-rate they are closed, counted, and leave
- * nothing held. */
+ * nothing held. Connections trickling a header are closed the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +16,7 @@
 #include "k3cache/k3cache.h"
 
 #define SLOW       100
+#define HDRS       10 /* connections trickling a header instead */
 #define SLOW_BYTES (UINT64_C(30) << 20)
 #define REAL_FLOAT (UINT32_C(5) << 20) /* 20 MiB of recurrent state */
 
@@ -105,6 +106,16 @@ static void test_slow_uploads_do_not_starve(void **state)
 		assert_true(fds[i] >= 0);
 		assert_int_equal(daemonutil_write_all(fds[i], kib, sizeof(kib)), 0);
 	}
+	/* and some trickle a 1 MiB header: each byte was progress, so they
+	 * were never closed, each holding its header's buffer */
+	int hfds[HDRS];
+	unsigned char prefix[4] = {0, 0, 0x10, 0}; /* 1 MiB, little-endian */
+	for (int i = 0; i < HDRS; i++) {
+		hfds[i] = daemonutil_connect_raw(d.sock);
+		assert_true(hfds[i] >= 0);
+		assert_int_equal(daemonutil_write_all(hfds[i], prefix, sizeof(prefix)), 0);
+		assert_int_equal(daemonutil_write_all(hfds[i], kib, sizeof(kib)), 0);
+	}
 	daemonutil_sleep_ms(300);
 	/* each holds its trial window, not its announced payload */
 	uint64_t held = counter(c, "inflight_bytes");
@@ -128,7 +139,7 @@ static void test_slow_uploads_do_not_starve(void **state)
 	free(rec);
 
 	/* keep trickling: 1 KiB every 2 s is far under 1 MiB/s; after the 10 s
-	 * window each is closed */
+	 * window each is closed, headers too */
 	uint64_t before = counter(c, "uploads_too_slow");
 	for (int round = 0; round < 8; round++) {
 		daemonutil_sleep_ms(2000);
@@ -137,15 +148,25 @@ static void test_slow_uploads_do_not_starve(void **state)
 				close(fds[i]);
 				fds[i] = -1;
 			}
-		if (counter(c, "uploads_too_slow") - before >= SLOW)
+		for (int i = 0; i < HDRS; i++)
+			if (hfds[i] >= 0 && daemonutil_write_all(hfds[i], kib, sizeof(kib)) != 0) {
+				close(hfds[i]);
+				hfds[i] = -1;
+			}
+		if (counter(c, "uploads_too_slow") - before >= SLOW + HDRS)
 			break;
 	}
-	assert_int_equal(counter(c, "uploads_too_slow") - before, SLOW);
+	assert_int_equal(counter(c, "uploads_too_slow") - before, SLOW + HDRS);
 	assert_int_equal(counter(c, "inflight_bytes"), 0);
 	for (int i = 0; i < SLOW; i++)
 		if (fds[i] >= 0) {
 			assert_true(daemonutil_closed(fds[i], 5000));
 			close(fds[i]);
+		}
+	for (int i = 0; i < HDRS; i++)
+		if (hfds[i] >= 0) {
+			assert_true(daemonutil_closed(hfds[i], 5000));
+			close(hfds[i]);
 		}
 	k3cache_close(c);
 	k3cache_model_free(m);

@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -261,6 +262,19 @@ def test_tcp_tokens(tmp_path):
         assert key in {e["key"] for e in json.loads(r.stdout)["entries"]}
         # and nobody on the Unix socket shares alice's namespace
         assert as_uid(A, lambda: lookup(d.sock))["ok"] is None
+        # before its Hello a TCP peer may announce a header of 64 KiB at most:
+        # a larger one is refused at its length, before any of it is held
+        with socket.create_connection(("127.0.0.1", d.port), timeout=5) as s:
+            s.sendall(struct.pack("<I", 1 << 20) + b"\0" * 1024)
+            got = b""
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                got += b
+        assert b"before a Hello with a valid token" in got, got
+        r = ctl("--socket", d.sock, "--json", "stat")
+        assert json.loads(r.stdout)["errors_denied"] >= 1, r.stdout
     finally:
         os.environ.pop("K3CACHE_TOKEN", None)
         d.stop()
