@@ -196,6 +196,8 @@ static void conn_free(struct k3d_conn *c)
 	evbuffer_free(c->out); /* drops the queued chunks of a restore */
 	if (c->sending)        /* and the chunks not yet queued */
 		k3d_stream_unref(c->sending);
+	if (c->cut) /* a cut restore's map pages: no queued chunk points there now */
+		k3d_stream_unref(c->cut);
 	close(c->fd);
 	free(c);
 	k3d_conn_resume_waiting(srv);

@@ -196,6 +196,8 @@ struct k3d_conn {
 	struct k3d_job *ingest;     /* a publish written while its payload arrives */
 	struct k3d_window *win;     /* its receive window (the job's; window.h) */
 	struct k3d_stream *sending; /* a restore whose chunks are still to queue */
+	struct k3d_stream *cut;     /* a restore cut short: its queued chunks point into
+	                             * the map, held until the output is freed */
 	struct k3d_t2_wait *t2;     /* its lookup waits for the second tier (t2.c) */
 	uint64_t send_chunk;        /* its next chunk */
 	uint64_t send_id;           /* its request's id */

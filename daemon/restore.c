@@ -229,6 +229,17 @@ static void release_snapshot(const void *data, size_t len, void *arg)
 	k3d_stream_unref(arg);
 }
 
+/* A restore cut short keeps its snapshot (the read transaction) until the
+ * connection's output is freed: the chunks queued before the cut point into
+ * the map by reference, with no cleanup of their own, and must not be sent
+ * from pages the writer has reused meanwhile. */
+static void hold_cut(struct k3d_conn *c, struct k3d_stream *ref)
+{
+	if (c->cut) /* one cut per connection: it closes */
+		k3d_stream_unref(c->cut);
+	c->cut = ref;
+}
+
 /* A piece of the restore failed its check: nothing known bad is sent. When
  * no byte of the answer has gone out yet, the queued answer is taken back and
  * CORRUPT goes instead. Otherwise the connection ends once the pieces queued
@@ -262,7 +273,7 @@ static void refuse_damaged(struct k3d_conn *c, struct k3d_stream *ref, struct st
 	        "closing the connection",
 	        (unsigned long long)c->id, c->peer, st->message,
 	        (unsigned long long)(c->written - c->send_from));
-	k3d_stream_unref(ref);
+	hold_cut(c, ref);
 	k3d_conn_set_state(c, K3D_CLOSING);
 }
 
@@ -299,7 +310,7 @@ void k3d_restore_feed(struct k3d_conn *c)
 			k3d_log(K3D_LOG_WARN, "conn %llu (%s): restore: out of memory",
 			        (unsigned long long)c->id, c->peer);
 			end_sending(c);
-			k3d_stream_unref(ref);
+			hold_cut(c, ref);
 			k3d_conn_set_state(c, K3D_CLOSING);
 			return;
 		}
