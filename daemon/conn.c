@@ -900,6 +900,27 @@ static int upload_too_slow(struct k3d_conn *c)
 	return slow;
 }
 
+/* --min-download-rate, once a second: a client is measured over
+ * K3D_RATE_WINDOW seconds in which an answer (a restore) waited to be
+ * written to it. A restore holds a slot of --max-restores and a read
+ * transaction that pins the map's pages: a client reading a trickle must
+ * not hold them for hours. */
+static int download_too_slow(struct k3d_conn *c)
+{
+	uint64_t rate = c->srv->cfg.min_download_rate;
+	if (!rate || (!c->sending && evbuffer_get_length(c->out) == 0)) {
+		c->down_mark = c->written;
+		c->down_ticks = 0;
+		return 0;
+	}
+	if (++c->down_ticks < K3D_RATE_WINDOW)
+		return 0;
+	int slow = c->written - c->down_mark < rate * K3D_RATE_WINDOW;
+	c->down_mark = c->written;
+	c->down_ticks = 0;
+	return slow;
+}
+
 void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 {
 	struct k3d_conn *next;
@@ -928,6 +949,10 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 		if (!why && upload_too_slow(c)) {
 			why = "its upload is under --min-upload-rate";
 			srv->uploads_too_slow++;
+		}
+		if (!why && download_too_slow(c)) {
+			why = "it reads its answer under --min-download-rate";
+			srv->downloads_too_slow++;
 		}
 		if (why) {
 			k3d_log(K3D_LOG_INFO, "conn %llu (%s): closed: %s",

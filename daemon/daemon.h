@@ -44,15 +44,16 @@ struct k3d_config {
 	struct k3d_addr metrics;
 	uint64_t max_bytes;
 	uint64_t max_payload;
-	uint64_t max_inflight;    /* payload bytes held for publishes in flight */
-	uint64_t stage_bytes;     /* store_options.stage_bytes; 0: the store's default */
-	uint32_t row_block;       /* store_options.row_block (a new store); 0: default */
-	uint64_t yield_rate;      /* bytes/s per upload while lookups arrive; 0: no limit */
-	uint64_t min_upload_rate; /* bytes/s an upload keeps up over K3D_RATE_WINDOW; 0: any */
-	uint32_t max_restores;    /* restores streaming at once */
-	uint64_t idle_timeout;    /* seconds without a request */
-	uint64_t stall_timeout;   /* seconds without progress mid-frame or mid-send */
-	uint64_t sync_interval;   /* seconds, durability fast */
+	uint64_t max_inflight;      /* payload bytes held for publishes in flight */
+	uint64_t stage_bytes;       /* store_options.stage_bytes; 0: the store's default */
+	uint32_t row_block;         /* store_options.row_block (a new store); 0: default */
+	uint64_t yield_rate;        /* bytes/s per upload while lookups arrive; 0: no limit */
+	uint64_t min_upload_rate;   /* bytes/s an upload keeps up over K3D_RATE_WINDOW; 0: any */
+	uint64_t min_download_rate; /* bytes/s a client reads its answer at, the same way */
+	uint32_t max_restores;      /* restores streaming at once */
+	uint64_t idle_timeout;      /* seconds without a request */
+	uint64_t stall_timeout;     /* seconds without progress mid-frame or mid-send */
+	uint64_t sync_interval;     /* seconds, durability fast */
 	enum store_durability durability;
 	enum store_check check; /* the structural walk at open */
 	enum k3d_log log_level;
@@ -105,9 +106,10 @@ struct k3d_server {
 	double last_lookup;     /* k3d_now() of the last lookup answered */
 	uint64_t ingest_yields; /* pauses of uploads that let lookups run */
 	uint64_t timeouts, closed_mid_frame, busy_pauses;
-	uint64_t uploads_too_slow; /* closed under --min-upload-rate */
-	uint64_t waiting_trials;   /* in flight: trial windows waiting for their whole */
-	uint64_t restores_cut;     /* restores ended mid-payload: a piece failed its check */
+	uint64_t uploads_too_slow;   /* closed under --min-upload-rate */
+	uint64_t downloads_too_slow; /* closed under --min-download-rate */
+	uint64_t waiting_trials;     /* in flight: trial windows waiting for their whole */
+	uint64_t restores_cut;       /* restores ended mid-payload: a piece failed its check */
 	uint64_t delta_publishes, delta_refused; /* publishes with a base; of them refused */
 	int chore_pending;                       /* a housekeeping job is with the writer */
 	int done_fd;                             /* eventfd: the writer has finished jobs */
@@ -190,6 +192,8 @@ struct k3d_conn {
 	                               buffer of that size; the whole is charged after */
 	uint64_t rate_mark;         /* pgot when the current rate window began */
 	unsigned rate_ticks;        /* seconds of that window the daemon was reading */
+	uint64_t down_mark;         /* written when the current download window began */
+	unsigned down_ticks;        /* seconds of that window an answer was waiting to go */
 	uint64_t pcap;              /* capacity of the payload buffer */
 	struct status pending;      /* the error to answer after a discard */
 	uint64_t pending_id;        /* its request's id when the request went to a job */

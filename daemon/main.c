@@ -51,6 +51,9 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "  --min-upload-rate SIZE  close a publish whose upload (or a header) falls under\n"
 	        "                        SIZE per second, averaged over 10 s of reading\n"
 	        "                        (default 1MiB; 0: never)\n"
+	        "  --min-download-rate SIZE  close a connection that reads its answer (a\n"
+	        "                        restore) slower than SIZE per second, averaged over\n"
+	        "                        10 s (default 1MiB; 0: never)\n"
 	        "  --idle-timeout DUR    close connections idle this long (default 300s)\n"
 	        "  --stall-timeout DUR   close connections stalled mid-frame or mid-reply\n"
 	        "                        this long (default 30s)\n"
@@ -193,6 +196,7 @@ int main(int argc, char **argv)
 	        .max_inflight = 2ull << 30,
 	        .yield_rate = 1ull << 30,
 	        .min_upload_rate = 1ull << 20,
+	        .min_download_rate = 1ull << 20,
 	        .max_restores = 64,
 	        .idle_timeout = 300,
 	        .stall_timeout = 30,
@@ -224,6 +228,7 @@ int main(int argc, char **argv)
 		O_LOG,
 		O_CHECK,
 		O_MINRATE,
+		O_MINDOWN,
 		O_ADMIN,
 		O_SHARE,
 		O_TOKENS,
@@ -260,6 +265,7 @@ int main(int argc, char **argv)
 	        {"log-level", required_argument, NULL, O_LOG},
 	        {"check-at-open", required_argument, NULL, O_CHECK},
 	        {"min-upload-rate", required_argument, NULL, O_MINRATE},
+	        {"min-download-rate", required_argument, NULL, O_MINDOWN},
 	        {"admin-group", required_argument, NULL, O_ADMIN},
 	        {"share-uids", required_argument, NULL, O_SHARE},
 	        {"token-file", required_argument, NULL, O_TOKENS},
@@ -376,6 +382,11 @@ int main(int argc, char **argv)
 		case O_MINRATE:
 			if (units_parse_size(optarg, &cfg.min_upload_rate))
 				return bad("--min-upload-rate", optarg,
+				           "a size per second such as 1MiB, or 0");
+			break;
+		case O_MINDOWN:
+			if (units_parse_size(optarg, &cfg.min_download_rate))
+				return bad("--min-download-rate", optarg,
 				           "a size per second such as 1MiB, or 0");
 			break;
 		case O_CHECK:

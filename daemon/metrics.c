@@ -45,6 +45,7 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 	service_add_counter(r, "timeouts", srv->timeouts);
 	service_add_counter(r, "closed_mid_frame", srv->closed_mid_frame);
 	service_add_counter(r, "uploads_too_slow", srv->uploads_too_slow);
+	service_add_counter(r, "downloads_too_slow", srv->downloads_too_slow);
 	service_add_counter(r, "restores_cut", srv->restores_cut);
 	service_add_counter(r, "delta_publishes", srv->delta_publishes);
 	service_add_counter(r, "delta_refused", srv->delta_refused);
@@ -132,6 +133,8 @@ static const struct metric_meta metric_metas[] = {
         {"closed_mid_frame", "closed_mid_frame_total", 1, "Connections that ended mid-frame."},
         {"uploads_too_slow", "uploads_too_slow_total", 1,
          "Uploads closed under --min-upload-rate."},
+        {"downloads_too_slow", "downloads_too_slow_total", 1,
+         "Connections closed for reading their answer under --min-download-rate."},
         {"restores_cut", "restores_cut_total", 1,
          "Restores ended early because a chunk failed its check after sending began."},
         {"delta_publishes", "delta_publishes_total", 1, "Publishes that sent only new MLA rows."},

@@ -22,7 +22,7 @@ http_get() { # host port path
   exec 9>&-
 }
 
-out=$("$daemon" --help); ok "--help lists the flags" $(for f in --db --socket --listen --max-bytes --durability --metrics --max-payload --max-inflight --stage-size --yield-rate --log-level; do grep -q -- "$f" <<<"$out" || exit 1; done; echo 0)
+out=$("$daemon" --help); ok "--help lists the flags" $(for f in --db --socket --listen --max-bytes --durability --metrics --max-payload --max-inflight --stage-size --yield-rate --min-upload-rate --min-download-rate --log-level; do grep -q -- "$f" <<<"$out" || exit 1; done; echo 0)
 "$daemon" --durability bogus >/dev/null 2>&1; ok "a bad --durability is a usage error" $([ $? = 2 ]; echo $?)
 out=$("$daemon" --bogus 2>&1); rc=$?
 ok "an unknown flag: exit 2, getopt's line and where the help is, not the whole help ($out)" $([ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 2 ] && grep -q "k3cached --help" <<<"$out"; echo $?)
@@ -106,6 +106,8 @@ refuse 'token-file' --insecure-tcp --listen 0.0.0.0:7000
 refuse '1 to 100000' --max-restores 1.5
 refuse '1 to 100000' --max-restores 2K
 refuse 'at most' --max-bytes 8388609T
+refuse 'a size per second' --min-download-rate fast
+refuse 'a size per second' --min-upload-rate slow
 refuse 'multiple of 16' --row-block 17
 refuse 'multiple of 16' --row-block 8
 refuse 'multiple of 16' --row-block 131072

@@ -3,7 +3,8 @@
  * 1 KiB now and then. They hold the first MiB of --max-inflight each, not
  * the 30 MiB they announced, so a real 20 MiB publish goes through at once;
  * after 10 s under --min-upload-rate they are closed, counted, and leave
- * nothing held. Connections trickling a header are closed the same way. */
+ * nothing held. Connections trickling a header are closed the same way, and
+ * one reading a restore at a trickle under --min-download-rate. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -138,6 +139,21 @@ static void test_slow_uploads_do_not_starve(void **state)
 	assert_true(took < 10.0); /* it once waited for the slow ones' budget and timed out */
 	free(rec);
 
+	/* a restore of it read at 1 KiB every 2 s: it held a slot of
+	 * --max-restores and a read transaction for as long as it kept reading */
+	int rfd = daemonutil_connect_raw(d.sock);
+	assert_true(rfd >= 0);
+	K3cache__V1__Restore restore = K3CACHE__V1__RESTORE__INIT;
+	restore.key.data = res.key;
+	restore.key.len = 32;
+	frame_request rreq = K3CACHE__V1__REQUEST__INIT;
+	rreq.op_case = K3CACHE__V1__REQUEST__OP_RESTORE;
+	rreq.restore = &restore;
+	rreq.id = 7;
+	assert_int_equal(daemonutil_send_request(rfd, &rreq), 0);
+	assert_int_equal(daemonutil_read_all(rfd, kib, sizeof(kib), 5000), 0);
+	assert_int_equal(counter(c, "restores_streaming"), 1);
+
 	/* keep trickling: 1 KiB every 2 s is far under 1 MiB/s; after the 10 s
 	 * window each is closed, headers too */
 	uint64_t before = counter(c, "uploads_too_slow");
@@ -153,10 +169,21 @@ static void test_slow_uploads_do_not_starve(void **state)
 				close(hfds[i]);
 				hfds[i] = -1;
 			}
-		if (counter(c, "uploads_too_slow") - before >= SLOW + HDRS)
+		if (rfd >= 0 && daemonutil_read_all(rfd, kib, sizeof(kib), 1000) != 0) {
+			close(rfd); /* closed by the daemon */
+			rfd = -1;
+		}
+		if (counter(c, "uploads_too_slow") - before >= SLOW + HDRS &&
+		    counter(c, "downloads_too_slow") >= 1)
 			break;
 	}
 	assert_int_equal(counter(c, "uploads_too_slow") - before, SLOW + HDRS);
+	assert_int_equal(counter(c, "downloads_too_slow"), 1);
+	assert_int_equal(counter(c, "restores_streaming"), 0);
+	if (rfd >= 0) {
+		assert_true(daemonutil_closed(rfd, 5000));
+		close(rfd);
+	}
 	assert_int_equal(counter(c, "inflight_bytes"), 0);
 	for (int i = 0; i < SLOW; i++)
 		if (fds[i] >= 0) {
