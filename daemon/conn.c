@@ -108,6 +108,8 @@ void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer, int tcp)
 {
 	struct k3d_conn *c = calloc(1, sizeof(*c));
 	if (!c) {
+		srv->connections_refused++; /* accept_errors */
+		k3d_log(K3D_LOG_WARN, "accept (%s): out of memory: connection closed", peer);
 		close(fd);
 		return;
 	}
@@ -135,6 +137,8 @@ void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer, int tcp)
 		if (c->wev)
 			event_free(c->wev);
 		free(c);
+		srv->connections_refused++; /* accept_errors */
+		k3d_log(K3D_LOG_WARN, "accept (%s): out of memory: connection closed", peer);
 		close(fd);
 		return;
 	}

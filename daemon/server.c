@@ -175,6 +175,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 			snprintf(peer, sizeof(peer), "%s:%s", host, port);
 	}
 	if (srv->stopping) {
+		srv->connections_refused++; /* accept_errors: refused while stopping */
 		close(fd);
 		return;
 	}
