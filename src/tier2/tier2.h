@@ -131,11 +131,12 @@
  * Lookup of a prompt of n tokens: its block hashes h_1..h_{n/16}; the deepest
  * node present is found by a search that probes TIER2_PROBES depths per
  * round trip (pipelined EXISTS): ceil(log_17(n/16 + 1)) round trips, 4 for
- * 131,072 tokens. Then the nodes at and above it are read (HGETALL, 8 per
- * round trip, deepest first); fields whose P <= n, whose P is in the node's
- * block and whose tail hash is the prompt's are candidates; their records are
- * read, longest first, and the first whose key, fingerprint, salt and every
- * token equal the prompt's wins. A hash locates, only tokens confirm.
+ * 131,072 tokens. Then the nodes at and above it are read (HGETALL, deepest
+ * first, 8 in the first round trip and twice as many in each next, up to
+ * 512: O(log) round trips when the nearest entry lies far above); fields whose P <= n, whose P is
+ * in the node's block and whose tail hash is the prompt's are candidates; their records are read,
+ * longest first, and the first whose key, fingerprint, salt and every token equal the prompt's
+ * wins. A hash locates, only tokens confirm.
  *
  * Redis may evict or lose any key at any time. A node lost from a path makes
  * a lookup shorter, never wrong; a field whose record is gone or does not
@@ -210,6 +211,7 @@ struct tier2_stats {
 	uint64_t undone_chunks_del; /* chunks of a failed put deleted */
 	uint64_t lookups;           /* tier2_longest calls */
 	uint64_t lookup_hits;       /* of those, a prefix found */
+	uint64_t lookup_trips;      /* their round trips (pipelines) to the cluster */
 	uint64_t stale;             /* index fields whose record was gone or did not match */
 	uint64_t gets;              /* tier2_get calls and readers opened */
 	uint64_t hits;              /* of tier2_get calls, an entry returned */

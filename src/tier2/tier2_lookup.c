@@ -6,8 +6,9 @@
 #include "prefix.h"
 #include "tier2/tier2_io.h"
 
-#define NODES_PER_TRIP   8u /* HGETALLs per round trip */
-#define RECORDS_PER_TRIP 8u /* candidate records per round trip */
+#define NODES_FIRST_TRIP 8u   /* HGETALLs in the first round trip of the walk */
+#define NODES_MAX_TRIP   512u /* and at most this many in one: each trip doubles */
+#define RECORDS_PER_TRIP 8u   /* candidate records per round trip */
 
 struct cand {
 	uint32_t p;
@@ -34,6 +35,8 @@ struct look {
 static void run(struct look *l, struct cluster_cmd *cmds, size_t n, const char *what)
 {
 	char msg[512];
+	if (l->stats)
+		l->stats->lookup_trips++;
 	enum tier2_status st = tier2_io_pipeline(l->r, cmds, n, what, msg, sizeof(msg));
 	if (st != TIER2_OK && l->fail == TIER2_OK) {
 		l->fail = st;
@@ -202,20 +205,27 @@ enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
 	l.h = malloc((size_t)(kn + 1) * PREFIX_NODE_LEN);
 	/* at most PREFIX_BLOCK candidates a node pass the checks of node_cands,
 	 * bar tail-hash collisions, which the cap bounds */
-	size_t cap = (size_t)NODES_PER_TRIP * PREFIX_BLOCK * 4u;
+	size_t cap = (size_t)NODES_MAX_TRIP * PREFIX_BLOCK * 4u;
 	struct cand *c = malloc(cap * sizeof(*c));
-	if (!l.h || !c) {
+	struct tier2_cmd2 *cb = malloc(NODES_MAX_TRIP * sizeof(*cb));
+	struct cluster_cmd *cmds = malloc(NODES_MAX_TRIP * sizeof(*cmds));
+	if (!l.h || !c || !cb || !cmds) {
 		free(l.h);
 		free(c);
+		free(cb);
+		free(cmds);
 		tier2_io_err(err, errsz, "tier2: lookup: out of memory");
 		return TIER2_NOMEM;
 	}
 	prefix_block_hashes(fingerprint, salt, salt_len, tokens, n, l.h);
 	uint32_t top = deepest(&l, kn);
-	struct tier2_cmd2 cb[NODES_PER_TRIP];
-	struct cluster_cmd cmds[NODES_PER_TRIP];
+	/* down from the deepest node, in trips of 8, 16, 32 ... nodes: a prompt
+	 * whose nearest entry lies far above (a prefix of a long entry, and
+	 * nothing stored shorter) takes O(log) round trips, not one per 8 nodes */
+	uint32_t trip = NODES_FIRST_TRIP;
 	for (uint32_t d = top + 1; d > 0 && !*prefix_len;) {
-		uint32_t k = d < NODES_PER_TRIP ? d : NODES_PER_TRIP;
+		uint32_t k = d < trip ? d : trip;
+		trip = trip < NODES_MAX_TRIP ? 2 * trip : NODES_MAX_TRIP;
 		for (uint32_t j = 0; j < k; j++)
 			tier2_io_cmd2(&cmds[j], &cb[j], "HGETALL",
 			              tier2_name_node(cb[j].name, ns, l.h[d - 1 - j]));
@@ -237,6 +247,8 @@ enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
 		d -= k;
 	}
 	free(c);
+	free(cb);
+	free(cmds);
 	free(l.h);
 	if (*prefix_len) {
 		if (stats)

@@ -207,6 +207,35 @@ static void test_shared_prefixes(void **state)
 	cluster_router_free(r);
 }
 
+/* A prompt whose nearest entry lies far above its deepest index node (a
+ * prefix of a 2,048-token entry; the only shorter entry is 40 tokens): the
+ * walk up reads the nodes in growing trips, so the lookup takes a few round
+ * trips, where it took one per 8 nodes (16 for these 124 nodes). */
+static void test_walk_trips(void **state)
+{
+	(void)state;
+	struct cluster_router *r = router();
+	struct tier2_stats st = {0};
+	put(r, "walk", "w", conv, 40, 40, NULL, &st);
+	put(r, "walk", "w", conv, 2048, 41, NULL, &st);
+	uint8_t key[32], want[32];
+	st.lookup_trips = 0;
+	assert_int_equal(longest(r, "walk", "w", conv, 2000, key, &st), 40);
+	assert_int_equal(prefix_key(fp, "w", 1, conv, 40, want), 0);
+	assert_memory_equal(key, want, 32);
+	print_message("a lookup walking 124 nodes: %llu round trips\n",
+	              (unsigned long long)st.lookup_trips);
+	assert_true(st.lookup_trips <= 10);
+	/* and nothing at all below: the walk reaches the root */
+	st.lookup_trips = 0;
+	assert_int_equal(longest(r, "walk", "other", conv, 2000, key, &st), 0);
+	put(r, "walk", "v", conv, 2048, 42, NULL, &st);
+	st.lookup_trips = 0;
+	assert_int_equal(longest(r, "walk", "v", conv, 2000, key, &st), 0);
+	assert_true(st.lookup_trips <= 10);
+	cluster_router_free(r);
+}
+
 static void test_big_entry_spreads(void **state)
 {
 	(void)state;
@@ -1787,6 +1816,7 @@ int main(void)
 	}
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_shared_prefixes),
+	        cmocka_unit_test(test_walk_trips),
 	        cmocka_unit_test(test_big_entry_spreads),
 	        cmocka_unit_test(test_damage_and_eviction),
 	        cmocka_unit_test(test_expiry_and_small_chunks),
