@@ -904,21 +904,24 @@ static int upload_too_slow(struct k3d_conn *c)
 	return slow;
 }
 
-/* --min-download-rate, once a second: a client is measured over
- * K3D_RATE_WINDOW seconds in which an answer (a restore) waited to be
- * written to it. A restore holds a slot of --max-restores and a read
- * transaction that pins the map's pages: a client reading a trickle must
- * not hold them for hours. */
+/* --min-download-rate, once a second: a restore's client is measured over
+ * K3D_RATE_WINDOW seconds in which the restore was streaming and its socket
+ * took no more bytes (not writable: the client's to drain), not while the
+ * daemon was the slow side. A restore holds a slot of --max-restores and a
+ * read transaction that pins the map's pages: a client reading a trickle
+ * must not hold them for hours. Other answers are small, and a restore's
+ * last MiBs (nothing left to queue) are --stall-timeout's. */
 static int download_too_slow(struct k3d_conn *c)
 {
 	uint64_t rate = c->srv->cfg.min_download_rate;
-	if (!rate || (!c->sending && evbuffer_get_length(c->out) == 0)) {
+	if (!rate || !c->sending) {
 		c->down_mark = c->written;
 		c->down_ticks = 0;
 		return 0;
 	}
-	if (++c->down_ticks < K3D_RATE_WINDOW)
-		return 0;
+	struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+	if (poll(&pfd, 1, 0) != 0 || ++c->down_ticks < K3D_RATE_WINDOW)
+		return 0; /* writable (or gone): the daemon's turn, or the close's */
 	int slow = c->written - c->down_mark < rate * K3D_RATE_WINDOW;
 	c->down_mark = c->written;
 	c->down_ticks = 0;

@@ -193,7 +193,7 @@ struct k3d_conn {
 	uint64_t rate_mark;         /* pgot when the current rate window began */
 	unsigned rate_ticks;        /* seconds of that window the daemon was reading */
 	uint64_t down_mark;         /* written when the current download window began */
-	unsigned down_ticks;        /* seconds of that window an answer was waiting to go */
+	unsigned down_ticks;        /* seconds of that window the client's socket was full */
 	uint64_t pcap;              /* capacity of the payload buffer */
 	struct status pending;      /* the error to answer after a discard */
 	uint64_t pending_id;        /* its request's id when the request went to a job */
