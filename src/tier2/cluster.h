@@ -27,7 +27,8 @@
  *   master for its slot: a replica a failover promoted. It may so reach a
  *   dead master and then its successor, so commands given to the router
  *   must be idempotent (tier2's are: GET, SET of a value named by its
- *   content or generation, DEL, sets, sorted sets, hashes, scripts that
+ *   content or generation, SET NX of a record, which the put reads back
+ *   when it is answered nil, DEL, sets, sorted sets, hashes, scripts that
  *   add or remove one member).
  * - Replies are hiredis redisReply trees that the caller frees
  *   (freeReplyObject). Error replies other than MOVED and ASK (WRONGTYPE,

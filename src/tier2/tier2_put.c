@@ -14,7 +14,7 @@
 #define DEFAULT_IN_FLIGHT 16u
 #define INDEX_WINDOW      1024u /* index commands per pipeline */
 
-/* One command's buffers: its key's name, up to 5 arguments. */
+/* One command's buffers: its key's name, up to 6 arguments. */
 struct cmdbuf {
 	char name[TIER2_NAME_MAX];
 	const char *argv[6];
@@ -36,8 +36,9 @@ struct put {
 
 /* The record the key has before the put. */
 struct old {
-	int have; /* it decodes */
-	int same; /* and is this entry's: model, salt and tokens */
+	int absent; /* the key has no record at all (not one that fails to decode) */
+	int have;   /* it decodes */
+	int same;   /* and is this entry's: model, salt and tokens */
 	uint64_t gen;
 	uint32_t chunk_size, n_chunks;
 	uint64_t bytes;               /* the sum of its layer sizes */
@@ -129,7 +130,9 @@ static enum tier2_status old_record(struct put *p, const uint8_t *fingerprint, c
 				st = tier2_parts_of(&rec, &o->parts, &o->n_parts, p->err, p->errsz);
 			tier2_record_free(&rec);
 		}
-	} else if (rep->type != REDIS_REPLY_NIL) {
+	} else if (rep->type == REDIS_REPLY_NIL) {
+		o->absent = 1;
+	} else {
 		st = tier2_io_want_ok(rep, "GET", cmd.key, p->err, p->errsz);
 	}
 	tier2_io_free_replies(&cmd, 1);
@@ -957,8 +960,9 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	 * put of the same entry that wrote its record since (two hosts copying
 	 * one snapshot at once) keeps it, and this one is undone; else the
 	 * record it replaced would leave its chunks and references with no
-	 * record, ledger or intent naming them */
-	int nx = o.keep_existing && !old.have;
+	 * record, ledger or intent naming them. (A record there that does not
+	 * decode is replaced, as without keep_existing.) */
+	int nx = o.keep_existing && old.absent;
 	if (nx) {
 		c.argv[argc] = "NX";
 		c.len[argc++] = 2;
@@ -972,13 +976,26 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	                                       old.n_chunks, err, errsz)) != TIER2_OK)
 		goto out;
 	record_sent = 1;
+	int taken = 0; /* SET NX answered nil: a record is there */
 	if ((st = tier2_io_pipeline(r, &cmd, 1, "writing the record", err, errsz)) == TIER2_OK) {
 		if (nx && cmd.reply->type == REDIS_REPLY_NIL)
-			lost = 1; /* not written: another put's record is there */
+			taken = 1;
 		else
 			st = tier2_io_want_ok(cmd.reply, "SET", cmd.key, err, errsz);
 	}
 	tier2_io_free_replies(&cmd, 1);
+	if (taken) {
+		/* another put's, or this one's: the router sends a command once more
+		 * to the master a failover promoted (cluster.h), which may have the
+		 * first SET NX already and answer nil to the second. Read it back. */
+		struct old now;
+		st = old_record(&p, fingerprint, salt, salt_len, tokens, n_tokens, &now);
+		free(now.parts);
+		if (st == TIER2_OK && !(now.have && now.gen == p.gen))
+			lost = 1; /* not written: another put's record is there */
+		                  /* else written (ours), or unknown: the undo below finds out
+		                   * whose the record is before it deletes one */
+	}
 	if (lost) {
 		record_sent = 0;
 		st = TIER2_NODE_ERROR; /* undone below, then said to have existed */
