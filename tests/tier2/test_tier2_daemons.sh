@@ -101,8 +101,12 @@ for j in 1 2; do
 done
 ok "two at once: one fetch ($(stat_of b tier2_fetches)), the other joined it or found it stored" $([ "$(stat_of b tier2_fetches)" = 1 ]; echo $?)
 # (a worker that starts late finds the entry stored and does not ask the cluster)
-hits=$(stat_of b tier2_hits) asked=$(stat_of b tier2_lookups)
-ok "two at once: each lookup that asked the cluster counted as a hit ($hits hits, $asked asked), however the fetch and the second search met" $([ "$hits" -ge 1 ] && [ "$hits" = "$asked" ]; echo $?)
+# (a lookup whose wait for its search ran out, --tier2-wait, or whose search
+# failed, a round trip past --tier2-timeout, is answered from the local store
+# and is no hit, though the fetch may have stored the entry by then: on a
+# loaded machine, an ASan build's in CI, one was)
+hits=$(stat_of b tier2_hits) asked=$(stat_of b tier2_lookups) expired=$(stat_of b tier2_waits_expired) errors=$(stat_of b tier2_lookup_errors)
+ok "two at once: each lookup that asked the cluster counted as a hit ($hits hits, $asked asked, $expired gave up waiting, $errors searches failed), however the fetch and the second search met" $([ "$hits" -ge 1 ] && [ $((hits + expired + errors)) = "$asked" ]; echo $?)
 
 # ---- damaged and evicted chunks: counted misses, never wrong bytes ------------------------
 # every chunk key on every node
