@@ -477,6 +477,22 @@ static int exchange(struct k3cache *c, frame_request *req, struct iovec *iov, si
 	int rc = read_response(c, &r, err);
 	if (rc)
 		return rc;
+	/* a payload where the protocol has none (an error, or an op that never
+	 * carries one) is a daemon out of step: never drained, as its length
+	 * is the daemon's word alone and could keep a call waiting for ever */
+	int may_carry = r->code == K3CACHE__V1__CODE__OK &&
+	                (req->op_case == K3CACHE__V1__REQUEST__OP_RESTORE ||
+	                 (req->op_case == K3CACHE__V1__REQUEST__OP_LOOKUP && req->lookup->restore));
+	if (r->payload_len && !may_carry) {
+		uint64_t plen = r->payload_len;
+		enum status_code code = (enum status_code)r->code;
+		frame_response_free(r);
+		return BROKEN(c, err,
+		              "the daemon at %s answered %s (%s) with a %" PRIu64
+		              "-byte payload, which that answer never has; the connection is "
+		              "closed",
+		              c->addr, ops_name(req), status_code_name(code), plen);
+	}
 	if (!keep_errors && r->code != K3CACHE__V1__CODE__OK) {
 		enum status_code code = (enum status_code)r->code;
 		if (r->message && *r->message)
@@ -1313,10 +1329,12 @@ static int do_lookup(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN],
 			goto bad;
 		}
 	} else if (r->payload_len) {
-		rc = FAIL(err, STATUS_INTERNAL, 0,
-		          "lookup: the daemon answered a miss with a %" PRIu64 "-byte payload",
-		          r->payload_len);
-		goto bad;
+		uint64_t plen = r->payload_len;
+		frame_response_free(r);
+		return BROKEN(c, err,
+		              "lookup: the daemon at %s answered a miss with a %" PRIu64
+		              "-byte payload; the connection is closed",
+		              c->addr, plen);
 	}
 	*out = r;
 	return 0;
@@ -1618,17 +1636,19 @@ static int do_restore(struct k3cache *c, const uint8_t key[K3CACHE_KEY_LEN], fra
 	int rc = exchange(c, &req, NULL, 0, 0, &r, err);
 	if (rc)
 		return rc;
-	if (r->key.len &&
-	    (r->key.len != K3CACHE_KEY_LEN || memcmp(r->key.data, key, K3CACHE_KEY_LEN) != 0)) {
-		char want[17], got[17];
+	/* the answer names the entry it is: one that names none, or another,
+	 * is a daemon out of step, whose payload is never taken (nor drained) */
+	if (r->key.len != K3CACHE_KEY_LEN || memcmp(r->key.data, key, K3CACHE_KEY_LEN) != 0) {
+		char want[17], got[17] = "none";
 		short_hex(key, K3CACHE_KEY_LEN, want);
-		short_hex(r->key.data, r->key.len, got);
-		rc = FAIL(err, STATUS_INVALID, 0,
-		          "restore: asked for entry %s..., the daemon answered with entry %s...",
-		          want, got);
+		if (r->key.len)
+			short_hex(r->key.data, r->key.len, got);
 		frame_response_free(r);
-		drain_after_failure(c, err);
-		return rc;
+		return BROKEN(
+		        c, err,
+		        "restore: asked for entry %s..., the daemon at %s answered with entry "
+		        "%s...; the connection is closed",
+		        want, c->addr, got);
 	}
 	*out = r;
 	return 0;

@@ -140,7 +140,22 @@ int ctl_call_ok(struct ctl_backend *b, frame_request *req, frame_response **resp
 		rc = ctl_answer_error(*resp, cmd);
 		ctl_response_free(b, *resp);
 		*resp = NULL;
+		return rc;
 	}
+	/* every entry an answer lists is named by its key (ls pages on by the
+	 * last one, evict and inspect print them): one without is an answer
+	 * out of step, refused here rather than read past its end */
+	for (size_t i = 0; i < (*resp)->n_entries; i++)
+		if (!(*resp)->entries[i] || (*resp)->entries[i]->key.len != 32) {
+			fprintf(stderr,
+			        "k3cachectl %s: the answer's entry %zu has no 32-byte key (the "
+			        "daemon "
+			        "is out of step)\n",
+			        cmd, i);
+			ctl_response_free(b, *resp);
+			*resp = NULL;
+			return CTL_EXIT_ERROR;
+		}
 	return rc;
 }
 
@@ -191,9 +206,16 @@ int ctl_inspect_entry(struct ctl_backend *b, const uint8_t key[32], frame_respon
 	int rc = ctl_call_ok(b, &req, resp, cmd);
 	if (rc)
 		return rc;
-	if ((*resp)->n_entries != 1) {
-		fprintf(stderr, "k3cachectl %s: the answer carries %zu entries, not one\n", cmd,
-		        (*resp)->n_entries);
+	if ((*resp)->n_entries != 1 || (*resp)->entries[0]->model.len != 32) {
+		if ((*resp)->n_entries != 1)
+			fprintf(stderr, "k3cachectl %s: the answer carries %zu entries, not one\n",
+			        cmd, (*resp)->n_entries);
+		else
+			fprintf(stderr,
+			        "k3cachectl %s: the answer's entry has no 32-byte model "
+			        "fingerprint "
+			        "(the daemon is out of step)\n",
+			        cmd);
 		rc = CTL_EXIT_ERROR;
 		ctl_response_free(b, *resp);
 		*resp = NULL;

@@ -337,6 +337,10 @@ class Client(_Handle):
         if failure:
             raise failure[0]
         _check(rc, err)
+        known = self._p.get(bytes(kb))
+        if known is not None and p.value != known:
+            raise InvalidError(f"restore: the entry restored has P={p.value}, this key's "
+                               f"lookup or publish said P={known}")
         got.prefix_len = p.value
         return got
 
@@ -419,6 +423,10 @@ def _restore_arrays(call, handle, m, key, layers, known):
         p, err = ctypes.c_uint32(0), _lib.error_t()
         _check(call(handle, m.handle, kb, out, len(layers), ctypes.byref(p),
                     ctypes.byref(err)), err)
+    if known is not None and p.value != known:
+        # the key binds its P: another P is another entry's state
+        raise InvalidError(f"restore_into: the entry restored has P={p.value}, this key's "
+                           f"lookup or publish said P={known}; the buffers must not be used")
     return p.value
 
 
