@@ -115,7 +115,9 @@ static double now(void)
 }
 
 /* Ends a view's read transaction: its pages may be reused from now on, so
- * its pieces are taken away (NULL), and it is off the live list. */
+ * its pieces' data are taken away (NULL; their lengths stay, so that a
+ * copy through one faults rather than copying nothing), and it is off the
+ * live list. */
 static void expire(struct view_priv *pv)
 {
 	if (!pv->snap)
@@ -123,7 +125,7 @@ static void expire(struct view_priv *pv)
 	store_snapshot_release(pv->snap);
 	pv->snap = NULL;
 	for (size_t i = 0; i < pv->n_pieces; i++)
-		pv->pieces[i] = (struct k3cache_buf){NULL, 0};
+		pv->pieces[i].data = NULL;
 	if (pv->prev)
 		pv->prev->next = pv->next;
 	else
