@@ -98,14 +98,12 @@ OP_HELLO, OP_LOOKUP, OP_RESTORE, OP_INSPECT, OP_LIST, OP_EVICT, OP_STAT = 10, 13
 OP_LIST_MODELS, OP_RESOLVE = 30, 32
 
 
-class FakeDaemon:
-    """Answers each request with answer(op, id) -> header bytes (None: an
-    UNSUPPORTED error); trickle(op) says whether a byte a few times a second
-    follows, for ever."""
+class Server:
+    """A Unix socket at path whose connections _serve runs, each on its own
+    thread, until close."""
 
-    def __init__(self, tmp_path, answer, trickle=lambda op: False):
-        self.path = str(tmp_path / "fake.sock")
-        self.answer, self.trickle = answer, trickle
+    def __init__(self, path):
+        self.path = path
         self.ls = socket.socket(socket.AF_UNIX)
         self.ls.bind(self.path)
         self.ls.listen(8)
@@ -118,6 +116,19 @@ class FakeDaemon:
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(cs,), daemon=True).start()
+
+    def close(self):
+        self.ls.close()
+
+
+class FakeDaemon(Server):
+    """Answers each request with answer(op) -> header bytes (None: an
+    UNSUPPORTED error); trickle(op) says whether a byte a few times a second
+    follows, for ever."""
+
+    def __init__(self, tmp_path, answer, trickle=lambda op: False):
+        self.answer, self.trickle = answer, trickle
+        super().__init__(str(tmp_path / "fake.sock"))
 
     def _serve(self, cs):
         try:
@@ -144,9 +155,6 @@ class FakeDaemon:
             pass
         finally:
             cs.close()
-
-    def close(self):
-        self.ls.close()
 
 
 def ctl(sock, *args):
@@ -196,25 +204,13 @@ def test_a_payload_the_protocol_has_none_for_closes_the_connection(tmp_path):
 
 # ---- a proxy that swaps two entries ----
 
-class SwapProxy:
+class SwapProxy(Server):
     """In front of a real daemon: a request naming key a asks for key b, and
     the answer then names a (mode "rename") or no entry at all ("strip")."""
 
     def __init__(self, daemon, a, b, mode):
-        self.path = daemon.sock + ".swap-" + mode
         self.daemon, self.a, self.b, self.mode = daemon.sock, a, b, mode
-        self.ls = socket.socket(socket.AF_UNIX)
-        self.ls.bind(self.path)
-        self.ls.listen(4)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                cs, _ = self.ls.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(cs,), daemon=True).start()
+        super().__init__(daemon.sock + ".swap-" + mode)
 
     def _answer(self, r):
         if self.mode == "rename":
@@ -241,9 +237,6 @@ class SwapProxy:
         finally:
             cs.close()
             ds.close()
-
-    def close(self):
-        self.ls.close()
 
 
 def test_another_entrys_restore_is_refused(daemon, twin_path):
