@@ -34,6 +34,10 @@ int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const c
 			fprintf(stderr, "k3cachectl %s: --socket: %s\n", cmd, err.message);
 			return CTL_EXIT_USAGE;
 		}
+		if (err.code == K3CACHE_DENIED) { /* reached, and refused: a wrong token */
+			fprintf(stderr, "k3cachectl %s: DENIED: %s\n", cmd, err.message);
+			return CTL_EXIT_ERROR;
+		}
 		fprintf(stderr,
 		        "k3cachectl %s: %s\n  (name the daemon's socket with --socket PATH or "
 		        "$K3CACHE_SOCKET, or read a store without a daemon with --db DIR)\n",

@@ -953,18 +953,23 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 			why = sending ? "stalled reading its reply" : "stalled mid-frame";
 		if (!why && c->state == K3D_READ_LEN && !sending && idle >= srv->cfg.idle_timeout)
 			why = "idle";
+		/* timeouts counts the rest: each close is counted once */
+		int rate = 0;
 		if (!why && upload_too_slow(c)) {
 			why = "its upload is under --min-upload-rate";
 			srv->uploads_too_slow++;
+			rate = 1;
 		}
 		if (!why && download_too_slow(c)) {
 			why = "it reads its answer under --min-download-rate";
 			srv->downloads_too_slow++;
+			rate = 1;
 		}
 		if (why) {
 			k3d_log(K3D_LOG_INFO, "conn %llu (%s): closed: %s",
 			        (unsigned long long)c->id, c->peer, why);
-			srv->timeouts++;
+			if (!rate)
+				srv->timeouts++;
 			k3d_conn_close(c);
 		}
 	}

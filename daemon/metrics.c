@@ -129,7 +129,9 @@ static const struct metric_meta metric_metas[] = {
         {"bytes_in", "received_bytes_total", 1, "Bytes read from clients."},
         {"bytes_out", "sent_bytes_total", 1, "Bytes written to clients."},
         {"ingest_yields", "ingest_yields_total", 1, "Upload pauses that let lookups through."},
-        {"timeouts", "timeouts_total", 1, "Connections closed for idling mid-request."},
+        {"timeouts", "timeouts_total", 1,
+         "Connections closed idle, stalled mid-request or gone while waiting (the rate "
+         "limits' closes are counted apart)."},
         {"closed_mid_frame", "closed_mid_frame_total", 1, "Connections that ended mid-frame."},
         {"uploads_too_slow", "uploads_too_slow_total", 1,
          "Uploads closed under --min-upload-rate."},

@@ -156,7 +156,7 @@ static void test_slow_uploads_do_not_starve(void **state)
 
 	/* keep trickling: 1 KiB every 2 s is far under 1 MiB/s; after the 10 s
 	 * window each is closed, headers too */
-	uint64_t before = counter(c, "uploads_too_slow");
+	uint64_t before = counter(c, "uploads_too_slow"), timeouts0 = counter(c, "timeouts");
 	for (int round = 0; round < 8; round++) {
 		daemonutil_sleep_ms(2000);
 		for (int i = 0; i < SLOW; i++)
@@ -179,6 +179,7 @@ static void test_slow_uploads_do_not_starve(void **state)
 	}
 	assert_int_equal(counter(c, "uploads_too_slow") - before, SLOW + HDRS);
 	assert_int_equal(counter(c, "downloads_too_slow"), 1);
+	assert_int_equal(counter(c, "timeouts"), timeouts0); /* each close counted once */
 	assert_int_equal(counter(c, "restores_streaming"), 0);
 	if (rfd >= 0) {
 		assert_true(daemonutil_closed(rfd, 5000));

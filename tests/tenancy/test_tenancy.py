@@ -242,7 +242,10 @@ def test_tcp_tokens(tmp_path):
         assert r.returncode == 0, r.stderr
         r = ctl("--socket", d.tcp(), "stat", extra_env={"K3CACHE_TOKEN": ""})
         assert r.returncode == 1 and "DENIED" in r.stderr and "token" in r.stderr
-        # a wrong token: refused at connect
+        # a wrong token: refused at connect; k3cachectl says DENIED and exits 1
+        # (an error answer), not 3 (no daemon), so a health check tells them apart
+        r = ctl("--socket", d.tcp(), "stat", extra_env={"K3CACHE_TOKEN": "x" * 32})
+        assert r.returncode == 1 and "DENIED" in r.stderr and "--socket" not in r.stderr, r
         os.environ["K3CACHE_TOKEN"] = "x" * 32
         with pytest.raises(k3cache.DeniedError):
             k3cache.Client(d.tcp()).lookup(b"\0" * 32, [1, 2])
