@@ -42,7 +42,7 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        (default 64)\n"
 	        "  --stage-size SIZE     a publish larger than this is written as it arrives,\n"
 	        "                        a stage of this size per commit, through a window\n"
-	        "                        of 3 such stages (at least 1MiB) (default 16MiB)\n"
+	        "                        of 3 such stages (each at least 1MiB) (default 16MiB)\n"
 	        "  --row-block N         rows per shared MLA block of a new store, a multiple\n"
 	        "                        of 16 up to 65536 (default 64; a store keeps its own)\n"
 	        "  --yield-rate SIZE     while lookups arrive, read each publish upload at\n"
