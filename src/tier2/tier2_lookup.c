@@ -123,6 +123,46 @@ static size_t node_cands(struct look *l, const redisReply *rep, uint32_t d, stru
 	return n;
 }
 
+/* The walk's buffers, for trips of up to `room` nodes: grown with the
+ * trips, so a short walk holds a few KiB, not a 512-node trip's. */
+struct walk {
+	uint32_t room;
+	size_t cap; /* candidates: at most PREFIX_BLOCK a node pass the checks of
+	             * node_cands, bar tail-hash collisions, which the cap bounds */
+	struct cand *c;
+	struct tier2_cmd2 *cb;
+	struct cluster_cmd *cmds;
+};
+
+/* Makes room for a trip of k nodes: 0, or -1 when out of memory. */
+static int walk_room(struct walk *w, uint32_t k)
+{
+	if (k <= w->room)
+		return 0;
+	size_t cap = (size_t)k * PREFIX_BLOCK * 4u;
+	struct cand *c = realloc(w->c, cap * sizeof(*c));
+	if (c)
+		w->c = c;
+	struct tier2_cmd2 *cb = realloc(w->cb, k * sizeof(*cb));
+	if (cb)
+		w->cb = cb;
+	struct cluster_cmd *cmds = realloc(w->cmds, k * sizeof(*cmds));
+	if (cmds)
+		w->cmds = cmds;
+	if (!c || !cb || !cmds)
+		return -1;
+	w->room = k;
+	w->cap = cap;
+	return 0;
+}
+
+static void walk_free(struct walk *w)
+{
+	free(w->c);
+	free(w->cb);
+	free(w->cmds);
+}
+
 static int by_p_desc(const void *a, const void *b)
 {
 	const struct cand *x = a, *y = b;
@@ -203,17 +243,10 @@ enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
 	struct look l = {r, ns,   fingerprint, salt,  salt_len, tokens,
 	                 n, NULL, TIER2_OK,    stats, err,      errsz};
 	l.h = malloc((size_t)(kn + 1) * PREFIX_NODE_LEN);
-	/* at most PREFIX_BLOCK candidates a node pass the checks of node_cands,
-	 * bar tail-hash collisions, which the cap bounds */
-	size_t cap = (size_t)NODES_MAX_TRIP * PREFIX_BLOCK * 4u;
-	struct cand *c = malloc(cap * sizeof(*c));
-	struct tier2_cmd2 *cb = malloc(NODES_MAX_TRIP * sizeof(*cb));
-	struct cluster_cmd *cmds = malloc(NODES_MAX_TRIP * sizeof(*cmds));
-	if (!l.h || !c || !cb || !cmds) {
+	struct walk w = {0};
+	if (!l.h || walk_room(&w, NODES_FIRST_TRIP) != 0) {
 		free(l.h);
-		free(c);
-		free(cb);
-		free(cmds);
+		walk_free(&w);
 		tier2_io_err(err, errsz, "tier2: lookup: out of memory");
 		return TIER2_NOMEM;
 	}
@@ -226,6 +259,16 @@ enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
 	for (uint32_t d = top + 1; d > 0 && !*prefix_len;) {
 		uint32_t k = d < trip ? d : trip;
 		trip = trip < NODES_MAX_TRIP ? 2 * trip : NODES_MAX_TRIP;
+		if (walk_room(&w, k) != 0) {
+			if (l.fail == TIER2_OK) {
+				l.fail = TIER2_NOMEM;
+				tier2_io_err(err, errsz, "tier2: lookup: out of memory");
+			}
+			break;
+		}
+		struct cand *c = w.c;
+		struct tier2_cmd2 *cb = w.cb;
+		struct cluster_cmd *cmds = w.cmds;
 		for (uint32_t j = 0; j < k; j++)
 			tier2_io_cmd2(&cmds[j], &cb[j], "HGETALL",
 			              tier2_name_node(cb[j].name, ns, l.h[d - 1 - j]));
@@ -235,7 +278,7 @@ enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
 			if (!cmds[j].reply)
 				continue;
 			note_error_reply(&l, cmds[j].reply, "HGETALL", cmds[j].key);
-			nc = node_cands(&l, cmds[j].reply, d - 1 - j, c, nc, cap);
+			nc = node_cands(&l, cmds[j].reply, d - 1 - j, c, nc, w.cap);
 		}
 		tier2_io_free_replies(cmds, k);
 		qsort(c, nc, sizeof(*c), by_p_desc);
@@ -246,9 +289,7 @@ enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
 		}
 		d -= k;
 	}
-	free(c);
-	free(cb);
-	free(cmds);
+	walk_free(&w);
 	free(l.h);
 	if (*prefix_len) {
 		if (stats)

@@ -871,6 +871,8 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	struct old old = {0};
 	struct verify v = {.layers = layers, .n_layers = n_layers};
 	int record_sent = 0, existed = 0, intent = 0, lost = 0;
+	uint64_t won_gen = 0; /* lost: the record there, which the result names */
+	uint32_t won_chunks = 0;
 	p.gen = o.generation ? o.generation : tier2_generation_new();
 	struct stream s = {.p = &p,
 	                   .src = src,
@@ -987,14 +989,17 @@ put_impl(struct cluster_router *r, const char *ns, const uint8_t fingerprint[32]
 	if (taken) {
 		/* another put's, or this one's: the router sends a command once more
 		 * to the master a failover promoted (cluster.h), which may have the
-		 * first SET NX already and answer nil to the second. Read it back. */
+		 * first SET NX already and answer nil to the second. Read it back;
+		 * when it cannot be read, the undo below finds out whose the record
+		 * is before it deletes one. */
 		struct old now;
 		st = old_record(&p, fingerprint, salt, salt_len, tokens, n_tokens, &now);
 		free(now.parts);
-		if (st == TIER2_OK && !(now.have && now.gen == p.gen))
+		if (st == TIER2_OK && !(now.have && now.gen == p.gen)) {
 			lost = 1; /* not written: another put's record is there */
-		                  /* else written (ours), or unknown: the undo below finds out
-		                   * whose the record is before it deletes one */
+			won_gen = now.gen;
+			won_chunks = now.n_chunks;
+		}
 	}
 	if (lost) {
 		record_sent = 0;
@@ -1039,18 +1044,13 @@ out:
 		if (res)
 			res->undo_left = left;
 		if (lost && !left) { /* undone whole: the entry is there, as keep_existing asks */
-			struct old now;
 			st = TIER2_OK;
 			existed = 1;
-			/* the record's details, as a put that found it gives them (zero
-			 * when it cannot be read now) */
-			(void)old_record(&p, fingerprint, salt, salt_len, tokens, n_tokens, &now);
 			if (res)
-				*res = (struct tier2_put_result){.generation = now.gen,
-				                                 .n_chunks = now.n_chunks,
+				*res = (struct tier2_put_result){.generation = won_gen,
+				                                 .n_chunks = won_chunks,
 				                                 .bytes = total,
 				                                 .existed = 1};
-			free(now.parts);
 			if (err && errsz)
 				err[0] = 0;
 		}
