@@ -136,7 +136,7 @@ static const struct metric_meta metric_metas[] = {
         {"uploads_too_slow", "uploads_too_slow_total", 1,
          "Uploads closed under --min-upload-rate."},
         {"downloads_too_slow", "downloads_too_slow_total", 1,
-         "Connections closed for reading their answer under --min-download-rate."},
+         "Connections closed for reading a restore under --min-download-rate."},
         {"restores_cut", "restores_cut_total", 1,
          "Restores ended early because a chunk failed its check after sending began."},
         {"delta_publishes", "delta_publishes_total", 1, "Publishes that sent only new MLA rows."},

@@ -120,18 +120,26 @@ static int finished(const struct tier2_owned *all, size_t n, const struct tier2_
 	return 0;
 }
 
-static int left_add(struct copier *c, const struct tier2_owned *o)
+/* Appends o to the array *v of *n (room for *cap, grown by doubling from
+ * first): 0, or -1 when out of memory. */
+static int owned_push(struct tier2_owned **v, size_t *n, size_t *cap, size_t first,
+                      const struct tier2_owned *o)
 {
-	if (c->n_left == c->cap_left) {
-		size_t cap = c->cap_left ? 2 * c->cap_left : 8;
-		struct tier2_owned *grown = realloc(c->left, cap * sizeof(*grown));
+	if (*n == *cap) {
+		size_t grow = *cap ? 2 * *cap : first;
+		struct tier2_owned *grown = realloc(*v, grow * sizeof(*grown));
 		if (!grown)
 			return -1;
-		c->left = grown;
-		c->cap_left = cap;
+		*v = grown;
+		*cap = grow;
 	}
-	c->left[c->n_left++] = *o;
+	(*v)[(*n)++] = *o;
 	return 0;
+}
+
+static int left_add(struct copier *c, const struct tier2_owned *o)
+{
+	return owned_push(&c->left, &c->n_left, &c->cap_left, 8, o);
 }
 
 /* Undoes at most `most` copies cut short (their pending members), oldest
@@ -225,15 +233,8 @@ static int ledger_append(struct copier *c, const struct tier2_owned *o)
 		c->n -= c->head;
 		c->head = 0;
 	}
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? 2 * c->cap : 64;
-		struct tier2_owned *grown = realloc(c->ledger, cap * sizeof(*grown));
-		if (!grown)
-			return -1;
-		c->ledger = grown;
-		c->cap = cap;
-	}
-	c->ledger[c->n++] = *o;
+	if (owned_push(&c->ledger, &c->n, &c->cap, 64, o) != 0)
+		return -1;
 	c->used += o->bytes;
 	atomic_store(&c->t->used_bytes, c->used);
 	return 0;

@@ -239,6 +239,11 @@ enum status_code store_publish_batch(struct store *s, const struct store_publish
 
 struct store_stage;
 
+/* window (0: every byte stays in place) is the caller's receive window in
+ * bytes, K3D_WINDOW_STAGES (3) stages of window / 3 aligned on the payload:
+ * a publish whose block part could not be placed through it (one spanning
+ * more than two stages) is refused INVALID at begin, saying the stage size
+ * it needs, as it would otherwise wait for ever. */
 enum status_code store_stage_begin(struct store *s, const struct store_publish_req *req,
                                    uint64_t window, void (*notify)(void *ctx), void *ctx,
                                    struct store_stage **out, struct store_publish_res *res,

@@ -18,17 +18,26 @@ void tier2_intent_head_encode(unsigned char out[TIER2_INTENT_HEAD_LEN], uint32_t
 	tier2_put_le32(out + 8, n_chunks);
 }
 
-int tier2_intent_head_decode(const void *b, size_t len, uint32_t *chunk_size, uint32_t *n_chunks)
+/* An element of `want` bytes starting with magic whose chunk size and
+ * count are at `at` (the header's and the replaced generation's): 0 with
+ * them, or -1. */
+static int chunks_decode(const unsigned char *p, size_t len, size_t want,
+                         const unsigned char magic[4], size_t at, uint32_t *chunk_size,
+                         uint32_t *n_chunks)
 {
-	const unsigned char *p = b;
-	if (!p || len != TIER2_INTENT_HEAD_LEN || memcmp(p, head_magic, sizeof(head_magic)) != 0)
+	if (!p || len != want || memcmp(p, magic, 4) != 0)
 		return -1;
-	uint32_t cs = tier2_get_le32(p + 4), n = tier2_get_le32(p + 8);
+	uint32_t cs = tier2_get_le32(p + at), n = tier2_get_le32(p + at + 4);
 	if (cs == 0 || cs > TIER2_CHUNK_MAX || n > TIER2_MAX_CHUNKS)
 		return -1;
 	*chunk_size = cs;
 	*n_chunks = n;
 	return 0;
+}
+
+int tier2_intent_head_decode(const void *b, size_t len, uint32_t *chunk_size, uint32_t *n_chunks)
+{
+	return chunks_decode(b, len, TIER2_INTENT_HEAD_LEN, head_magic, 4, chunk_size, n_chunks);
 }
 
 void tier2_intent_part_encode(unsigned char out[TIER2_INTENT_PART_LEN],
@@ -71,14 +80,10 @@ int tier2_intent_old_decode(const void *b, size_t len, uint64_t *old_gen, uint32
                             uint32_t *old_n_chunks)
 {
 	const unsigned char *p = b;
-	if (!p || len != TIER2_INTENT_OLD_LEN || memcmp(p, old_magic, sizeof(old_magic)) != 0)
-		return -1;
-	uint32_t cs = tier2_get_le32(p + 12), n = tier2_get_le32(p + 16);
-	if (cs == 0 || cs > TIER2_CHUNK_MAX || n > TIER2_MAX_CHUNKS)
+	if (chunks_decode(p, len, TIER2_INTENT_OLD_LEN, old_magic, 12, old_chunk_size,
+	                  old_n_chunks) != 0)
 		return -1;
 	*old_gen = tier2_get_le64(p + 4);
-	*old_chunk_size = cs;
-	*old_n_chunks = n;
 	return 0;
 }
 
