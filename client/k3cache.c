@@ -174,9 +174,10 @@ static void drop(struct k3cache *c)
 	(drop(c), set_error((err), STATUS_INTERNAL, 1, __VA_ARGS__), (int)STATUS_INTERNAL)
 
 /* The daemon broke the protocol: the stream cannot be trusted past this point,
- * so the connection is closed. */
+ * so the connection is closed, and reported unreachable as every closed
+ * connection is (the caller connects again). */
 #define BROKEN(c, err, ...)                                                                        \
-	(drop(c), set_error((err), STATUS_INTERNAL, 0, __VA_ARGS__), (int)STATUS_INTERNAL)
+	(drop(c), set_error((err), STATUS_INTERNAL, 1, __VA_ARGS__), (int)STATUS_INTERNAL)
 
 static int lost_errno(struct k3cache *c, struct k3cache_error *err, int e, const char *doing)
 {

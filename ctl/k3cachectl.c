@@ -21,8 +21,8 @@ static void usage(FILE *out)
 	      "  --help         this text; COMMAND --help for a command's usage and help\n"
 	      "KEY is a unique hex prefix of at least 8 digits.\n"
 	      "\n"
-	      "Exit: 0 ok, 1 error answer or invalid input, 2 usage, 3 daemon unreachable,\n"
-	      "4 key not found.\n",
+	      "Exit: 0 ok, 1 error answer or invalid input, 2 usage, 3 daemon unreachable\n"
+	      "or the connection lost, 4 key not found.\n",
 	      out);
 }
 

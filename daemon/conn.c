@@ -446,11 +446,21 @@ static void header_done(struct k3d_conn *c)
 	}
 	c->t_request = k3d_now();
 	c->last_request = srv->ticks;
+	c->plen = c->req->payload_len; /* k3d_ingest_wants reads it */
+	c->pgot = 0;
 	srv->requests[ops_of(c->req)]++;
 	enum status_code code = frame_check_request(c->req, srv->cfg.max_payload, &st);
 	if (code == STATUS_OK)
 		code = k3d_peer_admit(&c->who, c->req, model_stored(c), &st);
-	if (code == STATUS_TOO_LARGE) {
+	/* a publish the daemon would stream: what its header alone is refused
+	 * for (an unknown model, a wrong layer count, over the capacity) */
+	if (code == STATUS_OK && k3d_ingest_wants(c))
+		code = k3d_publish_precheck(srv, c->req, &st);
+	/* a refused payload over the stage size is not drained: answered now,
+	 * the connection closed, so that the client stops uploading it (the
+	 * client library reads the answer when its send fails) */
+	if (code == STATUS_TOO_LARGE ||
+	    (code != STATUS_OK && c->req->payload_len > store_stage_bytes(srv->store))) {
 		st.code = code;
 		k3d_conn_error(c, c->req->id, &st);
 		c->in_start = c->in_end = 0;

@@ -397,6 +397,11 @@ void k3d_writer_wake_loop(struct k3d_writer *w);
 /* The store request of a publish job: its layers point into job->payload.
  * Returns the layer array (the caller frees it), NULL when out of memory. */
 struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_publish_req *req);
+/* Loop thread, a publish's header in, its payload not: what the store
+ * would refuse it for without reading a byte of it (store_publish_precheck),
+ * so that a large payload it refuses is never uploaded. */
+enum status_code k3d_publish_precheck(struct k3d_server *srv, const frame_request *req,
+                                      struct status *st);
 /* Writer thread: runs n publish jobs (at most K3D_PUBLISH_BATCH_MAX) in one
  * commit, deltas assembled first; each job's st and pub are set. */
 #define K3D_PUBLISH_BATCH_MAX 64

@@ -10,13 +10,16 @@
 #include "daemon.h"
 #include "service.h"
 
-struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_publish_req *req)
+/* The store request of publish p, its layers pointing into payload (NULL:
+ * not arrived, for a check of the header alone). */
+static struct store_blob *publish_request(const K3cache__V1__Publish *p,
+                                          const unsigned char *payload,
+                                          struct store_publish_req *req)
 {
-	const K3cache__V1__Publish *p = job->req->publish;
 	struct store_blob *blobs = calloc(p->n_layers ? p->n_layers : 1, sizeof(*blobs));
 	uint64_t off = 0;
 	for (size_t l = 0; blobs && l < p->n_layers; l++) {
-		blobs[l].data = job->payload + off;
+		blobs[l].data = payload ? payload + off : NULL;
 		blobs[l].size = p->layers[l]->size;
 		blobs[l].xxh3 = p->layers[l]->xxh3;
 		off += p->layers[l]->size;
@@ -31,6 +34,23 @@ struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_p
 	        .n_blobs = blobs ? (uint32_t)p->n_layers : 0,
 	};
 	return blobs;
+}
+
+struct store_blob *k3d_publish_request(const struct k3d_job *job, struct store_publish_req *req)
+{
+	return publish_request(job->req->publish, job->payload, req);
+}
+
+enum status_code k3d_publish_precheck(struct k3d_server *srv, const frame_request *req,
+                                      struct status *st)
+{
+	struct store_publish_req r;
+	struct store_blob *blobs = publish_request(req->publish, NULL, &r);
+	if (!blobs)
+		return status_set(st, STATUS_BUSY, "out of memory; retry later");
+	enum status_code code = store_publish_precheck(srv->store, &r, st);
+	free(blobs);
+	return code;
 }
 
 void k3d_publish_batch(struct k3d_server *srv, struct k3d_job **jobs, uint32_t n)

@@ -259,6 +259,13 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 uint64_t store_stage_consumed(struct store_stage *g);
 /* The store's stage size: a publish larger than this is staged. */
 uint64_t store_stage_bytes(const struct store *s);
+/* What a publish's header alone can be refused for, checked before its
+ * payload arrives: P and the salt, the model (stored?) and its layer count,
+ * and the layer sizes' sum against the capacity (of a delta, the sizes it
+ * sends, which its entry only adds to). STATUS_OK or the code and message
+ * store_publish would give for it later. Reads only; any thread. */
+enum status_code store_publish_precheck(struct store *s, const struct store_publish_req *req,
+                                        struct status *st);
 
 /* Entries evicted since open to make room for publishes (least recently
  * used first), and the bytes that freed: for the daemon's log. */

@@ -193,11 +193,12 @@ def test_a_payload_the_protocol_has_none_for_closes_the_connection(tmp_path):
             c.lookup(bytes(32), [1, 2, 3])
         assert time.monotonic() - t0 < 5
         assert "payload" in ei.value.message and "closed" in ei.value.message
+        assert ei.value.unreachable  # closed: connect again
         with pytest.raises(k3cache.Error):  # the connection is gone, not out of step
             c.lookup(bytes(32), [1, 2, 3])
         c.close()
         r = ctl(fake.path, "stat")  # an op that never has one
-        assert r.returncode == 1 and "payload" in r.stderr, r.stderr
+        assert r.returncode == 3 and "payload" in r.stderr, r.stderr  # connection closed
     finally:
         fake.close()
 

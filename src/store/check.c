@@ -108,3 +108,14 @@ enum status_code store_check_publish(struct store *s, const struct store_publish
 	*total_out = total;
 	return STATUS_OK;
 }
+
+enum status_code store_publish_precheck(struct store *s, const struct store_publish_req *r,
+                                        struct status *st)
+{
+	struct k3cache_model *m = NULL;
+	uint64_t total = 0;
+	uint8_t key[STORE_KEY_LEN];
+	enum status_code code = store_check_publish(s, r, &m, &total, key, st);
+	model_free(m);
+	return code;
+}

@@ -565,6 +565,54 @@ static void test_publish_of_stored_entry_sends_nothing(void **state)
 	k3cache_close(c);
 }
 
+/* A publish its header alone refuses (an unknown model; over the capacity)
+ * is answered before its payload is uploaded, not after: the daemon answers
+ * and closes, and the client reports the daemon's answer. */
+static void test_refused_publish_is_not_uploaded(void **state)
+{
+	(void)state;
+	struct daemonutil small;
+	assert_int_equal(daemonutil_init(&small), 0);
+	assert_int_equal(daemonutil_start(&small, "--max-bytes", "4MiB", "--stage-size", "1MiB",
+	                                  (char *)NULL),
+	                 0);
+	struct snap s = make_snap(twin, 2000, 7); /* ~20 MiB */
+	uint32_t *t = malloc(2000 * sizeof(uint32_t));
+	tokens_for(t, 2000, 9100000);
+	struct k3cache *c, *q;
+	struct k3cache_error e;
+	struct k3cache_publish_result res;
+	assert_int_equal(k3cache_connect(small.sock, &q, &e), 0);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(k3cache_connect(small.sock, &c, &e), 0);
+		uint64_t in0 = 0, in1 = 0;
+		assert_int_equal(k3cache_stat_counter(q, "bytes_in", &in0, &e), 0);
+		int rc = k3cache_publish(c, twin->fingerprint, "", 0, t, 2000, s.bufs, s.n, &res,
+		                         &e);
+		assert_int_equal(rc, round == 0 ? STATUS_UNKNOWN_MODEL : STATUS_TOO_LARGE);
+		assert_non_null(strstr(e.message, round == 0 ? "unknown model" : "capacity"));
+		assert_true(e.unreachable); /* closed: connect again */
+		assert_int_equal(k3cache_stat_counter(q, "bytes_in", &in1, &e), 0);
+		/* the header and what the socket took before the answer: not 20 MiB */
+		assert_true(in1 - in0 < (8u << 20));
+		k3cache_close(c);
+		if (round == 0)
+			assert_int_equal(k3cache_put_model(q, twin, NULL, &e), 0);
+	}
+	/* what fits is stored as before */
+	struct snap small_snap = make_snap(twin, 100, 7);
+	assert_int_equal(k3cache_publish(q, twin->fingerprint, "", 0, t, 100, small_snap.bufs,
+	                                 small_snap.n, &res, &e),
+	                 0);
+	assert_true(res.created);
+	k3cache_close(q);
+	free_snap(&small_snap);
+	free_snap(&s);
+	free(t);
+	assert_int_equal(daemonutil_stop(&small, SIGTERM), 0);
+	daemonutil_cleanup(&small);
+}
+
 /* A conversation turn: the MLA rows depend only on (layer, row, column,
  * rows), so turns share them; the KDA state depends on seed. */
 static struct snap make_turn(uint32_t p, uint32_t rows, uint32_t seed)
@@ -855,24 +903,36 @@ static uint64_t counter(struct k3cache *c, const char *name)
 	return v;
 }
 
+/* A publish header the daemon takes in (the model's layer count: its
+ * header alone is not refused), all its bytes in layer 0. */
 static int raw_publish_header(uint64_t bytes)
 {
 	int fd = daemonutil_connect_raw(d.sock);
 	frame_request req = K3CACHE__V1__REQUEST__INIT;
 	K3cache__V1__Publish pub = K3CACHE__V1__PUBLISH__INIT;
-	K3cache__V1__LayerRef ref = K3CACHE__V1__LAYER_REF__INIT, *refs[1] = {&ref};
+	K3cache__V1__LayerRef *ref = calloc(twin->n_layers, sizeof(*ref));
+	K3cache__V1__LayerRef **refs = calloc(twin->n_layers, sizeof(*refs));
+	assert_non_null(ref);
+	assert_non_null(refs);
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		k3cache__v1__layer_ref__init(&ref[i]);
+		ref[i].index = i;
+		refs[i] = &ref[i];
+	}
 	uint32_t tokens[2] = {1, 2};
-	ref.size = bytes;
+	ref[0].size = bytes;
 	pub.model.data = twin->fingerprint;
 	pub.model.len = 32;
 	pub.tokens = tokens;
 	pub.n_tokens = 2;
 	pub.layers = refs;
-	pub.n_layers = 1;
+	pub.n_layers = twin->n_layers;
 	req.op_case = K3CACHE__V1__REQUEST__OP_PUBLISH;
 	req.publish = &pub;
 	req.payload_len = bytes;
 	assert_int_equal(daemonutil_send_request(fd, &req), 0);
+	free(refs);
+	free(ref);
 	return fd;
 }
 
@@ -1355,6 +1415,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lookup_over_header_limit),
 	        cmocka_unit_test(test_upload_yields_to_lookups),
 	        cmocka_unit_test(test_publish_of_stored_entry_sends_nothing),
+	        cmocka_unit_test(test_refused_publish_is_not_uploaded),
 	        cmocka_unit_test(test_delta_publish),
 	        cmocka_unit_test(test_streamed_delta_through_window),
 	        cmocka_unit_test(test_restart_keeps_entries),

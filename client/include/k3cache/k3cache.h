@@ -72,7 +72,8 @@ K3CACHE_API const char *k3cache_code_name(int code);
  * that could not be reached or went away. */
 struct k3cache_error {
 	enum k3cache_code code;
-	int unreachable; /* connect failed or the connection broke */
+	int unreachable; /* connect failed, or the connection is closed (it broke, the
+	                  * daemon hung up, or it broke the protocol): connect again */
 	char message[K3CACHE_MESSAGE_MAX];
 };
 
