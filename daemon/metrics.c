@@ -28,34 +28,76 @@ void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds)
 	h->sum += seconds;
 }
 
+/* The daemon's own counters, in the order stat sends them after the store's:
+ * X(name, Prometheus family (k3cache_ and this, with its unit suffix),
+ * 1 counter / 0 gauge, HELP, value read from srv).
+ * With SERVICE_STORE_COUNTERS and t2.h's lists, the one list of what stat
+ * sends and /metrics shows. errors_* and requests_* are one family each,
+ * labelled by code and op; pid and uptime_seconds are
+ * process_start_time_seconds there. */
+#define K3D_DAEMON_COUNTERS(X)                                                                     \
+	X("connections_open", "connections_open", 0, "Client connections open.",                   \
+	  srv->connections_open)                                                                   \
+	X("connections_accepted", "connections_accepted_total", 1, "Client connections accepted.", \
+	  srv->connections_total)                                                                  \
+	X("accept_errors", "accept_errors_total", 1, "Connections refused or failed at accept.",   \
+	  srv->connections_refused)                                                                \
+	X("inflight_bytes", "inflight_bytes", 0,                                                   \
+	  "Payload and window bytes held for requests in flight (--max-inflight).",                \
+	  srv->inflight_bytes)                                                                     \
+	X("restores_streaming", "restores_streaming", 0, "Restores being sent now.",               \
+	  srv->restores_active)                                                                    \
+	X("bytes_in", "received_bytes_total", 1, "Bytes read from clients.", srv->bytes_in)        \
+	X("bytes_out", "sent_bytes_total", 1, "Bytes written to clients.", srv->bytes_out)         \
+	X("ingest_yields", "ingest_yields_total", 1, "Upload pauses that let lookups through.",    \
+	  srv->ingest_yields)                                                                      \
+	X("timeouts", "timeouts_total", 1,                                                         \
+	  "Connections closed idle, stalled mid-request or gone while waiting (the rate "          \
+	  "limits' closes are counted apart).",                                                    \
+	  srv->timeouts)                                                                           \
+	X("closed_mid_frame", "closed_mid_frame_total", 1, "Connections that ended mid-frame.",    \
+	  srv->closed_mid_frame)                                                                   \
+	X("uploads_too_slow", "uploads_too_slow_total", 1,                                         \
+	  "Uploads closed under --min-upload-rate.", srv->uploads_too_slow)                        \
+	X("downloads_too_slow", "downloads_too_slow_total", 1,                                     \
+	  "Connections closed for reading a restore under --min-download-rate.",                   \
+	  srv->downloads_too_slow)                                                                 \
+	X("restores_cut", "restores_cut_total", 1,                                                 \
+	  "Restores ended early because a chunk failed its check after sending began.",            \
+	  srv->restores_cut)                                                                       \
+	X("delta_publishes", "delta_publishes_total", 1, "Publishes that sent only new MLA rows.", \
+	  srv->delta_publishes)                                                                    \
+	X("delta_refused", "delta_refused_total", 1,                                               \
+	  "Delta publishes whose base could not serve.", srv->delta_refused)                       \
+	X("inflight_waits", "inflight_waits_total", 1,                                             \
+	  "Requests that waited for --max-inflight memory.", srv->busy_pauses)                     \
+	X("window_bytes", "window_bytes", 0, "Stage memory backing receive windows now.",          \
+	  srv->window_bytes)                                                                       \
+	X("window_waits", "window_waits_total", 1,                                                 \
+	  "Times an upload waited for its receive window to drain.", srv->window_waits)            \
+	X("reported_uses", "reported_uses_total", 1,                                               \
+	  "Restores and views reported by direct readers.", srv->reported_uses)                    \
+	X("reported_damaged", "reported_damaged_total", 1,                                         \
+	  "Entries reported damaged by direct readers.", srv->reported_damaged)                    \
+	X("verify_done_bytes", "verify_done_bytes", 0,                                             \
+	  "Bytes of entries the running verify has checked (0: none running).",                    \
+	  atomic_load(&srv->verify_done))                                                          \
+	X("verify_total_bytes", "verify_total_bytes", 0,                                           \
+	  "Bytes of entries the running verify checks in all (0: none running).",                  \
+	  atomic_load(&srv->verify_total))                                                         \
+	X("tier2_enabled", "tier2_enabled", 0, "1 when a second tier is configured (--tier2).",    \
+	  srv->t2 != NULL)
+
 void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 {
 	r->server = (char *)K3D_VERSION; /* static: not freed with the response */
 	service_add_counter(r, "pid", (uint64_t)getpid());
 	service_add_counter(r, "uptime_seconds", (uint64_t)(k3d_now() - srv->started));
 	service_store_counters(srv->store, r);
-	service_add_counter(r, "connections_open", srv->connections_open);
-	service_add_counter(r, "connections_accepted", srv->connections_total);
-	service_add_counter(r, "accept_errors", srv->connections_refused);
-	service_add_counter(r, "inflight_bytes", srv->inflight_bytes);
-	service_add_counter(r, "restores_streaming", srv->restores_active);
-	service_add_counter(r, "bytes_in", srv->bytes_in);
-	service_add_counter(r, "bytes_out", srv->bytes_out);
-	service_add_counter(r, "ingest_yields", srv->ingest_yields);
-	service_add_counter(r, "timeouts", srv->timeouts);
-	service_add_counter(r, "closed_mid_frame", srv->closed_mid_frame);
-	service_add_counter(r, "uploads_too_slow", srv->uploads_too_slow);
-	service_add_counter(r, "downloads_too_slow", srv->downloads_too_slow);
-	service_add_counter(r, "restores_cut", srv->restores_cut);
-	service_add_counter(r, "delta_publishes", srv->delta_publishes);
-	service_add_counter(r, "delta_refused", srv->delta_refused);
-	service_add_counter(r, "inflight_waits", srv->busy_pauses);
-	service_add_counter(r, "window_bytes", srv->window_bytes);
-	service_add_counter(r, "window_waits", srv->window_waits);
-	service_add_counter(r, "reported_uses", srv->reported_uses);
-	service_add_counter(r, "reported_damaged", srv->reported_damaged);
-	service_add_counter(r, "verify_done_bytes", atomic_load(&srv->verify_done));
-	service_add_counter(r, "verify_total_bytes", atomic_load(&srv->verify_total));
+#define DAEMON_ADD(name, family, counter, help, value)                                             \
+	service_add_counter(r, name, (uint64_t)(value));
+	K3D_DAEMON_COUNTERS(DAEMON_ADD)
+#undef DAEMON_ADD
 	k3d_t2_counters(srv, r);
 	for (int code = 1; code < STATUS_N_CODES; code++) {
 		char name[64];
@@ -71,112 +113,38 @@ void k3d_fill_counters(struct k3d_server *srv, frame_response *r)
 	}
 }
 
-/* What /metrics says of each stat counter: its family name (k3cache_ and
- * this, with Prometheus' unit suffixes), its type and its HELP. A counter
- * not listed here is exported as an "undocumented" gauge, which the
- * daemon_flags_net test refuses: add its row. errors_* and requests_* are
- * one family each, labelled by code and op; pid and uptime_seconds are
- * process_start_time_seconds there. */
+/* What /metrics says of each stat counter, from the lists above. A counter
+ * not found here is exported as an "undocumented" gauge, which the
+ * daemon_flags_net test refuses. */
 struct metric_meta {
 	const char *stat, *family;
 	int counter;
 	const char *help;
 };
 
+/* one block per list (clang-format would indent each further) */
+/* clang-format off */
 static const struct metric_meta metric_metas[] = {
-        {"entries", "entries", 0, "Entries stored."},
-        {"bytes", "stored_bytes", 0,
-         "Bytes stored: what the capacity counts (shared blocks once)."},
-        {"logical_bytes", "logical_bytes", 0,
-         "Bytes of the entries whole, as if nothing were shared."},
-        {"blocks", "blocks", 0, "Shared MLA row blocks stored."},
-        {"blocks_mismatched", "blocks_mismatched_total", 1,
-         "Blocks kept privately because their bytes differed from the stored block."},
-        {"models_repaired", "models_repaired_total", 1,
-         "Damaged model specs replaced by a put of the same spec, since open."},
-        {"indexes_rebuilt", "indexes_rebuilt_total", 1,
-         "Times verify rebuilt the indexes, since open."},
-        {"row_block", "row_block_rows", 0, "Token rows per shared MLA block."},
-        {"max_bytes", "max_bytes", 0, "The store's capacity (--max-bytes)."},
-        {"models", "models", 0, "Model specs stored."},
-        {"hits", "hits_total", 1, "Lookups that found a stored prefix."},
-        {"misses", "misses_total", 1, "Lookups that found none."},
-        {"hit_tokens", "hit_tokens_total", 1, "Prompt tokens covered by the prefixes found."},
-        {"publishes", "publishes_total", 1, "Entries published."},
-        {"publishes_existing", "publishes_existing_total", 1,
-         "Publishes of an entry that was stored already."},
-        {"restores", "restores_total", 1, "Restores served."},
-        {"evictions", "evictions_total", 1, "Entries evicted."},
-        {"quarantined", "quarantined_total", 1, "Entries taken out of service as damaged."},
-        {"corrupt", "corrupt_total", 1, "Checksum failures found on read."},
-        {"map_full_retries", "map_full_retries_total", 1,
-         "Writes retried after LMDB's map was full."},
-        {"map_size", "map_size_bytes", 0, "Size of LMDB's memory map."},
-        {"map_used_pages", "map_used_pages", 0, "Pages of the map in use."},
-        {"free_pages", "free_pages", 0, "Pages on LMDB's free list."},
-        {"page_size", "page_size_bytes", 0, "LMDB's page size."},
-        {"file_bytes", "file_bytes", 0, "Size of the data file."},
-        {"chunks", "chunks", 0, "Chunk rows, staged or committed."},
-        {"staging", "staging", 0, "Staged publishes in progress."},
-        {"staged_swept", "staged_swept_total", 1,
-         "Staged publishes a dead process left, removed at open."},
-        {"connections_open", "connections_open", 0, "Client connections open."},
-        {"connections_accepted", "connections_accepted_total", 1, "Client connections accepted."},
-        {"accept_errors", "accept_errors_total", 1, "Connections refused or failed at accept."},
-        {"inflight_bytes", "inflight_bytes", 0,
-         "Payload and window bytes held for requests in flight (--max-inflight)."},
-        {"restores_streaming", "restores_streaming", 0, "Restores being sent now."},
-        {"bytes_in", "received_bytes_total", 1, "Bytes read from clients."},
-        {"bytes_out", "sent_bytes_total", 1, "Bytes written to clients."},
-        {"ingest_yields", "ingest_yields_total", 1, "Upload pauses that let lookups through."},
-        {"timeouts", "timeouts_total", 1,
-         "Connections closed idle, stalled mid-request or gone while waiting (the rate "
-         "limits' closes are counted apart)."},
-        {"closed_mid_frame", "closed_mid_frame_total", 1, "Connections that ended mid-frame."},
-        {"uploads_too_slow", "uploads_too_slow_total", 1,
-         "Uploads closed under --min-upload-rate."},
-        {"downloads_too_slow", "downloads_too_slow_total", 1,
-         "Connections closed for reading a restore under --min-download-rate."},
-        {"restores_cut", "restores_cut_total", 1,
-         "Restores ended early because a chunk failed its check after sending began."},
-        {"delta_publishes", "delta_publishes_total", 1, "Publishes that sent only new MLA rows."},
-        {"delta_refused", "delta_refused_total", 1, "Delta publishes whose base could not serve."},
-        {"inflight_waits", "inflight_waits_total", 1,
-         "Requests that waited for --max-inflight memory."},
-        {"window_bytes", "window_bytes", 0, "Stage memory backing receive windows now."},
-        {"window_waits", "window_waits_total", 1,
-         "Times an upload waited for its receive window to drain."},
-        {"reported_uses", "reported_uses_total", 1,
-         "Restores and views reported by direct readers."},
-        {"reported_damaged", "reported_damaged_total", 1,
-         "Entries reported damaged by direct readers."},
-        {"verify_done_bytes", "verify_done_bytes", 0,
-         "Bytes of entries the running verify has checked (0: none running)."},
-        {"verify_total_bytes", "verify_total_bytes", 0,
-         "Bytes of entries the running verify checks in all (0: none running)."},
-};
-
-/* The second tier's (t2.h), from its one list. */
-static const struct metric_meta t2_metas[] = {
+#define STORE_META(name, field, family, counter, help) {name, family, counter, help},
+	SERVICE_STORE_COUNTERS(STORE_META)
+#undef STORE_META
+#define DAEMON_META(name, family, counter, help, value) {name, family, counter, help},
+	K3D_DAEMON_COUNTERS(DAEMON_META)
+#undef DAEMON_META
 #define T2_META(name, family, help) {"tier2_" #name, family, 1, help},
-        K3D_T2_COUNTERS(T2_META)
+	K3D_T2_COUNTERS(T2_META)
 #undef T2_META
-                {"tier2_enabled", "tier2_enabled", 0,
-                 "1 when a second tier is configured (--tier2)."},
-        {"tier2_used_bytes", "tier2_used_bytes", 0,
-         "Bytes of the entries this daemon wrote to the cluster and has not deleted."},
-        {"tier2_max_bytes", "tier2_max_bytes", 0,
-         "What this daemon may occupy in the cluster (--tier2-max-bytes)."},
+#define T2_GAUGE_META(name, family, help, value) {"tier2_" #name, family, 0, help},
+	K3D_T2_GAUGES(T2_GAUGE_META)
+#undef T2_GAUGE_META
 };
+/* clang-format on */
 
 static const struct metric_meta *metric_meta(const char *stat)
 {
 	for (size_t i = 0; i < sizeof(metric_metas) / sizeof(metric_metas[0]); i++)
 		if (!strcmp(metric_metas[i].stat, stat))
 			return &metric_metas[i];
-	for (size_t i = 0; i < sizeof(t2_metas) / sizeof(t2_metas[0]); i++)
-		if (!strcmp(t2_metas[i].stat, stat))
-			return &t2_metas[i];
 	return NULL;
 }
 

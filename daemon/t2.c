@@ -148,15 +148,14 @@ void t2_count_router(struct k3d_t2 *t, struct cluster_router *r, struct cluster_
 void k3d_t2_counters(struct k3d_server *srv, frame_response *r)
 {
 	struct k3d_t2 *t = srv->t2;
-	service_add_counter(r, "tier2_enabled", t != NULL);
-	if (!t) /* the rest says nothing without a second tier */
+	if (!t) /* nothing to say without a second tier (tier2_enabled is 0) */
 		return;
-#define T2_ADD(name, family, help)                                                                 \
-	service_add_counter(r, "tier2_" #name, t ? atomic_load(&t->n.name) : 0);
+#define T2_ADD(name, family, help) service_add_counter(r, "tier2_" #name, atomic_load(&t->n.name));
 	K3D_T2_COUNTERS(T2_ADD)
 #undef T2_ADD
-	service_add_counter(r, "tier2_used_bytes", atomic_load(&t->used_bytes));
-	service_add_counter(r, "tier2_max_bytes", t->cfg.max_bytes);
+#define T2_GAUGE_ADD(name, family, help, value) service_add_counter(r, "tier2_" #name, (value));
+	K3D_T2_GAUGES(T2_GAUGE_ADD)
+#undef T2_GAUGE_ADD
 }
 
 /* ---- lookups that wait --------------------------------------------------------- */

@@ -118,6 +118,16 @@
 	  "Commands sent again to the new master of their slot after theirs failed (a failover).") \
 	X(stale, "tier2_stale_total", "Index fields whose record was gone or did not match.")
 
+/* Its gauges, read from the daemon's struct k3d_t2 *t: X(name, family,
+ * HELP, value). (tier2_enabled is the daemon's: said without a second
+ * tier too.) */
+#define K3D_T2_GAUGES(X)                                                                           \
+	X(used_bytes, "tier2_used_bytes",                                                          \
+	  "Bytes of the entries this daemon wrote to the cluster and has not deleted.",            \
+	  atomic_load(&t->used_bytes))                                                             \
+	X(max_bytes, "tier2_max_bytes",                                                            \
+	  "What this daemon may occupy in the cluster (--tier2-max-bytes).", t->cfg.max_bytes)
+
 enum k3d_t2_mode { K3D_T2_WRITE_BACK = 0, K3D_T2_READ_ONLY };
 
 struct k3d_t2_config {
@@ -164,8 +174,8 @@ void k3d_t2_list(struct k3d_conn *c);
 void k3d_t2_forget(struct k3d_conn *c);
 /* The writer is done with a fetched entry (K3D_CHORE_T2_STAGE). */
 void k3d_t2_stored(struct k3d_server *srv, struct k3d_job *job);
-/* The counters for Stat and /metrics: tier2_enabled, and with --tier2 the
- * tier2_* of K3D_T2_COUNTERS, tier2_used_bytes and tier2_max_bytes. */
+/* The counters for Stat and /metrics: with --tier2, the tier2_* of
+ * K3D_T2_COUNTERS and K3D_T2_GAUGES (nothing without). */
 void k3d_t2_counters(struct k3d_server *srv, frame_response *r);
 
 /* A fetched entry's item (job->t2; NULL is ignored). */

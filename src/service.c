@@ -494,34 +494,9 @@ void service_store_counters(struct store *s, frame_response *resp)
 		service_fail(resp, &err);
 		return;
 	}
-	service_add_counter(resp, "entries", st.entries);
-	service_add_counter(resp, "bytes", st.bytes);
-	service_add_counter(resp, "logical_bytes", st.logical_bytes);
-	service_add_counter(resp, "blocks", st.blocks);
-	service_add_counter(resp, "blocks_mismatched", st.blocks_mismatched);
-	service_add_counter(resp, "models_repaired", st.models_repaired);
-	service_add_counter(resp, "indexes_rebuilt", st.indexes_rebuilt);
-	service_add_counter(resp, "row_block", st.row_block);
-	service_add_counter(resp, "max_bytes", st.max_bytes);
-	service_add_counter(resp, "models", st.models);
-	service_add_counter(resp, "hits", st.hits);
-	service_add_counter(resp, "misses", st.misses);
-	service_add_counter(resp, "hit_tokens", st.hit_tokens);
-	service_add_counter(resp, "publishes", st.publishes);
-	service_add_counter(resp, "publishes_existing", st.publish_exists);
-	service_add_counter(resp, "restores", st.restores);
-	service_add_counter(resp, "evictions", st.evictions);
-	service_add_counter(resp, "quarantined", st.quarantined);
-	service_add_counter(resp, "corrupt", st.corrupt);
-	service_add_counter(resp, "map_full_retries", st.map_full_retries);
-	service_add_counter(resp, "map_size", st.map_size);
-	service_add_counter(resp, "map_used_pages", st.map_used_pages);
-	service_add_counter(resp, "free_pages", st.free_pages);
-	service_add_counter(resp, "page_size", st.page_size);
-	service_add_counter(resp, "file_bytes", st.file_bytes);
-	service_add_counter(resp, "chunks", st.chunks);
-	service_add_counter(resp, "staging", st.staging);
-	service_add_counter(resp, "staged_swept", st.swept);
+#define STORE_ADD(name, field, family, counter, help) service_add_counter(resp, name, st.field);
+	SERVICE_STORE_COUNTERS(STORE_ADD)
+#undef STORE_ADD
 }
 
 void service_response_clear(frame_response *resp)
