@@ -563,6 +563,8 @@ int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_m
 			          "layer %" PRIu32 ": needs %" PRIu64
 			          " bytes, its buffer holds %zu",
 			          i, snap->layers[i].size, caps[i]);
+	if (!rc)
+		rc = k3cache_bufs_apart(model, snap->prefix_len, bufs, err);
 	if (!rc) {
 		struct copy_ctx cc = {snap, model, bufs, NULL};
 		rc = each_layer(d, snap, copy_layer, &cc, err);

@@ -46,6 +46,7 @@
 #include "hexutil.h"
 #include "ops.h"
 #include "prefix.h"
+#include "ranges.h"
 #include "units.h"
 
 #ifndef IOV_MAX
@@ -1454,7 +1455,67 @@ static int check_layer_list(const struct k3cache_model *model, const frame_respo
 		            "the layer list adds up to %" PRIu64 " bytes, "
 		            "payload_len says %" PRIu64,
 		            sum, r->payload_len);
-	return 0;
+	return bufs ? k3cache_bufs_apart(model, p, bufs, err) : 0;
+}
+
+/* Refuses spans[0..n) (freed here) when two share a byte: names them. */
+static int spans_apart(const struct k3cache_model *model, struct ranges_span *spans, size_t n,
+                       int arrays, struct k3cache_error *err)
+{
+	const struct ranges_span *a, *b;
+	int rc = 0;
+	if (ranges_overlap(spans, n, &a, &b)) {
+		char what[2][64];
+		const struct ranges_span *s[2] = {a, b};
+		for (int k = 0; k < 2; k++)
+			if (arrays)
+				snprintf(what[k], sizeof(what[k]), "layer %u's %s array",
+				         s[k]->layer,
+				         model_layer_vector_name(&model->layers[s[k]->layer],
+				                                 (int)s[k]->part));
+			else
+				snprintf(what[k], sizeof(what[k]), "layer %u's buffer",
+				         s[k]->layer);
+		if (a == b)
+			rc = FAIL(err, STATUS_INVALID, 0,
+			          "%s runs past the end of the address space", what[0]);
+		else
+			rc = FAIL(err, STATUS_INVALID, 0,
+			          "%s and %s share memory: each needs its own, or one would be "
+			          "written over the other's checked bytes",
+			          what[0], what[1]);
+	}
+	free(spans);
+	return rc;
+}
+
+int k3cache_bufs_apart(const struct k3cache_model *model, uint32_t p, void *const *bufs,
+                       struct k3cache_error *err)
+{
+	struct ranges_span *spans = calloc(model->n_layers ? model->n_layers : 1, sizeof(*spans));
+	if (!spans)
+		return FAIL(err, STATUS_INTERNAL, 0, "out of memory checking the buffers");
+	for (uint32_t i = 0; i < model->n_layers; i++)
+		spans[i] = (struct ranges_span){(uintptr_t)bufs[i],
+		                                model_layer_blob_size(&model->layers[i], p), i, 0};
+	return spans_apart(model, spans, model->n_layers, 0, err);
+}
+
+static int arrays_apart(const struct k3cache_model *model, uint32_t p,
+                        const struct k3cache_arrays_out *a, struct k3cache_error *err)
+{
+	struct ranges_span *spans =
+	        calloc(model->n_layers ? (size_t)model->n_layers * 2 : 1, sizeof(*spans));
+	if (!spans)
+		return FAIL(err, STATUS_INTERNAL, 0, "out of memory checking the arrays");
+	for (uint32_t i = 0; i < model->n_layers; i++) {
+		uint64_t n[2];
+		model_layer_floats(&model->layers[i], p, n);
+		struct ranges_span *two = spans + (size_t)i * 2;
+		two[0] = (struct ranges_span){(uintptr_t)a[i].a, n[0] * 4, i, 0};
+		two[1] = (struct ranges_span){(uintptr_t)a[i].b, n[1] * 4, i, 1};
+	}
+	return spans_apart(model, spans, (size_t)model->n_layers * 2, 1, err);
 }
 
 int k3cache_arrays_fit(const struct k3cache_model *model, uint32_t p,
@@ -1479,7 +1540,7 @@ int k3cache_arrays_fit(const struct k3cache_model *model, uint32_t p,
 				        i, name, cap[v], model_mixer_name(ml->mixer), p, n[v]);
 		}
 	}
-	return 0;
+	return arrays_apart(model, p, a, err);
 }
 
 /* Ends the checks of one received layer: the blob against the model's slot,

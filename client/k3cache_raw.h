@@ -26,10 +26,15 @@ int k3cache_namespace(struct k3cache *c, unsigned char *out, size_t cap, size_t 
 void k3cache_store_file(const struct k3cache *c, uint64_t *dev, uint64_t *ino);
 
 /* Checks a restore's arrays against the model at P = p: each array present
- * and long enough for its floats (the message names the layer and array). */
+ * and long enough for its floats, and no two sharing a byte of what the
+ * restore writes (the message names the layers and arrays). */
 struct k3cache_arrays_out;
 int k3cache_arrays_fit(const struct k3cache_model *model, uint32_t p,
                        const struct k3cache_arrays_out *a, struct k3cache_error *err);
+/* Checks that no two of a restore's buffers share a byte of what it writes
+ * there: layer i's blob at P = p, model_layer_blob_size bytes at bufs[i]. */
+int k3cache_bufs_apart(const struct k3cache_model *model, uint32_t p, void *const *bufs,
+                       struct k3cache_error *err);
 
 /* Calls fn(bytes, ctx) each time a request's bytes (header and payload) go
  * out, with the bytes of that send: k3cachectl's progress for a publish the

@@ -336,6 +336,21 @@ static void test_arrays_refused_first(void **state)
 	                 K3CACHE_INVALID);
 	assert_non_null(strstr(e.message, "layer 3: its v array holds"));
 	assert_int_equal(p, 0);
+	out[3].b_cap++;
+	/* two arrays sharing memory: refused before a byte lands */
+	float *kept = out[4].a;
+	out[4].a = out[3].b + 1;
+	assert_int_equal(k3cache_restore_arrays(c, twin, res.key, out, o.n, &p, &e),
+	                 K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "layer 3's v array and layer 4's"));
+	assert_non_null(strstr(e.message, "share memory"));
+	out[4].a = kept;
+	out[5].b = out[5].a; /* a layer's own two */
+	assert_int_equal(k3cache_restore_arrays(c, twin, res.key, out, o.n, &p, &e),
+	                 K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "layer 5's"));
+	out[5].b = o.b[5];
+	assert_int_equal(p, 0);
 	/* nothing was read into them, and the connection goes on */
 	const unsigned char *q = (const unsigned char *)o.b[3];
 	assert_int_equal(q[0], 0x7f);

@@ -613,6 +613,49 @@ static void test_refused_publish_is_not_uploaded(void **state)
 	daemonutil_cleanup(&small);
 }
 
+/* Buffers that share memory are refused before a byte of the restore is
+ * read into them: one layer written over another's checked bytes would be
+ * an OK with state never checked. The connection goes on. */
+static void test_restore_into_aliased_buffers(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 100, 9300000, 3, &res), 0);
+	void **bufs = calloc(twin->n_layers, sizeof(void *));
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t));
+	size_t *lens = calloc(twin->n_layers, sizeof(size_t));
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		caps[i] = model_layer_blob_size(&twin->layers[i], 100);
+		bufs[i] = malloc(caps[i]);
+	}
+	void *kept = bufs[6];
+	bufs[6] = (unsigned char *)bufs[3] + caps[3] - 4; /* its last float */
+	uint32_t p = 0;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_restore_into(c, twin, res.key, bufs, caps, lens, &p, &e),
+	                 STATUS_INVALID);
+	assert_non_null(strstr(e.message, "layer 3's buffer and layer 6's buffer share memory"));
+	assert_int_equal(p, 0);
+	/* end to end in one allocation: apart, restored */
+	unsigned char *both = malloc(caps[3] + caps[6] + 1);
+	assert_non_null(both);
+	void *kept3 = bufs[3];
+	bufs[3] = both;
+	bufs[6] = both + caps[3];
+	assert_int_equal(k3cache_restore_into(c, twin, res.key, bufs, caps, lens, &p, &e), 0);
+	assert_int_equal(p, 100);
+	bufs[3] = kept3;
+	bufs[6] = kept;
+	free(both);
+	for (uint32_t i = 0; i < twin->n_layers; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(caps);
+	free(lens);
+	k3cache_close(c);
+}
+
 /* A conversation turn: the MLA rows depend only on (layer, row, column,
  * rows), so turns share them; the KDA state depends on seed. */
 static struct snap make_turn(uint32_t p, uint32_t rows, uint32_t seed)
@@ -1416,6 +1459,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_upload_yields_to_lookups),
 	        cmocka_unit_test(test_publish_of_stored_entry_sends_nothing),
 	        cmocka_unit_test(test_refused_publish_is_not_uploaded),
+	        cmocka_unit_test(test_restore_into_aliased_buffers),
 	        cmocka_unit_test(test_delta_publish),
 	        cmocka_unit_test(test_streamed_delta_through_window),
 	        cmocka_unit_test(test_restart_keeps_entries),

@@ -259,6 +259,13 @@ static void test_direct_refuses_bad_requests_and_damage(void **state)
 	                 K3CACHE_INVALID);
 	assert_non_null(strstr(e.message, "layer 1: needs"));
 	caps[1]++;
+	/* two layers' buffers sharing memory: refused before a byte is copied */
+	void *kept = bufs[2];
+	bufs[2] = (unsigned char *)bufs[1] + 8;
+	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e),
+	                 K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "layer 1's buffer and layer 2's buffer share memory"));
+	bufs[2] = kept;
 
 	flip_in_file(0, 400, 7);
 	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &p, &e),

@@ -59,8 +59,9 @@ K3CACHE_API int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp
                                       struct k3cache_lookup_result *out, struct k3cache_error *err);
 
 /* k3cache_restore_into() from the store itself: each layer is copied into
- * bufs[i] and checked while it is in cache. On failure the buffers'
- * contents are unspecified and must not be used. */
+ * bufs[i] and checked while it is in cache (buffers too small, or sharing
+ * memory, are refused first). On failure the buffers' contents are
+ * unspecified and must not be used. */
 K3CACHE_API int k3cache_direct_restore_into(struct k3cache_direct *d,
                                             const struct k3cache_model *model,
                                             const uint8_t key[K3CACHE_KEY_LEN], void *const *bufs,

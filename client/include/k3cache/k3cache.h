@@ -218,8 +218,9 @@ K3CACHE_API int k3cache_publish_delta(struct k3cache *c, const uint8_t fp[K3CACH
 /* ---- restore: validated before the caller sees anything ---- */
 
 /* Form 1: into caller buffers. bufs[i] must hold layer i's blob
- * (k3cache_model_blob_size(model, i, P) bytes; a smaller buffer is an
- * error before anything is read into it). On success lens[i] is layer i's
+ * (k3cache_model_blob_size(model, i, P) bytes; a smaller buffer, or two
+ * buffers sharing a byte of what they receive, is an INVALID error before
+ * anything is read into them). On success lens[i] is layer i's
  * size and *prefix_len is P. On any failure the buffers' contents are
  * unspecified and must not be used. */
 K3CACHE_API int k3cache_restore_into(struct k3cache *c, const struct k3cache_model *model,
@@ -327,8 +328,10 @@ struct k3cache_arrays_out {
  * checked and dropped, the floats land in place, and every check of the
  * blob form (tag, shape, seq_len, finite, the layer's XXH3 over the seed's
  * bytes) runs before success. On success *prefix_len is P and layers[i]
- * hold the first (P x row or fixed) floats of each array. On any failure
- * the arrays' contents are undefined and must not be used. */
+ * hold the first (P x row or fixed) floats of each array. Arrays too short,
+ * or two sharing a byte of what they receive, are INVALID before anything is
+ * read. On any failure the arrays' contents are undefined and must not be
+ * used. */
 K3CACHE_API int k3cache_restore_arrays(struct k3cache *c, const struct k3cache_model *model,
                                        const uint8_t key[K3CACHE_KEY_LEN],
                                        const struct k3cache_arrays_out *layers, uint32_t n_layers,
