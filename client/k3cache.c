@@ -79,6 +79,7 @@ struct k3cache {
 	unsigned char ns[128]; /* the daemon's prefix for our salts (Hello's namespace) */
 	size_t ns_len;
 	int ns_known;                  /* a Hello has told it */
+	int hung_up;                   /* the last read met the daemon's end of the stream */
 	uint64_t store_dev, store_ino; /* the Hello's: the daemon's store file (0: not said) */
 	unsigned char hdr[HEADER_SMALL];
 	void (*on_sent)(uint64_t bytes, void *ctx); /* k3cache_set_send_progress */
@@ -254,8 +255,10 @@ static int recv_all(struct k3cache *c, void *buf, size_t len, struct k3cache_err
 			len -= (size_t)n;
 			continue;
 		}
-		if (n == 0)
+		if (n == 0) {
+			c->hung_up = 1;
 			return LOST(c, err, "the daemon at %s closed the connection", c->addr);
+		}
 		if (errno == EINTR)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -1589,6 +1592,12 @@ static int receive_layer(struct k3cache *c, struct blob_stream *bs, const frame_
 	}
 	if (rc) { /* the connection is gone */
 		blob_stream_abandon(bs);
+		char where[64];
+		snprintf(where, sizeof(where), " mid-restore (layer %u of %zu)", i, r->n_layers);
+		err_append(err, where);
+		if (c->hung_up) /* not told why: the daemon cannot answer mid-payload */
+			err_append(err, ": a reader under its --min-download-rate, or a damaged "
+			                "chunk (see the daemon's log)");
 		return rc;
 	}
 	if ((rc = finish_layer(bs, r, i, err)) != 0)

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "blob.h"
 #include "cmd.h"
 #include "hexutil.h"
 #include "model.h"
@@ -122,6 +123,38 @@ static int write_counted(FILE *f, const unsigned char *data, uint64_t len, struc
 	return 1;
 }
 
+/* Checks what was fetched as the store would serve it (slot, shape, seq_len,
+ * finite, the layer's checksum): a file is never written with bytes known
+ * bad. 0, or -1 after saying which layer fails. */
+static int export_check(const struct ctl_layers *l, const struct k3cache_model *spec)
+{
+	if (l->n != spec->n_layers) {
+		fprintf(stderr,
+		        "k3cachectl export: the entry has %" PRIu32 " layers, model %s has %" PRIu32
+		        "; nothing written\n",
+		        l->n, spec->name, spec->n_layers);
+		return -1;
+	}
+	for (uint32_t i = 0; i < l->n; i++) {
+		struct blob_error be;
+		uint64_t sum = 0;
+		if (blob_check_sum(l->data[i], (size_t)l->size[i], spec, i, l->prefix_len, &sum,
+		                   &be) != BLOB_OK) {
+			fprintf(stderr, "k3cachectl export: %s; nothing written\n", be.message);
+			return -1;
+		}
+		if (sum != l->xxh3[i]) {
+			fprintf(stderr,
+			        "k3cachectl export: layer %" PRIu32 " hashes to %016" PRIx64
+			        ", the entry says %016" PRIx64
+			        ": damaged on the way; nothing written\n",
+			        i, sum, l->xxh3[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                            char **argv)
 {
@@ -165,6 +198,10 @@ static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 	int show = ctl_progress_wanted(g->json);
 	if ((rc = ctl_fetch_layers(&b, key, &layers, show, self->name)) != 0)
 		goto done;
+	if (export_check(&layers, spec) != 0) {
+		rc = CTL_EXIT_ERROR;
+		goto done;
+	}
 
 	struct snapfile_layer *sl = calloc(layers.n ? layers.n : 1, sizeof(*sl));
 	if (!sl) {

@@ -207,7 +207,9 @@ def test_a_payload_the_protocol_has_none_for_closes_the_connection(tmp_path):
 
 class SwapProxy(Server):
     """In front of a real daemon: a request naming key a asks for key b, and
-    the answer then names a (mode "rename") or no entry at all ("strip")."""
+    the answer then names a (mode "rename") or no entry at all ("strip"); or
+    (mode "flip", a == b) a restore's payload has one bit flipped, or ("cut")
+    ends halfway, the connection closed."""
 
     def __init__(self, daemon, a, b, mode):
         self.daemon, self.a, self.b, self.mode = daemon.sock, a, b, mode
@@ -230,7 +232,14 @@ class SwapProxy(Server):
                 ds.sendall(struct.pack("<I", len(h)) + h + body)
                 r = read_frame(ds)
                 body = recv_exact(ds, field(r, 4)) if field(r, 4) else b""
-                if restore:
+                if restore and self.mode == "cut" and body:
+                    cs.sendall(struct.pack("<I", len(r)) + r + body[:len(body) // 2])
+                    return
+                if restore and self.mode == "flip" and body:
+                    body = bytearray(body)
+                    body[len(body) // 2] ^= 0x10
+                    body = bytes(body)
+                elif restore:
                     r = self._answer(r)
                 cs.sendall(struct.pack("<I", len(r)) + r + body)
         except (EOFError, OSError):
@@ -268,3 +277,47 @@ def test_another_entrys_restore_is_refused(daemon, twin_path):
         assert got.prefix_len == 120
         want = state(spec, 120, 5)
         assert np.asarray(got[0][0], dtype=np.float32).tobytes() == want[0][0].tobytes()
+
+
+def test_ctl_export_writes_no_bytes_known_bad(daemon, twin_path, tmp_path):
+    """A restore's payload damaged between the daemon and k3cachectl export:
+    the file was written with the bad bytes (only import checked them)."""
+    spec = model_of(twin_path)
+    with k3cache.Client(daemon.sock) as c:
+        fp = c.put_model(twin_path)
+        a = c.publish(fp, tokens(64, 4000), state(spec, 64, 9))
+    proxy = SwapProxy(daemon, a, a, "flip")
+    out = tmp_path / "a.k3snap"
+    try:
+        r = ctl(proxy.path, "export", a.hex()[:16], "-o", str(out))
+        assert r.returncode == 1, (r.returncode, r.stderr)
+        assert "nothing written" in r.stderr and "layer" in r.stderr, r.stderr
+        assert not out.exists()
+    finally:
+        proxy.close()
+    r = ctl(daemon.sock, "export", a.hex()[:16], "-o", str(out))  # the daemon's own bytes
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 0
+
+
+def test_a_restore_cut_short_says_what_may_have_cut_it(daemon, twin_path):
+    """The daemon cannot answer in the middle of a payload: a client it
+    closed for reading under --min-download-rate saw only "closed the
+    connection"."""
+    spec = model_of(twin_path)
+    with k3cache.Client(daemon.sock) as c:
+        fp = c.put_model(twin_path)
+        a = c.publish(fp, tokens(64, 5000), state(spec, 64, 4))
+    proxy = SwapProxy(daemon, a, a, "cut")
+    try:
+        with k3cache.Client(proxy.path) as c:
+            c.put_model(twin_path)
+            assert c.lookup(fp, tokens(65, 5000)).key == a
+            with pytest.raises(k3cache.Error) as ei:
+                c.restore_into(a, c.empty_layers(64))
+            m = ei.value.message
+            assert "closed the connection mid-restore (layer" in m, m
+            assert "--min-download-rate" in m and "must not be used" in m, m
+            assert ei.value.unreachable
+    finally:
+        proxy.close()
