@@ -362,7 +362,9 @@ struct tier2_blob {
 };
 
 struct tier2_put_options {
-	uint32_t ttl_s;         /* 0: no expiry; else EX ttl_s on every key written */
+	uint32_t ttl_s;         /* 0: no expiry; else EX ttl_s on every key written
+	                         * (shared keys, index nodes and block parts, only
+	                         * ever get a longer expiry; 0 takes theirs away) */
 	uint32_t chunk_size;    /* 0: TIER2_CHUNK_MAX */
 	uint32_t max_in_flight; /* chunks written per pipeline; 0: 16 */
 	int keep_existing;      /* when the key has a record that decodes and is

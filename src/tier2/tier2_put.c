@@ -17,9 +17,21 @@
 /* One command's buffers: its key's name, up to 6 arguments. */
 struct cmdbuf {
 	char name[TIER2_NAME_MAX];
-	const char *argv[6];
-	size_t len[6];
+	const char *argv[7];
+	size_t len[7];
 };
+
+/* An index node's field for a put with an expiry (ARGV[3] seconds): the
+ * node's expiry becomes the longer of its own and the put's, or the put's
+ * when this put made the node; never shorter, as the node is shared by
+ * every entry whose path crosses it (as a block part's, TTL_LUA). */
+static const char node_script[] = "local new=redis.call('EXISTS',KEYS[1])==0 "
+                                  "redis.call('HSET',KEYS[1],ARGV[1],ARGV[2]) "
+                                  "local t=tonumber(ARGV[3]) "
+                                  "local c=redis.call('TTL',KEYS[1]) "
+                                  "if new or (c>=0 and c<t) then "
+                                  "redis.call('EXPIRE',KEYS[1],t) end "
+                                  "return 1";
 
 struct put {
 	struct cluster_router *r;
@@ -643,13 +655,15 @@ static void stream_free(struct stream *s)
 	free(s->cb);
 }
 
-/* Writes the entry's index nodes: "+" on its path, its field at its node. */
+/* Writes the entry's index nodes: "+" on its path, its field at its node.
+ * Without an expiry each node then loses any it had (PERSIST: an entry
+ * that never expires must stay findable); with one, node_script. */
 static enum tier2_status put_index(struct put *p, const uint8_t *fingerprint, const void *salt,
                                    size_t salt_len, const uint32_t *tokens, uint32_t n)
 {
 	uint32_t depth = n / PREFIX_BLOCK;
 	uint8_t(*h)[PREFIX_NODE_LEN] = malloc((size_t)(depth + 1) * PREFIX_NODE_LEN);
-	size_t per = p->ttl_len ? 2 : 1; /* HSET, then EXPIRE */
+	size_t per = p->ttl_len ? 1 : 2; /* the script, or HSET then PERSIST */
 	struct cmdbuf *cb = calloc(INDEX_WINDOW * per, sizeof(*cb));
 	struct cluster_cmd *cmds = calloc(INDEX_WINDOW * per, sizeof(*cmds));
 	if (!h || !cb || !cmds) {
@@ -672,31 +686,34 @@ static enum tier2_status put_index(struct put *p, const uint8_t *fingerprint, co
 			uint32_t d = depth ? first + j + 1 : 0;
 			struct cmdbuf *c = &cb[j * per];
 			size_t nl = tier2_name_node(c->name, p->ns, h[d]);
+			const char *f = d == depth ? (const char *)p->key : "+";
+			size_t fl = d == depth ? TIER2_KEY_LEN : 1;
+			const char *v = d == depth ? (const char *)field : "";
+			size_t vl = d == depth ? sizeof(field) : 0;
+			if (p->stats)
+				p->stats->bytes_out += fl + vl;
+			if (p->ttl_len) {
+				const char *argv[7] = {"EVAL", node_script, "1",   c->name,
+				                       f,      v,           p->ttl};
+				size_t len[7] = {4, strlen(node_script), 1, nl, fl, vl, p->ttl_len};
+				memcpy(c->argv, argv, sizeof(argv));
+				memcpy(c->len, len, sizeof(len));
+				cmds[j] =
+				        (struct cluster_cmd){c->name, nl, 7, c->argv, c->len, NULL};
+				continue;
+			}
 			c->argv[0] = "HSET";
 			c->len[0] = 4;
-			if (d == depth) {
-				c->argv[2] = (const char *)p->key;
-				c->len[2] = TIER2_KEY_LEN;
-				c->argv[3] = (const char *)field;
-				c->len[3] = sizeof(field);
-			} else {
-				c->argv[2] = "+";
-				c->len[2] = 1;
-				c->argv[3] = "";
-				c->len[3] = 0;
-			}
+			c->argv[2] = f;
+			c->len[2] = fl;
+			c->argv[3] = v;
+			c->len[3] = vl;
 			cmd_of(&cmds[j * per], c, nl, 4);
-			if (p->stats)
-				p->stats->bytes_out += c->len[2] + c->len[3];
-			if (per == 2) {
-				struct cmdbuf *e = &cb[j * per + 1];
-				memcpy(e->name, c->name, nl + 1);
-				e->argv[0] = "EXPIRE";
-				e->len[0] = 6;
-				e->argv[2] = p->ttl;
-				e->len[2] = p->ttl_len;
-				cmd_of(&cmds[j * per + 1], e, nl, 3);
-			}
+			struct cmdbuf *e = &cb[j * per + 1];
+			memcpy(e->name, c->name, nl + 1);
+			e->argv[0] = "PERSIST";
+			e->len[0] = 7;
+			cmd_of(&cmds[j * per + 1], e, nl, 2);
 		}
 		st = run(p, cmds, (size_t)n_cmd * per, "writing the index", 1);
 	}

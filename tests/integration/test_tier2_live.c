@@ -389,6 +389,22 @@ static void test_expiry_and_small_chunks(void **state)
 		tier2_name_node(name, "ttl", h[d]);
 		assert_true(ttl_of(r, name) > 500);
 	}
+	/* the index nodes are shared: a put with a shorter expiry whose path
+	 * crosses them leaves them theirs (it cut them to 60 s); one without
+	 * an expiry takes theirs away, and a later expiry gives none back */
+	struct tier2_put_options brief = {.ttl_s = 60, .chunk_size = 1000};
+	put(r, "ttl", "s", conv, 49, 5, &brief, &st);
+	for (int d = 1; d <= 3; d++) {
+		tier2_name_node(name, "ttl", h[d]);
+		assert_true(ttl_of(r, name) > 500);
+	}
+	put(r, "ttl", "s", conv, 48, 5, NULL, &st);
+	put(r, "ttl", "s", conv, 49, 6, &brief, &st);
+	for (int d = 1; d <= 3; d++) {
+		tier2_name_node(name, "ttl", h[d]);
+		assert_int_equal(ttl_of(r, name), -1);
+	}
+	assert_int_equal(longest(r, "ttl", "s", conv, 60, key, &st), 50);
 	/* a caller that takes at most one byte less than the entry: refused
 	 * before a chunk is read; exactly its size: served */
 	uint64_t total = 0;
