@@ -25,10 +25,11 @@ struct ctl_globals {
 };
 
 /* A file mapped read-only (or an empty buffer for an empty file). */
+/* A file read whole into memory (not mapped: see ctl_file_open). */
 struct ctl_file {
 	const unsigned char *data;
 	size_t size;
-	void *map;
+	void *buf; /* freed by ctl_file_close */
 };
 
 int ctl_file_open(const char *path, struct ctl_file *f, char *err, size_t errsz);

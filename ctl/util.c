@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,28 +28,50 @@ int ctl_file_open(const char *path, struct ctl_file *f, char *err, size_t errsz)
 		close(fd);
 		return -1;
 	}
-	f->size = (size_t)st.st_size;
-	if (f->size == 0) {
-		static const unsigned char empty[1];
-		f->data = empty;
+	/* read, not mapped: a file truncated meanwhile would be SIGBUS in a
+	 * map, and one rewritten meanwhile would send other bytes than those
+	 * checked */
+	if ((uint64_t)st.st_size > SIZE_MAX - 1) {
+		snprintf(err, errsz, "%s: too large for this address space", path);
 		close(fd);
-		return 0;
-	}
-	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (f->map == MAP_FAILED) {
-		snprintf(err, errsz, "%s: cannot map: %s", path, strerror(errno));
-		f->map = NULL;
 		return -1;
 	}
-	f->data = f->map;
+	size_t want = (size_t)st.st_size;
+	unsigned char *buf = malloc(want ? want : 1);
+	if (!buf) {
+		snprintf(err, errsz, "%s: out of memory for its %zu bytes", path, want);
+		close(fd);
+		return -1;
+	}
+	size_t got = 0;
+	while (got < want) {
+		ssize_t n = read(fd, buf + got, want - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n < 0)
+				snprintf(err, errsz, "%s: %s", path, strerror(errno));
+			else
+				snprintf(err, errsz,
+				         "%s: it shrank while being read (%zu of %zu bytes): "
+				         "is something writing it?",
+				         path, got, want);
+			free(buf);
+			close(fd);
+			return -1;
+		}
+		got += (size_t)n;
+	}
+	close(fd);
+	f->buf = buf;
+	f->data = buf;
+	f->size = want;
 	return 0;
 }
 
 void ctl_file_close(struct ctl_file *f)
 {
-	if (f->map)
-		munmap(f->map, f->size);
+	free(f->buf);
 	memset(f, 0, sizeof(*f));
 }
 
