@@ -14,6 +14,7 @@
 #include "frame.h"
 #include "ops.h"
 #include "pool.h"
+#include "slots.h"
 #include "status.h"
 #include "store.h"
 #include "t2.h"
@@ -51,9 +52,10 @@ struct k3d_config {
 	uint64_t min_upload_rate;   /* bytes/s an upload keeps up over K3D_RATE_WINDOW; 0: any */
 	uint64_t min_download_rate; /* bytes/s a client reads its answer at, the same way */
 	uint32_t max_restores;      /* restores streaming at once */
-	uint64_t idle_timeout;      /* seconds without a request */
-	uint64_t stall_timeout;     /* seconds without progress mid-frame or mid-send */
-	uint64_t sync_interval;     /* seconds, durability fast */
+	uint32_t max_restores_per_tenant; /* of those, one tenant's (slots.h) */
+	uint64_t idle_timeout;            /* seconds without a request */
+	uint64_t stall_timeout;           /* seconds without progress mid-frame or mid-send */
+	uint64_t sync_interval;           /* seconds, durability fast */
 	enum store_durability durability;
 	enum store_check check; /* the structural walk at open */
 	enum k3d_log log_level;
@@ -95,6 +97,7 @@ struct k3d_server {
 	uint64_t next_conn_id;
 	uint64_t inflight_bytes;
 	uint32_t restores_active;
+	struct k3d_slots slots; /* restores_active by tenant */
 	int stopping;
 	uint64_t ticks;
 
@@ -106,10 +109,11 @@ struct k3d_server {
 	double last_lookup;     /* k3d_now() of the last lookup answered */
 	uint64_t ingest_yields; /* pauses of uploads that let lookups run */
 	uint64_t timeouts, closed_mid_frame, busy_pauses;
-	uint64_t uploads_too_slow;   /* closed under --min-upload-rate */
-	uint64_t downloads_too_slow; /* closed under --min-download-rate */
-	uint64_t waiting_trials;     /* in flight: trial windows waiting for their whole */
-	uint64_t restores_cut;       /* restores ended mid-payload: a piece failed its check */
+	uint64_t uploads_too_slow;     /* closed under --min-upload-rate */
+	uint64_t downloads_too_slow;   /* closed under --min-download-rate */
+	uint64_t restores_tenant_busy; /* BUSY: the tenant held its share of the slots */
+	uint64_t waiting_trials;       /* in flight: trial windows waiting for their whole */
+	uint64_t restores_cut;         /* restores ended mid-payload: a piece failed its check */
 	uint64_t delta_publishes, delta_refused; /* publishes with a base; of them refused */
 	int chore_pending;                       /* a housekeeping job is with the writer */
 	int done_fd;                             /* eventfd: the writer has finished jobs */
@@ -324,6 +328,8 @@ struct k3d_stream {
 	struct k3d_server *srv;
 	struct store_snapshot *snap;
 	int refs;
+	char ns[K3D_NS_MAX]; /* the tenant whose slot it holds (slots.h) */
+	size_t ns_len;
 };
 void k3d_stream_unref(struct k3d_stream *st);
 

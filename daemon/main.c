@@ -40,6 +40,9 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        (default 2GiB)\n"
 	        "  --max-restores N      restores streaming at once, 1 to 100000; past it BUSY\n"
 	        "                        (default 64)\n"
+	        "  --max-restores-per-tenant N  of those, what one tenant (a uid, a token's\n"
+	        "                        name; admins are one) may hold, 1 to --max-restores\n"
+	        "                        (default half of --max-restores, at least 1)\n"
 	        "  --stage-size SIZE     a publish larger than this is written as it arrives,\n"
 	        "                        a stage of this size per commit, through a window\n"
 	        "                        of 3 such stages (each at least 1MiB) (default 16MiB)\n"
@@ -222,6 +225,7 @@ int main(int argc, char **argv)
 		O_ROWB,
 		O_YIELD,
 		O_MAXR,
+		O_MAXR_TENANT,
 		O_IDLE,
 		O_STALL,
 		O_SYNC,
@@ -259,6 +263,7 @@ int main(int argc, char **argv)
 	        {"row-block", required_argument, NULL, O_ROWB},
 	        {"yield-rate", required_argument, NULL, O_YIELD},
 	        {"max-restores", required_argument, NULL, O_MAXR},
+	        {"max-restores-per-tenant", required_argument, NULL, O_MAXR_TENANT},
 	        {"idle-timeout", required_argument, NULL, O_IDLE},
 	        {"stall-timeout", required_argument, NULL, O_STALL},
 	        {"sync-interval", required_argument, NULL, O_SYNC},
@@ -342,6 +347,12 @@ int main(int argc, char **argv)
 			if (units_parse_uint(optarg, 1, 100000, &v))
 				return bad("--max-restores", optarg, "a number from 1 to 100000");
 			cfg.max_restores = (uint32_t)v;
+			break;
+		case O_MAXR_TENANT:
+			if (units_parse_uint(optarg, 1, 100000, &v))
+				return bad("--max-restores-per-tenant", optarg,
+				           "a number from 1 to --max-restores");
+			cfg.max_restores_per_tenant = (uint32_t)v;
 			break;
 		case O_IDLE:
 			if (units_parse_duration(optarg, &cfg.idle_timeout) || !cfg.idle_timeout)
@@ -489,6 +500,16 @@ int main(int argc, char **argv)
 		        "k3cached: unexpected argument \"%s\" (it takes flags only); run 'k3cached "
 		        "--help' for them\n",
 		        argv[optind]);
+		return 2;
+	}
+	if (!cfg.max_restores_per_tenant)
+		cfg.max_restores_per_tenant = cfg.max_restores > 1 ? cfg.max_restores / 2 : 1;
+	if (cfg.max_restores_per_tenant > cfg.max_restores) {
+		fprintf(stderr,
+		        "k3cached: --max-restores-per-tenant %u is over --max-restores %u: a "
+		        "tenant "
+		        "holds at most what all may\n",
+		        cfg.max_restores_per_tenant, cfg.max_restores);
 		return 2;
 	}
 	if (t2_flag && !cfg.t2.seeds) {

@@ -62,6 +62,9 @@ void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds)
 	X("downloads_too_slow", "downloads_too_slow_total", 1,                                     \
 	  "Connections closed for reading a restore under --min-download-rate.",                   \
 	  srv->downloads_too_slow)                                                                 \
+	X("restores_tenant_busy", "restores_tenant_busy_total", 1,                                 \
+	  "Restores answered BUSY because their tenant held its --max-restores-per-tenant.",       \
+	  srv->restores_tenant_busy)                                                               \
 	X("restores_cut", "restores_cut_total", 1,                                                 \
 	  "Restores ended early because a chunk failed its check after sending began.",            \
 	  srv->restores_cut)                                                                       \

@@ -60,9 +60,19 @@ static int send_snapshot(struct k3d_conn *c, frame_response *resp, struct store_
 
 static int restore_slot(struct k3d_conn *c)
 {
-	if (c->srv->restores_active >= c->srv->cfg.max_restores) {
+	struct k3d_server *srv = c->srv;
+	if (srv->restores_active >= srv->cfg.max_restores) {
 		k3d_conn_errorf(c, STATUS_BUSY, "%u restores are streaming already; retry shortly",
-		                c->srv->restores_active);
+		                srv->restores_active);
+		return 0;
+	}
+	uint32_t held = k3d_slots_held(&srv->slots, c->who.ns, c->who.ns_len);
+	if (held >= srv->cfg.max_restores_per_tenant) {
+		srv->restores_tenant_busy++;
+		k3d_conn_errorf(c, STATUS_BUSY,
+		                "%s has %u restores streaming, its share of the daemon's %u "
+		                "(--max-restores-per-tenant); retry shortly",
+		                c->who.who, held, srv->cfg.max_restores);
 		return 0;
 	}
 	return 1;
@@ -194,6 +204,7 @@ void k3d_stream_unref(struct k3d_stream *st)
 	if (--st->refs > 0)
 		return;
 	st->srv->restores_active--;
+	k3d_slots_give(&st->srv->slots, st->ns, st->ns_len);
 	store_snapshot_release(st->snap);
 	free(st);
 }
@@ -328,6 +339,10 @@ void k3d_restore_feed(struct k3d_conn *c)
 static int stream_snapshot(struct k3d_conn *c, frame_response *resp, struct store_snapshot *snap)
 {
 	struct k3d_stream *ref = malloc(sizeof(*ref));
+	if (ref && k3d_slots_take(&c->srv->slots, c->who.ns, c->who.ns_len) != 0) {
+		free(ref);
+		ref = NULL;
+	}
 	if (!ref) {
 		store_snapshot_release(snap);
 		struct status st;
@@ -338,6 +353,8 @@ static int stream_snapshot(struct k3d_conn *c, frame_response *resp, struct stor
 	ref->srv = c->srv;
 	ref->snap = snap;
 	ref->refs = 1; /* the connection's, until the last chunk is queued */
+	memcpy(ref->ns, c->who.ns, c->who.ns_len);
+	ref->ns_len = c->who.ns_len;
 	c->srv->restores_active++;
 	if (snap->bytes && !store_snapshot_chunks(snap)) {
 		/* not taken with STORE_RESTORE_DEFER: no chunks to send */

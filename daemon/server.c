@@ -554,6 +554,7 @@ out:
 		free(srv->pool[i].data);
 	store_close(srv->store);
 	k3d_tenancy_free(&srv->tenancy);
+	k3d_slots_free(&srv->slots);
 	free(srv);
 	return rc;
 }

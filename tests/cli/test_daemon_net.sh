@@ -105,6 +105,8 @@ refuse 'token-file' --listen 127.0.0.1:7000
 refuse 'token-file' --insecure-tcp --listen 0.0.0.0:7000
 refuse '1 to 100000' --max-restores 1.5
 refuse '1 to 100000' --max-restores 2K
+refuse 'is over --max-restores' --max-restores 4 --max-restores-per-tenant 5
+refuse '1 to --max-restores' --max-restores-per-tenant 0
 refuse 'at most' --max-bytes 8388609T
 refuse 'a size per second' --min-download-rate fast
 refuse 'a size per second' --min-upload-rate slow

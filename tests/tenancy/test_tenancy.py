@@ -296,3 +296,68 @@ def test_bad_tenancy_flags(tmp_path):
     r = subprocess.run([env("K3CACHED"), "--db", db, "--socket", sock, "--share-uids", "1000"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "two or more uids" in r.stderr, r.stderr
+
+
+def test_one_tenant_holds_at_most_its_share_of_restores():
+    """--max-restores 3, --max-restores-per-tenant 2: uid A keeps two restores
+    of a 20 MB entry streaming (it reads nothing), and its third is BUSY,
+    counted; root, another tenant, is still served. Before, A could hold all
+    three and leave everyone else BUSY."""
+    with open(os.path.join(env("K3_SHARED_DIR"), "models", "kimi-k3-0.40b-twin.json")) as f:
+        twin = json.load(f)
+    d = Daemon("--max-restores", "3", "--max-restores-per-tenant", "2")
+    try:
+        with k3cache.Client(d.sock) as c:
+            fp = c.put_model(json.dumps(twin))
+            mine = c.publish(fp, list(range(1, 501)), state(twin, 500, 4))
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # uid A: two restores held, a third asked
+            os.close(r)
+            try:
+                os.setgroups([])
+                os.setgid(A)
+                os.setuid(A)
+                with k3cache.Client(d.sock) as c:
+                    c.put_model(json.dumps(twin))  # stored: answered as before
+                    key = c.publish(fp, list(range(1, 2001)), state(twin, 2000, 5))
+                hdr = b"\x08\x01\x72\x22\x0a\x20" + key  # Request{id 1, Restore{key}}
+                held = []
+                for _ in range(3):
+                    s = socket.socket(socket.AF_UNIX)
+                    s.connect(d.sock)
+                    s.sendall(struct.pack("<I", len(hdr)) + hdr)
+                    held.append(s)
+                time.sleep(0.5)
+                s = held[2]
+                s.settimeout(5)
+                n = struct.unpack("<I", s.recv(4, socket.MSG_WAITALL))[0]
+                out = s.recv(n, socket.MSG_WAITALL).decode("latin-1")
+            except Exception as e:  # reported to the parent
+                out = "error: %r" % e
+            os.write(w, out.encode("latin-1") + b"\n")
+            time.sleep(30)  # holding its two; the parent kills it
+            os._exit(0)
+        os.close(w)
+        third = b""
+        while not third.endswith(b"\n"):
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            third += chunk
+        try:
+            assert b"--max-restores-per-tenant" in third and b"uid %d" % A in third, third
+            # root's own entry: its restore is served meanwhile
+            with k3cache.Client(d.sock) as c:
+                c.put_model(json.dumps(twin))
+                assert c.restore(mine).prefix_len == 500
+                stat = {}
+                r2 = ctl("--socket", d.sock, "--json", "stat")
+                stat = json.loads(r2.stdout)
+            assert stat.get("restores_tenant_busy") == 1, r2.stdout
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(r)
+    finally:
+        d.stop()
