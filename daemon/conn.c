@@ -19,6 +19,7 @@
 #include "daemon.h"
 #include "model.h"
 #include "service.h"
+#include "window.h"
 
 #define OUT_HIGH_WATER (8u << 20)
 #define READ_SLICE     (2u << 20)
@@ -202,7 +203,8 @@ static void conn_free(struct k3d_conn *c)
 		k3d_stream_unref(c->sending);
 	if (c->cut) /* a cut restore's map pages: no queued chunk points there now */
 		k3d_stream_unref(c->cut);
-	close(c->fd);
+	if (c->fd >= 0)
+		close(c->fd);
 	free(c);
 	k3d_conn_resume_waiting(srv);
 }
@@ -258,9 +260,13 @@ void k3d_conn_close(struct k3d_conn *c)
 	if (c->jobs_out) {
 		/* the writer holds jobs of ours: free us when the last is back;
 		 * a trial window waiting for its whole stops waiting now (the
-		 * state that says so is gone) */
+		 * state that says so is gone). The socket goes now: its client
+		 * learns at once, not when the writer is done (a store that
+		 * hangs would keep it waiting as long) */
 		end_trial_wait(c);
 		k3d_conn_set_state(c, K3D_DEAD);
+		close(c->fd);
+		c->fd = -1;
 		return;
 	}
 	conn_free(c);
@@ -961,6 +967,14 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 		}
 		if (!why && (stalled_mid || sending) && still >= srv->cfg.stall_timeout)
 			why = sending ? "stalled reading its reply" : "stalled mid-frame";
+		/* the store has taken nothing of its window for that long: the
+		 * daemon's trouble (a disk that hangs, a publish it cannot place),
+		 * said at warning level; its upload is cancelled, not kept for ever */
+		int store_stuck = !why && c->state == K3D_WAIT_WINDOW &&
+		                  still >= K3D_WINDOW_STUCK_FACTOR * srv->cfg.stall_timeout;
+		if (store_stuck)
+			why = "its upload waited that long for the store to take a stage of its "
+			      "window";
 		if (!why && c->state == K3D_READ_LEN && !sending && idle >= srv->cfg.idle_timeout)
 			why = "idle";
 		/* timeouts counts the rest: each close is counted once */
@@ -976,8 +990,9 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 			rate = 1;
 		}
 		if (why) {
-			k3d_log(K3D_LOG_INFO, "conn %llu (%s): closed: %s",
-			        (unsigned long long)c->id, c->peer, why);
+			k3d_log(store_stuck ? K3D_LOG_WARN : K3D_LOG_INFO,
+			        "conn %llu (%s): closed after %llu s: %s",
+			        (unsigned long long)c->id, c->peer, (unsigned long long)still, why);
 			if (!rate)
 				srv->timeouts++;
 			k3d_conn_close(c);

@@ -30,6 +30,9 @@
 
 /* Stages a streamed publish may hold at once. */
 #define K3D_WINDOW_STAGES 3u
+/* A publish whose full window the store has taken nothing of for this many
+ * --stall-timeout is closed (K3D_WAIT_WINDOW's own limit). */
+#define K3D_WINDOW_STUCK_FACTOR 4u
 
 struct k3d_server;
 

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "daemonutil.h"
 #include "k3cache/k3cache.h"
@@ -179,9 +181,10 @@ static void test_window_that_cannot_grow_is_busy(void **state)
 }
 
 /* A streamed publish the store refuses at its start (a model the daemon does
- * not know, with 20 MB through a 3 MiB window) is answered once its bytes
- * are in, and stores nothing; the window drains meanwhile. Before, the
- * window never drained: the client waited until its timeout. */
+ * not know, with 20 MB through a 3 MiB window) is answered and stores
+ * nothing, its window given back. Once, the window never drained and the
+ * client waited until its timeout; then it drained the whole upload; now the
+ * header is checked against the store and answered before the payload. */
 static void test_refused_at_start_drains_the_window(void **state)
 {
 	(void)state;
@@ -214,6 +217,57 @@ static void test_refused_at_start_drains_the_window(void **state)
 	daemonutil_cleanup(&d);
 }
 
+/* The disk stops answering mid-publish (a fake fdatasync hangs): the
+ * upload fills its window and waits for the store, which takes nothing of
+ * it. After K3D_WINDOW_STUCK_FACTOR (4) x --stall-timeout it is closed, said
+ * at warning level and counted, not kept for ever; once the disk answers,
+ * nothing of it is stored and the next publish goes through. */
+static void test_window_the_store_never_takes_is_closed(void **state)
+{
+	(void)state;
+	struct daemonutil d;
+	assert_int_equal(daemonutil_init(&d), 0);
+	char hang[1100];
+	snprintf(hang, sizeof(hang), "%s.hang", d.db);
+	setenv("LD_PRELOAD", K3_FAULT_FSYNC, 1);
+	setenv("K3FAULT_FSYNC_HANG", hang, 1);
+	setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
+	int rc =
+	        daemonutil_start(&d, "--stage-size", "1MiB", "--stall-timeout", "1s", (char *)NULL);
+	unsetenv("LD_PRELOAD");
+	unsetenv("K3FAULT_FSYNC_HANG");
+	unsetenv("ASAN_OPTIONS");
+	assert_int_equal(rc, 0);
+	struct k3cache *c;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_connect(d.sock, &c, &e), 0);
+	assert_int_equal(k3cache_put_model(c, twin, NULL, &e), 0);
+	k3cache_close(c);
+	uint64_t timeouts = counter(&d, "timeouts");
+	FILE *f = fopen(hang, "w");
+	assert_non_null(f);
+	fclose(f);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = publish(&d, 2000, 6, &e);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_int_not_equal(rc, 0);
+	assert_true(e.unreachable); /* closed by the daemon mid-upload */
+	/* told when it is closed (about 4 s), not once the writer is done with
+	 * its job: its socket stayed open until then, here until the client's
+	 * own timeout (60 s) */
+	assert_true(t1.tv_sec - t0.tv_sec < 20);
+	assert_true(daemonutil_log_has(&d, "waited that long for the store"));
+	assert_true(daemonutil_log_has(&d, "warn"));
+	assert_int_equal(counter(&d, "timeouts"), timeouts + 1);
+	unlink(hang);
+	assert_false(restores(&d, 2000, 6));
+	if (publish(&d, 2000, 7, &e) != 0)
+		fail_msg("publish after: %s", e.message);
+	assert_true(restores(&d, 2000, 7));
+	daemonutil_cleanup(&d);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -237,6 +291,7 @@ int main(void)
 	        cmocka_unit_test(test_window_that_cannot_open_is_busy),
 	        cmocka_unit_test(test_window_that_cannot_grow_is_busy),
 	        cmocka_unit_test(test_refused_at_start_drains_the_window),
+	        cmocka_unit_test(test_window_the_store_never_takes_is_closed),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
