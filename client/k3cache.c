@@ -209,9 +209,10 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Waits until fd is ready for events or timeout_ms (0: forever) has passed.
- * Returns 0, ETIMEDOUT, or the errno of poll(). */
-static int wait_ready(int fd, short events, int timeout_ms)
+/* Waits until fd is ready for events or timeout_ms (0: forever) has passed,
+ * with what it is ready for in *ready. Returns 0, ETIMEDOUT, or the errno
+ * of poll(). */
+static int wait_events(int fd, short events, int timeout_ms, short *ready)
 {
 	struct pollfd p = {.fd = fd, .events = events};
 	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
@@ -222,13 +223,28 @@ static int wait_ready(int fd, short events, int timeout_ms)
 			wait = left > 0 ? (int)left : 0;
 		}
 		int n = poll(&p, 1, wait);
-		if (n > 0)
+		if (n > 0) {
+			*ready = p.revents;
 			return 0; /* POLLERR / POLLHUP: the I/O call that follows says what */
+		}
 		if (n == 0)
 			return ETIMEDOUT;
 		if (errno != EINTR)
 			return errno;
 	}
+}
+
+static int wait_ready(int fd, short events, int timeout_ms)
+{
+	short ready;
+	return wait_events(fd, events, timeout_ms, &ready);
+}
+
+/* Whether the daemon has said something (or hung up): an answer waiting. */
+static int answer_waiting(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
 }
 
 static int wait_io(struct k3cache *c, short events, struct k3cache_error *err)
@@ -272,13 +288,23 @@ static int recv_all(struct k3cache *c, void *buf, size_t len, struct k3cache_err
 	return 0;
 }
 
+/* send_iov: the daemon answered while the payload was going out. */
+#define EARLY_ANSWER (-1)
+
 /* Sends iov[0..n) whole, IOV_MAX pieces at a time, resuming after partial
  * writes. Consumes (modifies) the array. Returns 0, or an errno with the
  * connection still open so that the caller can look for an answer that
- * explains why the daemon hung up; a timeout is reported as ETIMEDOUT. */
-static int send_iov(struct k3cache *c, struct iovec *iov, size_t n)
+ * explains why the daemon hung up; a timeout is reported as ETIMEDOUT.
+ * With watch (a request with a payload) it stops at EARLY_ANSWER when the
+ * daemon answers before the payload is all out: a refusal at the header,
+ * whose payload the daemon only skips. It looks before each slice (a poll
+ * per MiB, a microsecond against the slice's 200), as a socket the daemon
+ * drains as it skips may never fill. */
+static int send_iov(struct k3cache *c, struct iovec *iov, size_t n, int watch)
 {
 	while (n > 0) {
+		if (watch && answer_waiting(c->fd))
+			return EARLY_ANSWER;
 		if (iov->iov_len == 0) {
 			iov++;
 			n--;
@@ -301,9 +327,13 @@ static int send_iov(struct k3cache *c, struct iovec *iov, size_t n)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				int e = wait_ready(c->fd, POLLOUT, c->timeout_ms);
+				short ready = 0;
+				int e = wait_events(c->fd, watch ? POLLOUT | POLLIN : POLLOUT,
+				                    c->timeout_ms, &ready);
 				if (e)
 					return e;
+				if (watch && (ready & POLLIN)) /* nothing else is due */
+					return EARLY_ANSWER;
 				continue;
 			}
 			return errno;
@@ -436,6 +466,32 @@ static int send_failed(struct k3cache *c, int e, struct k3cache_error *err)
 	return lost_errno(c, err, e, "sending");
 }
 
+/* The daemon answered a request before its payload was all sent: the rest
+ * is not sent (the daemon would skip it), so the connection is out of step
+ * and closed; its answer is the error reported. */
+static int early_answer(struct k3cache *c, struct k3cache_error *err)
+{
+	frame_response *r = NULL;
+	int rc = read_response(c, &r, err);
+	if (rc)
+		return rc;
+	enum status_code code = (enum status_code)r->code;
+	if (code == STATUS_OK) {
+		frame_response_free(r);
+		return BROKEN(c, err,
+		              "the daemon at %s answered OK before the request's payload was "
+		              "sent; the connection is closed",
+		              c->addr);
+	}
+	set_error(err, code, 1,
+	          "%s (answered before the payload was all sent; the connection is closed: "
+	          "connect again)",
+	          r->message && *r->message ? r->message : "no message");
+	frame_response_free(r);
+	drop(c);
+	return (int)code;
+}
+
 /* Sends req (its id set here) and, when n_iov > 1, the payload in iov[1..n_iov)
  * (iov[0] is filled here with the header), then reads the answer. With
  * keep_errors a daemon error answer is returned in *out like any other;
@@ -471,8 +527,12 @@ static int exchange(struct k3cache *c, frame_request *req, struct iovec *iov, si
 	}
 	iov[0].iov_base = hdr;
 	iov[0].iov_len = hlen;
-	int e = send_iov(c, iov, n_iov);
+	int e = send_iov(c, iov, n_iov, n_iov > 1);
 	free(hdr);
+	if (e == EARLY_ANSWER) {
+		int rc = early_answer(c, err);
+		return rc ? rc : (int)STATUS_INTERNAL; /* never 0: *out is NULL */
+	}
 	if (e) {
 		int rc = send_failed(c, e, err);
 		return rc ? rc : (int)STATUS_INTERNAL; /* never 0: *out is NULL */

@@ -83,6 +83,12 @@ static void (*const offline_ops[OPS_N])(struct store *, const frame_request *, f
         [OPS_STAT] = off_stat,
 };
 
+int ctl_exit_of(const struct k3cache_error *err)
+{
+	return err->unreachable && err->code == K3CACHE_INTERNAL ? CTL_EXIT_NODAEMON
+	                                                         : CTL_EXIT_ERROR;
+}
+
 int ctl_call(struct ctl_backend *b, frame_request *req, frame_response **resp, const char *cmd)
 {
 	*resp = NULL;
@@ -90,7 +96,7 @@ int ctl_call(struct ctl_backend *b, frame_request *req, frame_response **resp, c
 		struct k3cache_error err;
 		if (k3cache_call(b->conn, req, resp, &err) != 0) {
 			fprintf(stderr, "k3cachectl %s: %s\n", cmd, err.message);
-			return err.unreachable ? CTL_EXIT_NODAEMON : CTL_EXIT_ERROR;
+			return ctl_exit_of(&err);
 		}
 		return 0;
 	}
@@ -348,11 +354,15 @@ static int fetch_from_daemon(struct ctl_backend *b, const uint8_t key[32], struc
 		}
 		if (failed) {
 			ctl_progress_end(&prog);
-			fprintf(stderr, "k3cachectl %s: reading layer %zu: %s\n", cmd, i,
-			        out->data[i] ? err.message : "out of memory");
+			int lost = out->data[i] != NULL;
+			fprintf(stderr, "k3cachectl %s: reading layer %zu: %s%s\n", cmd, i,
+			        lost ? err.message : "out of memory",
+			        lost ? " (a daemon ends a restore early for a reader under its "
+			               "--min-download-rate, or at a damaged chunk: see its log)"
+			             : "");
 			ctl_response_free(b, resp);
 			ctl_layers_free(out);
-			return CTL_EXIT_ERROR;
+			return lost ? ctl_exit_of(&err) : CTL_EXIT_ERROR;
 		}
 	}
 	ctl_progress_end(&prog);

@@ -108,7 +108,7 @@ static int cmd_import_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 	if (failed) {
 		fprintf(stderr, "k3cachectl import: %s: %s: %s\n", path,
 		        k3cache_code_name(kerr.code), kerr.message);
-		rc = kerr.unreachable ? CTL_EXIT_NODAEMON : CTL_EXIT_ERROR;
+		rc = ctl_exit_of(&kerr);
 		goto out;
 	}
 	char k[65];

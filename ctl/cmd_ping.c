@@ -22,7 +22,7 @@ static int cmd_ping_exec(const struct ctl_cmd_entry *self, const struct ctl_glob
 		if (k3cache_hello(b.conn, server, sizeof(server), &err) != 0) {
 			fprintf(stderr, "k3cachectl %s: %s\n", self->name, err.message);
 			ctl_backend_close(&b);
-			return err.unreachable ? CTL_EXIT_NODAEMON : CTL_EXIT_ERROR;
+			return ctl_exit_of(&err);
 		}
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);

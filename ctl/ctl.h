@@ -54,6 +54,12 @@ struct ctl_backend {
 	const char *where;    /* the socket or the directory, for messages */
 };
 
+/* The exit code for a failed library call: 3 when the daemon could not be
+ * reached or the connection to it broke (no answer: INTERNAL), else 1 (an
+ * error answer, even one the library then closed the connection after). */
+struct k3cache_error;
+int ctl_exit_of(const struct k3cache_error *err);
+
 /* Opens the backend named by the globals. Returns 0, or an exit code after
  * printing why (3 when the daemon cannot be reached). */
 int ctl_backend_open(const struct ctl_globals *g, struct ctl_backend *b, const char *cmd);

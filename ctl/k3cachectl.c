@@ -22,7 +22,7 @@ static void usage(FILE *out)
 	      "KEY is a unique hex prefix of at least 8 digits.\n"
 	      "\n"
 	      "Exit: 0 ok, 1 error answer or invalid input, 2 usage, 3 daemon unreachable\n"
-	      "or the connection lost, 4 key not found.\n",
+	      "or the connection lost with no answer, 4 key not found.\n",
 	      out);
 }
 

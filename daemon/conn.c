@@ -184,6 +184,7 @@ void k3d_conn_reset(struct k3d_conn *c)
 	c->win = NULL;
 	c->hlen = c->hgot = 0;
 	c->plen = c->pgot = 0;
+	c->answered = 0;
 	c->trial = 0;
 	c->rate_mark = c->rate_ticks = 0;
 	/* a restore still queueing its chunks is answered first */
@@ -462,21 +463,26 @@ static void header_done(struct k3d_conn *c)
 	 * for (an unknown model, a wrong layer count, over the capacity) */
 	if (code == STATUS_OK && k3d_ingest_wants(c))
 		code = k3d_publish_precheck(srv, c->req, &st);
-	/* a refused payload over the stage size is not drained: answered now,
-	 * the connection closed, so that the client stops uploading it (the
-	 * client library reads the answer when its send fails) */
-	if (code == STATUS_TOO_LARGE ||
-	    (code != STATUS_OK && c->req->payload_len > store_stage_bytes(srv->store))) {
+	if (code == STATUS_TOO_LARGE) { /* over --max-payload: never read */
 		st.code = code;
 		k3d_conn_error(c, c->req->id, &st);
 		c->in_start = c->in_end = 0;
-		close_cut(c); /* its payload is never read */
+		close_cut(c);
 		return;
 	}
 	if (code != STATUS_OK) {
 		c->pending = st;
 		c->plen = c->req->payload_len;
 		c->pgot = 0;
+		/* a payload over the stage size is answered now, and skipped as
+		 * it comes: a client that sees the answer while it sends stops,
+		 * and closes (the library does), instead of uploading hundreds of
+		 * MiB to be refused; one that sends on keeps its connection */
+		if (c->plen > store_stage_bytes(srv->store)) {
+			k3d_conn_error(c, c->req->id, &c->pending);
+			k3d_conn_want_write(c);
+			c->answered = 1;
+		}
 		k3d_conn_set_state(c, K3D_DISCARD);
 		return;
 	}
@@ -729,7 +735,9 @@ static void process(struct k3d_conn *c)
 			break;
 		case K3D_DISCARD:
 			if (c->pgot == c->plen) {
-				k3d_conn_error(c, c->req ? c->req->id : c->pending_id, &c->pending);
+				if (!c->answered)
+					k3d_conn_error(c, c->req ? c->req->id : c->pending_id,
+					               &c->pending);
 				c->pending_id = 0;
 				/* what it held (a trial window) goes to those waiting
 				 * at the next tick (on_tick): not from here, inside

@@ -191,6 +191,7 @@ struct k3d_conn {
 	frame_request *req;
 	unsigned char *payload;
 	uint64_t plen, pgot;
+	int answered;               /* DISCARD: its error went before the payload */
 	uint64_t reserved;          /* in-flight bytes charged to this connection */
 	int trial;                  /* reading the payload's first K3D_TRIAL_BYTES into a
 	                               buffer of that size; the whole is charged after */

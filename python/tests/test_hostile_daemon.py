@@ -319,5 +319,9 @@ def test_a_restore_cut_short_says_what_may_have_cut_it(daemon, twin_path):
             assert "closed the connection mid-restore (layer" in m, m
             assert "--min-download-rate" in m and "must not be used" in m, m
             assert ei.value.unreachable
+        # k3cachectl's export reads the payload itself: the same hint, and exit 3 (the
+        # connection lost, no answer)
+        r = ctl(proxy.path, "export", a.hex()[:16], "-o", "/dev/null")
+        assert r.returncode == 3 and "--min-download-rate" in r.stderr, (r.returncode, r.stderr)
     finally:
         proxy.close()

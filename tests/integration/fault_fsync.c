@@ -16,7 +16,7 @@ typedef int (*sync_fn)(int);
 static void hang_while_asked(void)
 {
 	const char *flag = getenv("K3FAULT_FSYNC_HANG");
-	struct timespec pause = {0, 20 * 1000 * 1000};
+	struct timespec pause = {0, 20000000L};
 	while (flag && access(flag, F_OK) == 0)
 		nanosleep(&pause, NULL);
 }

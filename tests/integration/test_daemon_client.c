@@ -599,6 +599,35 @@ static void test_refused_publish_is_not_uploaded(void **state)
 		if (round == 0)
 			assert_int_equal(k3cache_put_model(q, twin, NULL, &e), 0);
 	}
+	/* refused payloads the socket may take whole before the answer comes:
+	 * either the client saw the answer and closed (unreachable), or the
+	 * daemon skipped the rest and the connection goes on; never an open
+	 * handle on a connection the daemon closed */
+	for (uint32_t p = 110; p <= 510; p += 100) {
+		struct snap big = make_snap(twin, p, 8);
+		assert_int_equal(k3cache_connect(small.sock, &c, &e), 0);
+		uint8_t unknown[32];
+		memcpy(unknown, twin->fingerprint, 32);
+		unknown[0] ^= 0xff;
+		/* a delta too: the daemon's reason, not a resend of the whole on a
+		 * connection the client has closed */
+		uint8_t base[32] = {7};
+		int rc = p % 200 == 110 ? k3cache_publish(c, unknown, "", 0, t, p, big.bufs, big.n,
+		                                          &res, &e)
+		                        : k3cache_publish_delta(c, unknown, "", 0, t, p, big.bufs,
+		                                                big.n, base, 64, &res, &e);
+		if (rc != STATUS_UNKNOWN_MODEL)
+			fail_msg("P=%u: code %d: %s", p, rc, e.message);
+		int closed = e.unreachable;
+		uint64_t v;
+		rc = k3cache_stat_counter(c, "bytes_in", &v, &e);
+		if (closed)
+			assert_int_not_equal(rc, 0);
+		else if (rc != 0)
+			fail_msg("P=%u: the connection was kept but fails: %s", p, e.message);
+		k3cache_close(c);
+		free_snap(&big);
+	}
 	/* what fits is stored as before */
 	struct snap small_snap = make_snap(twin, 100, 7);
 	assert_int_equal(k3cache_publish(q, twin->fingerprint, "", 0, t, 100, small_snap.bufs,

@@ -184,7 +184,8 @@ static void test_window_that_cannot_grow_is_busy(void **state)
  * not know, with 20 MB through a 3 MiB window) is answered and stores
  * nothing, its window given back. Once, the window never drained and the
  * client waited until its timeout; then it drained the whole upload; now the
- * header is checked against the store and answered before the payload. */
+ * header is checked against the store and answered before the payload,
+ * which the client then stops sending. */
 static void test_refused_at_start_drains_the_window(void **state)
 {
 	(void)state;
