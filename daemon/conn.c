@@ -175,6 +175,8 @@ void k3d_conn_reset(struct k3d_conn *c)
 {
 	free(c->hdr);
 	c->hdr = NULL;
+	c->srv->header_bytes -= c->hcharge; /* the request's tokens are freed below */
+	c->hcharge = 0;
 	frame_request_free(c->req);
 	c->req = NULL;
 	release_reservation(c); /* first: the pool may keep what it frees */
@@ -692,6 +694,26 @@ static void process(struct k3d_conn *c)
 					fatal_frame(c, &st);
 					return;
 				}
+			}
+			/* a large header, and the tokens it decodes to, is charged to
+			 * --max-inflight while its request lives; alone it goes
+			 * through whatever its size, as a payload does */
+			if (c->hlen > K3D_HEADER_FREE) {
+				uint64_t charge = (uint64_t)c->hlen * K3D_HEADER_CHARGE;
+				if (c->srv->header_bytes > 0 &&
+				    c->srv->header_bytes + charge > c->srv->cfg.max_inflight) {
+					struct status st;
+					status_set(
+					        &st, STATUS_BUSY,
+					        "a %u-byte header: the daemon holds %llu bytes of "
+					        "large headers already (--max-inflight); retry "
+					        "shortly",
+					        c->hlen, (unsigned long long)c->srv->header_bytes);
+					fatal_frame(c, &st);
+					return;
+				}
+				c->srv->header_bytes += charge;
+				c->hcharge = charge;
 			}
 			c->hdr = malloc(c->hlen);
 			if (!c->hdr) {

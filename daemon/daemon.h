@@ -96,6 +96,7 @@ struct k3d_server {
 	struct k3d_conn *conns; /* doubly linked */
 	uint64_t next_conn_id;
 	uint64_t inflight_bytes;
+	uint64_t header_bytes; /* charged for large headers (K3D_HEADER_FREE) */
 	uint32_t restores_active;
 	struct k3d_slots slots; /* restores_active by tenant */
 	int stopping;
@@ -188,6 +189,7 @@ struct k3d_conn {
 	unsigned char lenbuf[FRAME_PREFIX_LEN];
 	uint32_t hlen, hgot;
 	unsigned char *hdr;
+	uint64_t hcharge; /* its share of header_bytes */
 	frame_request *req;
 	unsigned char *payload;
 	uint64_t plen, pgot;
@@ -229,6 +231,11 @@ void k3d_set_log_level(enum k3d_log level);
 /* The largest header a peer that has not authenticated (TCP with
  * --token-file, before its Hello) may announce. */
 #define K3D_HELLO_HEADER_MAX (64u << 10)
+/* A header over this is charged to --max-inflight (k3d_server.header_bytes)
+ * while its request lives: K3D_HEADER_CHARGE times its length, its bytes
+ * and the tokens they decode to (4 bytes for a token of 1). */
+#define K3D_HEADER_FREE   (64u << 10)
+#define K3D_HEADER_CHARGE 5u
 /* --min-upload-rate is averaged over this many seconds of reading. */
 #define K3D_RATE_WINDOW 10u
 /* A publish is charged --max-inflight for its whole payload only once this

@@ -74,6 +74,9 @@ void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds)
 	  "Delta publishes whose base could not serve.", srv->delta_refused)                       \
 	X("inflight_waits", "inflight_waits_total", 1,                                             \
 	  "Requests that waited for --max-inflight memory.", srv->busy_pauses)                     \
+	X("header_bytes", "header_bytes", 0,                                                       \
+	  "Large request headers and their decoded tokens, charged to --max-inflight.",            \
+	  srv->header_bytes)                                                                       \
 	X("window_bytes", "window_bytes", 0, "Stage memory backing receive windows now.",          \
 	  srv->window_bytes)                                                                       \
 	X("window_waits", "window_waits_total", 1,                                                 \

@@ -685,6 +685,54 @@ static void test_restore_into_aliased_buffers(void **state)
 	k3cache_close(c);
 }
 
+/* Announces a header of hlen bytes and sends `some` of them (zeros). */
+static int raw_header_begun(uint32_t hlen, size_t some)
+{
+	int fd = daemonutil_connect_raw(d.sock);
+	unsigned char prefix[4] = {(unsigned char)hlen, (unsigned char)(hlen >> 8),
+	                           (unsigned char)(hlen >> 16), (unsigned char)(hlen >> 24)};
+	unsigned char zeros[4096] = {0};
+	assert_int_equal(daemonutil_write_all(fd, prefix, 4), 0);
+	assert_int_equal(daemonutil_write_all(fd, zeros, some), 0);
+	return fd;
+}
+
+/* Large headers (over 64 KiB), and the tokens they decode to, are charged
+ * to --max-inflight (4M here) while their requests live: a second one past
+ * the cap is BUSY at its length prefix; one alone goes through whatever its
+ * size. Before, every authenticated peer could hold 16 MiB of header and 64
+ * MiB of tokens, uncounted. */
+static void test_large_headers_are_charged(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	int a = raw_header_begun(2u << 20, 100); /* 10 MiB charged: alone, taken */
+	daemonutil_sleep_ms(200);
+	assert_int_equal(counter(c, "header_bytes"), 10u << 20);
+	int b = raw_header_begun(100u << 10, 100);
+	frame_response *r = daemonutil_read_response(b, 5000);
+	assert_non_null(r);
+	assert_int_equal(r->code, STATUS_BUSY);
+	assert_non_null(strstr(r->message, "large headers"));
+	frame_response_free(r);
+	assert_true(daemonutil_closed(b, 5000));
+	close(b);
+	/* small headers are not charged: a lookup goes on */
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	uint32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+	assert_int_equal(k3cache_lookup(c, twin->fingerprint, "", 0, t, 8, 0, &lr, &e), 0);
+	close(a);
+	for (int i = 0; i < 100 && counter(c, "header_bytes") != 0; i++)
+		daemonutil_sleep_ms(20);
+	assert_int_equal(counter(c, "header_bytes"), 0);
+	b = raw_header_begun(100u << 10, 100); /* now taken */
+	daemonutil_sleep_ms(200);
+	assert_int_equal(counter(c, "header_bytes"), 500u << 10);
+	close(b);
+	k3cache_close(c);
+}
+
 /* A conversation turn: the MLA rows depend only on (layer, row, column,
  * rows), so turns share them; the KDA state depends on seed. */
 static struct snap make_turn(uint32_t p, uint32_t rows, uint32_t seed)
@@ -1489,6 +1537,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_publish_of_stored_entry_sends_nothing),
 	        cmocka_unit_test(test_refused_publish_is_not_uploaded),
 	        cmocka_unit_test(test_restore_into_aliased_buffers),
+	        cmocka_unit_test(test_large_headers_are_charged),
 	        cmocka_unit_test(test_delta_publish),
 	        cmocka_unit_test(test_streamed_delta_through_window),
 	        cmocka_unit_test(test_restart_keeps_entries),
