@@ -239,12 +239,19 @@ static int mid_frame(const struct k3d_conn *c)
 	return 0;
 }
 
+/* A refused payload skipped after its answer went (c->answered): a client
+ * that stops sending it and closes has cut nothing it was owed. */
+static int answered_discard(const struct k3d_conn *c)
+{
+	return c->state == K3D_DISCARD && c->answered;
+}
+
 void k3d_conn_close(struct k3d_conn *c)
 {
 	struct k3d_server *srv = c->srv;
 	if (c->state == K3D_DEAD)
 		return;
-	if (mid_frame(c))
+	if (mid_frame(c) && !answered_discard(c))
 		srv->closed_mid_frame++;
 	if (c->prev)
 		c->prev->next = c->next;
@@ -412,7 +419,7 @@ static int take(struct k3d_conn *c, unsigned char *dst, size_t want)
  * is never mid-frame: the count is taken here). */
 static void close_cut(struct k3d_conn *c)
 {
-	if (mid_frame(c))
+	if (mid_frame(c) && !answered_discard(c))
 		c->srv->closed_mid_frame++;
 	k3d_conn_set_state(c, K3D_CLOSING);
 }
@@ -459,12 +466,6 @@ static void header_done(struct k3d_conn *c)
 	c->pgot = 0;
 	srv->requests[ops_of(c->req)]++;
 	enum status_code code = frame_check_request(c->req, srv->cfg.max_payload, &st);
-	if (code == STATUS_OK)
-		code = k3d_peer_admit(&c->who, c->req, model_stored(c), &st);
-	/* a publish the daemon would stream: what its header alone is refused
-	 * for (an unknown model, a wrong layer count, over the capacity) */
-	if (code == STATUS_OK && k3d_ingest_wants(c))
-		code = k3d_publish_precheck(srv, c->req, &st);
 	if (code == STATUS_TOO_LARGE) { /* over --max-payload: never read */
 		st.code = code;
 		k3d_conn_error(c, c->req->id, &st);
@@ -472,6 +473,12 @@ static void header_done(struct k3d_conn *c)
 		close_cut(c);
 		return;
 	}
+	if (code == STATUS_OK)
+		code = k3d_peer_admit(&c->who, c->req, model_stored(c), &st);
+	/* a publish the daemon would stream: what its header alone is refused
+	 * for (an unknown model, a wrong layer count, over the capacity) */
+	if (code == STATUS_OK && k3d_ingest_wants(c))
+		code = k3d_publish_precheck(srv, c->req, &st);
 	if (code != STATUS_OK) {
 		c->pending = st;
 		c->plen = c->req->payload_len;

@@ -43,7 +43,7 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        (default 64)\n"
 	        "  --max-restores-per-tenant N  of those, what one tenant (a uid, a token's\n"
 	        "                        name; admins are one) may hold, 1 to --max-restores\n"
-	        "                        (default half of --max-restores, at least 1)\n"
+	        "                        (default: all but a quarter, at least 1)\n"
 	        "  --stage-size SIZE     a publish larger than this is written as it arrives,\n"
 	        "                        a stage of this size per commit, through a window\n"
 	        "                        of 3 such stages (each at least 1MiB) (default 16MiB)\n"
@@ -504,8 +504,11 @@ int main(int argc, char **argv)
 		        argv[optind]);
 		return 2;
 	}
+	if (!cfg.max_restores_per_tenant) /* a quarter left for the others */
+		cfg.max_restores_per_tenant =
+		        cfg.max_restores - (cfg.max_restores >= 8 ? cfg.max_restores / 4 : 1);
 	if (!cfg.max_restores_per_tenant)
-		cfg.max_restores_per_tenant = cfg.max_restores > 1 ? cfg.max_restores / 2 : 1;
+		cfg.max_restores_per_tenant = 1;
 	if (cfg.max_restores_per_tenant > cfg.max_restores) {
 		fprintf(stderr,
 		        "k3cached: --max-restores-per-tenant %u is over --max-restores %u: a "

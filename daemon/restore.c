@@ -70,9 +70,11 @@ static int restore_slot(struct k3d_conn *c)
 	if (held >= srv->cfg.max_restores_per_tenant) {
 		srv->restores_tenant_busy++;
 		k3d_conn_errorf(c, STATUS_BUSY,
-		                "%s has %u restores streaming, its share of the daemon's %u "
-		                "(--max-restores-per-tenant); retry shortly",
-		                c->who.who, held, srv->cfg.max_restores);
+		                "%s %s %u restores streaming, its share (--max-restores-per-tenant "
+		                "%u of %u); retry shortly",
+		                c->who.ns_len ? c->who.who : "the admins (one tenant)",
+		                c->who.ns_len ? "has" : "have", held,
+		                srv->cfg.max_restores_per_tenant, srv->cfg.max_restores);
 		return 0;
 	}
 	return 1;

@@ -603,12 +603,18 @@ static void test_refused_publish_is_not_uploaded(void **state)
 	 * either the client saw the answer and closed (unreachable), or the
 	 * daemon skipped the rest and the connection goes on; never an open
 	 * handle on a connection the daemon closed */
-	for (uint32_t p = 110; p <= 510; p += 100) {
+	uint64_t cut0 = 0;
+	assert_int_equal(k3cache_stat_counter(q, "closed_mid_frame", &cut0, &e), 0);
+	for (uint32_t p = 110; p <= 1010; p += 100) {
 		struct snap big = make_snap(twin, p, 8);
 		assert_int_equal(k3cache_connect(small.sock, &c, &e), 0);
+		/* P up to 510 with a model never put: UNKNOWN_MODEL; from 610
+		 * (over 6 MB) with the twin: over the 4 MiB capacity */
+		int known = p > 510;
 		uint8_t unknown[32];
 		memcpy(unknown, twin->fingerprint, 32);
-		unknown[0] ^= 0xff;
+		if (!known)
+			unknown[0] ^= 0xff;
 		/* a delta too: the daemon's reason, not a resend of the whole on a
 		 * connection the client has closed */
 		uint8_t base[32] = {7};
@@ -616,7 +622,7 @@ static void test_refused_publish_is_not_uploaded(void **state)
 		                                          &res, &e)
 		                        : k3cache_publish_delta(c, unknown, "", 0, t, p, big.bufs,
 		                                                big.n, base, 64, &res, &e);
-		if (rc != STATUS_UNKNOWN_MODEL)
+		if (rc != (known ? STATUS_TOO_LARGE : STATUS_UNKNOWN_MODEL))
 			fail_msg("P=%u: code %d: %s", p, rc, e.message);
 		int closed = e.unreachable;
 		uint64_t v;
@@ -628,6 +634,10 @@ static void test_refused_publish_is_not_uploaded(void **state)
 		k3cache_close(c);
 		free_snap(&big);
 	}
+	/* refusals answered, the rest not sent: nothing cut mid-frame */
+	uint64_t cut1 = 0;
+	assert_int_equal(k3cache_stat_counter(q, "closed_mid_frame", &cut1, &e), 0);
+	assert_int_equal(cut1, cut0);
 	/* what fits is stored as before */
 	struct snap small_snap = make_snap(twin, 100, 7);
 	assert_int_equal(k3cache_publish(q, twin->fingerprint, "", 0, t, 100, small_snap.bufs,
