@@ -1009,9 +1009,14 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 		 * said at warning level; its upload is cancelled, not kept for ever */
 		int store_stuck = !why && c->state == K3D_WAIT_WINDOW &&
 		                  still >= K3D_WINDOW_STUCK_FACTOR * srv->cfg.stall_timeout;
-		if (store_stuck)
-			why = "its upload waited that long for the store to take a stage of its "
-			      "window";
+		char stuck[96];
+		if (store_stuck) {
+			snprintf(stuck, sizeof(stuck),
+			         "its upload waited %llu s for the store to take a stage of its "
+			         "window",
+			         (unsigned long long)still);
+			why = stuck;
+		}
 		if (!why && c->state == K3D_READ_LEN && !sending && idle >= srv->cfg.idle_timeout)
 			why = "idle";
 		/* timeouts counts the rest: each close is counted once */
@@ -1028,8 +1033,8 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 		}
 		if (why) {
 			k3d_log(store_stuck ? K3D_LOG_WARN : K3D_LOG_INFO,
-			        "conn %llu (%s): closed after %llu s: %s",
-			        (unsigned long long)c->id, c->peer, (unsigned long long)still, why);
+			        "conn %llu (%s): closed: %s", (unsigned long long)c->id, c->peer,
+			        why);
 			if (!rate)
 				srv->timeouts++;
 			k3d_conn_close(c);

@@ -258,7 +258,7 @@ static void test_window_the_store_never_takes_is_closed(void **state)
 	 * its job: its socket stayed open until then, here until the client's
 	 * own timeout (60 s) */
 	assert_true(t1.tv_sec - t0.tv_sec < 20);
-	assert_true(daemonutil_log_has(&d, "waited that long for the store"));
+	assert_true(daemonutil_log_has(&d, "for the store to take a stage of its window"));
 	assert_true(daemonutil_log_has(&d, "warn"));
 	assert_int_equal(counter(&d, "timeouts"), timeouts + 1);
 	unlink(hang);
