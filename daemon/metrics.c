@@ -45,6 +45,11 @@ void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds)
 	X("inflight_bytes", "inflight_bytes", 0,                                                   \
 	  "Payload and window bytes held for requests in flight (--max-inflight).",                \
 	  srv->inflight_bytes)                                                                     \
+	X("max_restores", "max_restores", 0, "Restores that may stream at once (--max-restores).", \
+	  srv->cfg.max_restores)                                                                   \
+	X("max_restores_per_tenant", "max_restores_per_tenant", 0,                                 \
+	  "Of those, what one tenant may hold (--max-restores-per-tenant).",                       \
+	  srv->cfg.max_restores_per_tenant)                                                        \
 	X("restores_streaming", "restores_streaming", 0, "Restores being sent now.",               \
 	  srv->restores_active)                                                                    \
 	X("bytes_in", "received_bytes_total", 1, "Bytes read from clients.", srv->bytes_in)        \

@@ -69,12 +69,13 @@ static int restore_slot(struct k3d_conn *c)
 	uint32_t held = k3d_slots_held(&srv->slots, c->who.ns, c->who.ns_len);
 	if (held >= srv->cfg.max_restores_per_tenant) {
 		srv->restores_tenant_busy++;
-		k3d_conn_errorf(c, STATUS_BUSY,
-		                "%s %s %u restores streaming, its share (--max-restores-per-tenant "
-		                "%u of %u); retry shortly",
-		                c->who.ns_len ? c->who.who : "the admins (one tenant)",
-		                c->who.ns_len ? "has" : "have", held,
-		                srv->cfg.max_restores_per_tenant, srv->cfg.max_restores);
+		k3d_conn_errorf(
+		        c, STATUS_BUSY,
+		        "%s %s %u restore%s streaming, its share (--max-restores-per-tenant "
+		        "%u of %u); retry shortly",
+		        c->who.ns_len ? c->who.who : "the admins (one tenant)",
+		        c->who.ns_len ? "has" : "have", held, held == 1 ? "" : "s",
+		        srv->cfg.max_restores_per_tenant, srv->cfg.max_restores);
 		return 0;
 	}
 	return 1;

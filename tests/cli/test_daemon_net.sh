@@ -141,6 +141,7 @@ out=$(timeout 20 "$pub" "$dir/rbw.sock" "$twin" N:2048 rbw 2>&1); rc=$?
 ok "a block part over the window: refused at once, not a hang (rc $rc: $out)" $([ $rc != 0 ] && [ $rc != 124 ] && grep -q 'block part' <<<"$out" && grep -q -- "--stage-size" <<<"$out"; echo $?)
 out=$("$ctl" --socket "$dir/rbw.sock" --json stat)
 ok "a block part over the window: nothing stored, nothing in flight, said in the log" $([ "$(json_num entries <<<"$out")" = 0 ] && [ "$(json_num chunks <<<"$out")" = 0 ] && [ "$(json_num inflight_bytes <<<"$out")" = 0 ] && grep -q 'larger than the receive window' "$dir/rbw.log"; echo $?)
+ok "stat shows the restore limits: 64, and all but a quarter of them for one tenant" $([ "$(json_num max_restores <<<"$out")" = 64 ] && [ "$(json_num max_restores_per_tenant <<<"$out")" = 48 ]; echo $?)
 kill "$rbpid"; wait "$rbpid" 2>/dev/null
 "$daemon" --db "$dir/rbw2-db" --socket "$dir/rbw.sock" --row-block 512 --stage-size 1MiB 2>>"$dir/rbw.log" &
 rbpid=$!

@@ -355,6 +355,7 @@ def test_one_tenant_holds_at_most_its_share_of_restores():
                 r2 = ctl("--socket", d.sock, "--json", "stat")
                 stat = json.loads(r2.stdout)
             assert stat.get("restores_tenant_busy") == 1, r2.stdout
+            assert stat.get("max_restores") == 3 and stat.get("max_restores_per_tenant") == 2
         finally:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
