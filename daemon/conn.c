@@ -462,7 +462,7 @@ static void header_done(struct k3d_conn *c)
 	}
 	c->t_request = k3d_now();
 	c->last_request = srv->ticks;
-	c->plen = c->req->payload_len; /* k3d_ingest_wants reads it */
+	c->plen = c->req->payload_len; /* k3d_ingest_wants, DISCARD and WAIT_MEMORY read it */
 	c->pgot = 0;
 	srv->requests[ops_of(c->req)]++;
 	enum status_code code = frame_check_request(c->req, srv->cfg.max_payload, &st);
@@ -481,15 +481,12 @@ static void header_done(struct k3d_conn *c)
 		code = k3d_publish_precheck(srv, c->req, &st);
 	if (code != STATUS_OK) {
 		c->pending = st;
-		c->plen = c->req->payload_len;
-		c->pgot = 0;
 		/* a payload over the stage size is answered now, and skipped as
 		 * it comes: a client that sees the answer while it sends stops,
 		 * and closes (the library does), instead of uploading hundreds of
 		 * MiB to be refused; one that sends on keeps its connection */
 		if (c->plen > store_stage_bytes(srv->store)) {
 			k3d_conn_error(c, c->req->id, &c->pending);
-			k3d_conn_want_write(c);
 			c->answered = 1;
 		}
 		k3d_conn_set_state(c, K3D_DISCARD);
@@ -499,8 +496,6 @@ static void header_done(struct k3d_conn *c)
 		k3d_handle(c);
 		return;
 	}
-	c->plen = c->req->payload_len;
-	c->pgot = 0;
 	k3d_conn_set_state(c, K3D_WAIT_MEMORY);
 }
 
