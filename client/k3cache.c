@@ -1298,14 +1298,13 @@ static int array_layer(const struct k3cache_model *model, uint32_t i, uint32_t p
 	put_le32(l->head + l->head_len - 4, (uint32_t)want[0]);
 	put_le32(l->mid, (uint32_t)want[1]);
 	l->mla = !kda;
-	struct checksum_state *cs = checksum_begin(i);
-	if (!cs)
-		return FAIL(err, STATUS_INTERNAL, 0, "out of memory");
-	checksum_update(cs, l->head, l->head_len);
-	checksum_update(cs, l->vec[0], l->vec_len[0]);
-	checksum_update(cs, l->mid, 4);
-	checksum_update(cs, l->vec[1], l->vec_len[1]);
-	l->xxh3 = checksum_end(cs);
+	struct checksum_run cs;
+	checksum_run_begin(&cs, i);
+	checksum_run_update(&cs, l->head, l->head_len);
+	checksum_run_update(&cs, l->vec[0], l->vec_len[0]);
+	checksum_run_update(&cs, l->mid, 4);
+	checksum_run_update(&cs, l->vec[1], l->vec_len[1]);
+	l->xxh3 = checksum_run_end(&cs);
 	return 0;
 }
 

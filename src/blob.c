@@ -341,7 +341,7 @@ enum blob_class blob_validate(const struct blob_view *view, const struct k3cache
 #define SUM_BLOCK ((size_t)SCAN_BLOCK * 16u)
 
 static enum blob_class scan_and_sum(const struct blob_f32vec *vec, uint32_t layer, const char *tag,
-                                    const char *what, struct checksum_state *cs,
+                                    const char *what, struct checksum_run *cs,
                                     struct blob_error *err)
 {
 	for (size_t start = 0; start < vec->count; start += SUM_BLOCK) {
@@ -360,7 +360,7 @@ static enum blob_class scan_and_sum(const struct blob_f32vec *vec, uint32_t laye
 				                                    : "-Inf");
 			return rc;
 		}
-		checksum_update(cs, part.data, m * 4u);
+		checksum_run_update(cs, part.data, m * 4u);
 	}
 	return BLOB_OK;
 }
@@ -374,18 +374,17 @@ enum blob_class blob_check_sum(const void *bytes, size_t len, const struct k3cac
 	if (rc != BLOB_OK)
 		return rc;
 	const unsigned char *b = bytes;
-	struct checksum_state *cs = checksum_begin(layer);
-	if (!cs)
-		return fail(err, BLOB_ERR_EMPTY, "layer %" PRIu32 ": out of memory", layer);
+	struct checksum_run cs;
+	checksum_run_begin(&cs, layer);
 	const char *tag = blob_tag_name(v.tag);
 	/* in byte order: header and count, v0, count, v1 */
-	checksum_update(cs, b, (size_t)(v.v0.data - b));
-	rc = scan_and_sum(&v.v0, layer, tag, vec_name(&v, 0), cs, err);
+	checksum_run_update(&cs, b, (size_t)(v.v0.data - b));
+	rc = scan_and_sum(&v.v0, layer, tag, vec_name(&v, 0), &cs, err);
 	if (rc == BLOB_OK) {
-		checksum_update(cs, v.v0.data + (size_t)v.v0.count * 4u, 4);
-		rc = scan_and_sum(&v.v1, layer, tag, vec_name(&v, 1), cs, err);
+		checksum_run_update(&cs, v.v0.data + (size_t)v.v0.count * 4u, 4);
+		rc = scan_and_sum(&v.v1, layer, tag, vec_name(&v, 1), &cs, err);
 	}
-	uint64_t sum = checksum_end(cs);
+	uint64_t sum = checksum_run_end(&cs);
 	if (rc == BLOB_OK && xxh3)
 		*xxh3 = sum;
 	return rc;

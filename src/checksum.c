@@ -26,3 +26,18 @@ uint64_t checksum_end(struct checksum_state *st)
 	XXH3_freeState((XXH3_state_t *)st);
 	return h;
 }
+
+void checksum_run_begin(struct checksum_run *r, uint32_t layer)
+{
+	XXH3_64bits_reset_withSeed(&r->xs, layer);
+}
+
+void checksum_run_update(struct checksum_run *r, const void *bytes, size_t len)
+{
+	XXH3_64bits_update(&r->xs, bytes, len);
+}
+
+uint64_t checksum_run_end(const struct checksum_run *r)
+{
+	return XXH3_64bits_digest(&r->xs);
+}

@@ -8,6 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* how every message about memory running out begins */
+#define NOMEM "out of memory"
+
+int model_error_is_nomem(const char *err)
+{
+	return strncmp(err, NOMEM, sizeof(NOMEM) - 1) == 0;
+}
+
 __attribute__((format(printf, 2, 3))) static void seterr(char *err, const char *fmt, ...)
 {
 	if (!err)
@@ -122,7 +130,7 @@ static char *dup_checked(const char *s, const char *field, char *err, int *bad)
 	}
 	char *d = strdup(s);
 	if (!d) {
-		seterr(err, "out of memory");
+		seterr(err, NOMEM);
 		*bad = 1;
 	}
 	return d;
@@ -149,7 +157,7 @@ struct k3cache_model *model_new(const char *name, const char *revision, const ch
 			return NULL;
 	struct k3cache_model *m = calloc(1, sizeof(*m));
 	if (!m) {
-		seterr(err, "out of memory");
+		seterr(err, NOMEM);
 		return NULL;
 	}
 	int bad = 0;
@@ -159,7 +167,7 @@ struct k3cache_model *model_new(const char *name, const char *revision, const ch
 	if (!bad)
 		m->state_layout = dup_checked(state_layout, "state_layout", err, &bad);
 	if (!bad && !(m->layers = malloc(sizeof(*layers) * n_layers))) {
-		seterr(err, "out of memory");
+		seterr(err, NOMEM);
 		bad = 1;
 	}
 	if (bad) {
@@ -169,7 +177,7 @@ struct k3cache_model *model_new(const char *name, const char *revision, const ch
 	memcpy(m->layers, layers, sizeof(*layers) * n_layers);
 	m->n_layers = n_layers;
 	if (model_fingerprint(m, m->fingerprint) != 0) {
-		seterr(err, "out of memory (computing the fingerprint)");
+		seterr(err, NOMEM " (computing the fingerprint)");
 		model_free(m);
 		return NULL;
 	}
@@ -284,8 +292,11 @@ struct k3cache_model *model_from_json(const char *text, size_t len, char *err)
 	json_error_t jerr;
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
-		seterr(err, "not valid JSON: line %d column %d: %s", jerr.line, jerr.column,
-		       jerr.text);
+		if (json_error_code(&jerr) == json_error_out_of_memory)
+			seterr(err, NOMEM " (parsing JSON)");
+		else
+			seterr(err, "not valid JSON: line %d column %d: %s", jerr.line, jerr.column,
+			       jerr.text);
 		return NULL;
 	}
 	struct k3cache_model *spec = NULL;
@@ -327,7 +338,7 @@ struct k3cache_model *model_from_json(const char *text, size_t len, char *err)
 	}
 	layers = calloc(n, sizeof(*layers));
 	if (!layers) {
-		seterr(err, "out of memory");
+		seterr(err, NOMEM);
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -358,7 +369,7 @@ struct k3cache_model *model_load_file(const char *path, char *err)
 			}
 			char *nb = realloc(buf, cap);
 			if (!nb) {
-				seterr(err, "out of memory");
+				seterr(err, NOMEM);
 				goto fail;
 			}
 			buf = nb;

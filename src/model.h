@@ -39,8 +39,13 @@ struct k3cache_model {
 };
 
 /* Parses a spec from JSON text. Returns NULL with a message in err
- * (MODEL_ERROR_MAX bytes) when the text is not a valid spec. */
+ * (MODEL_ERROR_MAX bytes) when the text is not a valid spec, or when memory
+ * ran out (model_error_is_nomem). */
 struct k3cache_model *model_from_json(const char *text, size_t len, char *err);
+
+/* 1 when a message of these functions says memory ran out (so nothing is
+ * known of the text: a stored spec is not damaged for it). */
+int model_error_is_nomem(const char *err);
 
 /* Reads and parses a spec file. Returns NULL with a message in err. */
 struct k3cache_model *model_load_file(const char *path, char *err);

@@ -462,7 +462,9 @@ enum status_code store_list(struct store *s, const uint8_t *model_fp, const uint
                             int (*fn)(const struct store_entry_info *info, void *ctx), void *ctx,
                             struct status *st);
 
-/* One entry with its tokens and layers (caller frees). NOT_FOUND if absent. */
+/* One entry with its tokens and layers (caller frees). NOT_FOUND if absent.
+ * An entry whose tokens record is missing or of the wrong size (damaged) is
+ * answered with tokens NULL. */
 enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN],
                                struct store_entry_info **out, struct status *st);
 
@@ -515,8 +517,9 @@ enum status_code store_verify(struct store *s,
  * bytes have been read (at least one entry), and once none are left the
  * shared blocks and the indexes, and sets *done. Entries published after
  * the begin are not checked; those evicted meanwhile are not counted.
- * fn is as for store_verify(). store_verify_end() frees the walk (NULL:
- * nothing). */
+ * fn is as for store_verify(). A step that cannot check an entry (memory
+ * ran out) returns that error and quarantines nothing for it; the verify
+ * ends there. store_verify_end() frees the walk (NULL: nothing). */
 struct store_verify;
 enum status_code store_verify_begin(struct store *s, struct store_verify **out, struct status *st);
 enum status_code store_verify_step(struct store_verify *v, uint64_t budget,
@@ -546,7 +549,9 @@ struct store_salvage_res {
  * chunk's and block's XXH3, and each layer's checks as at publish) into a
  * new store in `to`, which must not hold one. The damaged store is read
  * without LMDB and never written. lost(key, why) is called for each record
- * found that is not saved. Needs free space for about twice what is saved:
+ * found that is not saved. Running out of memory (or failing to write the
+ * new store) stops it with that error instead: no entry is given up for
+ * what is not its fault. Needs free space for about twice what is saved:
  * a scratch copy, to/salvage.tmp, is removed at the end. */
 enum status_code store_salvage(const char *from, const char *to,
                                void (*lost)(const uint8_t *key, const char *why, void *ctx),

@@ -130,9 +130,15 @@ enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN]
 	} else {
 		MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
 		if (mdb_get(txn, s->tokens, &k, &v) == 0 &&
-		    v.mv_size == (size_t)r.prefix_len * 4u &&
-		    (info->tokens = malloc(v.mv_size)) != NULL)
-			memcpy(info->tokens, v.mv_data, v.mv_size);
+		    v.mv_size == (size_t)r.prefix_len * 4u) {
+			if (!(info->tokens = malloc(v.mv_size))) {
+				store_entry_info_free(info);
+				info = NULL;
+				code = status_set(st, STATUS_INTERNAL, "out of memory");
+			} else {
+				memcpy(info->tokens, v.mv_data, v.mv_size);
+			}
+		}
 		*out = info;
 	}
 	mdb_txn_abort(txn);
@@ -360,15 +366,14 @@ static const char *check_layers(const struct store_snapshot *snap, char *why, si
 {
 	for (uint32_t i = 0; i < snap->n_layers; i++) {
 		const struct store_layer *l = &snap->layers[i];
-		struct checksum_state *cs = checksum_begin(i);
-		if (!cs)
-			return "out of memory";
+		struct checksum_run cs;
+		checksum_run_begin(&cs, i);
 		uint64_t size = 0;
 		for (uint32_t j = 0; j < l->n_segments; j++) {
-			checksum_update(cs, l->segments[j].data, l->segments[j].len);
+			checksum_run_update(&cs, l->segments[j].data, l->segments[j].len);
 			size += l->segments[j].len;
 		}
-		uint64_t sum = checksum_end(cs);
+		uint64_t sum = checksum_run_end(&cs);
 		if (size != l->size || sum != l->xxh3) {
 			snprintf(why, whysz, "layer %u fails its checksum", i);
 			return why;
@@ -643,17 +648,23 @@ static void report_all(struct store_verify *v, const struct keylist *l, const ch
 
 /* Checks one entry of the list: its chunks against their sums, then each
  * layer whole. Adds the bytes read to *bytes. */
-static void verify_one(struct store_verify *v, const uint8_t *key,
-                       void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why, void *ctx),
-                       void *ctx, uint64_t *bytes)
+/* Checks one entry and quarantines it when damaged. Not OK only when the
+ * check could not run (out of memory, say): the entry is then neither
+ * counted nor touched, and the verify stops with that error. */
+static enum status_code verify_one(struct store_verify *v, const uint8_t *key,
+                                   void (*fn)(const uint8_t key[STORE_KEY_LEN], const char *why,
+                                              void *ctx),
+                                   void *ctx, uint64_t *bytes, struct status *st)
 {
 	struct store *s = v->s;
 	char why[STATUS_MESSAGE_MAX];
 	struct store_snapshot *snap;
 	struct status rst;
-	v->checked++;
 	/* no flags: a damaged chunk is not quarantined by the restore, here */
 	enum status_code code = store_restore_opt(s, key, STORE_RESTORE_DEFER, &snap, &rst);
+	if (code == STATUS_INTERNAL)
+		return status_set(st, code, "verify: %s", rst.message);
+	v->checked++;
 	if (code == STATUS_OK) {
 		*bytes += snap->bytes;
 		v->bytes_done += snap->bytes;
@@ -668,7 +679,7 @@ static void verify_one(struct store_verify *v, const uint8_t *key,
 			bad_layer = check_layers(snap, why, sizeof(why));
 		store_snapshot_release(snap);
 		if (!bad_layer)
-			return;
+			return STATUS_OK;
 		if (bad_layer != why)
 			snprintf(why, sizeof(why), "%s", bad_layer);
 	} else if (code == STATUS_CORRUPT) {
@@ -677,18 +688,19 @@ static void verify_one(struct store_verify *v, const uint8_t *key,
 		int quarantined = 0;
 		if (code == STATUS_NOT_FOUND && entry_state(s, key, &quarantined) == MDB_NOTFOUND) {
 			v->checked--;
-			return; /* evicted meanwhile */
+			return STATUS_OK; /* evicted meanwhile */
 		}
 		v->damaged++;
 		if (fn)
 			fn(key, quarantined ? "the entry was quarantined meanwhile" : rst.message,
 			   ctx);
-		return;
+		return STATUS_OK;
 	}
 	v->damaged++;
 	store_quarantine_say(s, key, why, sizeof(why));
 	if (fn)
 		fn(key, why, ctx);
+	return STATUS_OK;
 }
 
 enum status_code store_verify_step(struct store_verify *v, uint64_t budget,
@@ -711,7 +723,10 @@ enum status_code store_verify_step(struct store_verify *v, uint64_t budget,
 	uint64_t bytes = 0;
 	while (v->next < v->keys.n && (bytes < budget || bytes == 0)) {
 		uint64_t read = 0;
-		verify_one(v, v->keys.keys[v->next++], fn, ctx, &read);
+		enum status_code code = verify_one(v, v->keys.keys[v->next], fn, ctx, &read, st);
+		if (code != STATUS_OK)
+			return code; /* the same entry is tried again by the next step */
+		v->next++;
 		/* an entry costs its lookups and transactions whatever its size */
 		bytes += read > VERIFY_ENTRY_COST ? read : VERIFY_ENTRY_COST;
 	}

@@ -139,6 +139,11 @@ static enum status_code assemble(struct store *s, const struct store_publish_req
 	/* deferred: no piece is checked here; the assembled blobs are, end to
 	 * end, against the sums the worker computed over them */
 	code = store_restore_opt(s, base, STORE_RESTORE_DEFER, &snap, &bst);
+	if (code == STATUS_INTERNAL) { /* out of memory, say: nothing wrong with the delta */
+		code = status_set(st, code, "delta publish: reading the base entry: %s",
+		                  bst.message);
+		goto out;
+	}
 	if (code != STATUS_OK && code != STATUS_NOT_FOUND) {
 		code = REFUSE(code, "delta publish: the base entry cannot serve: %s", bst.message);
 		goto out;

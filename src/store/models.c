@@ -35,9 +35,9 @@ enum status_code store_put_model(struct store *s, const struct k3cache_model *sp
 		/* A stored spec that no longer decodes to its fingerprint is
 		 * damaged: the caller's spec has that fingerprint, so it is the
 		 * spec, and it takes the damaged one's place. */
-		struct status ignored;
-		struct k3cache_model *m = decode_model(&k, &old, &ignored);
-		if (!m)
+		struct status why = {0};
+		struct k3cache_model *m = decode_model(&k, &old, &why);
+		if (!m && why.code == STATUS_CORRUPT)
 			repaired = (rc = mdb_put(txn, s->models, &k, &v, 0)) == 0;
 		model_free(m);
 	}
@@ -57,7 +57,10 @@ static struct k3cache_model *decode_model(const MDB_val *k, const MDB_val *v, st
 	char err[MODEL_ERROR_MAX];
 	struct k3cache_model *m = model_from_json(v->mv_data, v->mv_size, err);
 	if (!m) {
-		status_set(st, STATUS_CORRUPT, "a stored model spec is damaged: %s", err);
+		if (model_error_is_nomem(err))
+			status_set(st, STATUS_INTERNAL, "reading a stored model spec: %s", err);
+		else
+			status_set(st, STATUS_CORRUPT, "a stored model spec is damaged: %s", err);
 		return NULL;
 	}
 	if (k->mv_size != MODEL_FINGERPRINT_LEN ||
@@ -138,9 +141,10 @@ enum status_code store_list_models(struct store *s,
 	enum status_code code = STATUS_OK;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		struct k3cache_model *m = decode_model(&k, &v, st);
+		struct status why = {0};
+		struct k3cache_model *m = decode_model(&k, &v, &why);
 		if (!m) {
-			code = STATUS_CORRUPT;
+			code = status_set(st, why.code, "%s", why.message);
 			break;
 		}
 		int stop = fn(m, ctx);

@@ -166,12 +166,13 @@ struct identity {
 	uint32_t n;
 };
 
-static int read_identity(struct salvage *sv, const uint8_t *key, struct identity *id)
+static int read_identity(struct salvage *sv, const uint8_t *key, struct identity *id,
+                         struct status *st)
 {
 	memset(id, 0, sizeof(*id));
 	MDB_txn *txn;
 	if (mdb_txn_begin(sv->tmp->env, NULL, MDB_RDONLY, &txn) != 0)
-		return lose(sv, key, "cannot read the scratch store"), -1;
+		return status_set(st, STATUS_INTERNAL, "cannot read the scratch store"), -1;
 	struct store_record r;
 	MDB_val tv;
 	int ok = 0;
@@ -186,7 +187,7 @@ static int read_identity(struct salvage *sv, const uint8_t *key, struct identity
 		lose(sv, key, "its key is not the SHA-256 of its model, salt and tokens");
 	else if (!(id->tokens = malloc(tv.mv_size)) ||
 	         !(id->salt = malloc(r.salt_len ? r.salt_len : 1)))
-		lose(sv, key, "out of memory");
+		status_set(st, STATUS_INTERNAL, "out of memory");
 	else {
 		memcpy(id->fp, r.fingerprint, sizeof(id->fp));
 		memcpy(id->tokens, tv.mv_data, tv.mv_size);
@@ -206,28 +207,36 @@ static int read_identity(struct salvage *sv, const uint8_t *key, struct identity
 }
 
 /* Restores one entry from the scratch store (every chunk and block checked)
- * and publishes it into the new store. */
-static void save_entry(struct salvage *sv, const uint8_t *key)
+ * and publishes it into the new store. An entry that fails a check is lost
+ * (said to sv->lost); not OK when the salvage cannot go on (memory ran out,
+ * the new store cannot be written), which says nothing of the entry. */
+static enum status_code save_entry(struct salvage *sv, const uint8_t *key, struct status *st)
 {
 	struct identity id;
-	if (read_identity(sv, key, &id) != 0)
-		return;
-	struct status st;
+	st->code = STATUS_OK;
+	if (read_identity(sv, key, &id, st) != 0)
+		return st->code;
+	struct status est;
+	enum status_code code = STATUS_OK;
 	struct store_snapshot *snap = NULL;
 	struct store_blob *blobs = NULL;
-	struct k3cache_model *m = store_get_model(sv->tmp, id.fp, &st);
+	struct k3cache_model *m = store_get_model(sv->tmp, id.fp, &est);
 	if (!m) {
-		lose(sv, key, "its model is not in the store");
+		if (est.code == STATUS_INTERNAL)
+			code = status_set(st, est.code, "%s", est.message);
+		else
+			lose(sv, key, "its model is not in the store");
 		goto out;
 	}
 	int created = 0;
-	if (store_put_model(sv->out, m, &created, &st) != STATUS_OK) {
-		lose(sv, key, "its model: %s", st.message);
+	if ((code = store_put_model(sv->out, m, &created, st)) != STATUS_OK)
 		goto out;
-	}
 	sv->res->models += created != 0;
-	if (store_restore_opt(sv->tmp, key, 0, &snap, &st) != STATUS_OK) {
-		lose(sv, key, "%s", st.message);
+	if (store_restore_opt(sv->tmp, key, 0, &snap, &est) != STATUS_OK) {
+		if (est.code == STATUS_INTERNAL)
+			code = status_set(st, est.code, "%s", est.message);
+		else
+			lose(sv, key, "%s", est.message);
 		goto out;
 	}
 	blobs = calloc(snap->n_layers ? snap->n_layers : 1, sizeof(*blobs));
@@ -235,7 +244,7 @@ static void save_entry(struct salvage *sv, const uint8_t *key)
 		const struct store_layer *l = &snap->layers[i];
 		unsigned char *b = malloc(l->size ? (size_t)l->size : 1);
 		if (!b) {
-			lose(sv, key, "out of memory for layer %u", i);
+			code = status_set(st, STATUS_INTERNAL, "out of memory for layer %u", i);
 			goto out;
 		}
 		size_t at = 0;
@@ -246,7 +255,7 @@ static void save_entry(struct salvage *sv, const uint8_t *key)
 		blobs[i] = (struct store_blob){.data = b, .size = l->size, .xxh3 = l->xxh3};
 	}
 	if (!blobs) {
-		lose(sv, key, "out of memory");
+		code = status_set(st, STATUS_INTERNAL, "out of memory");
 		goto out;
 	}
 	struct store_publish_req req = {.fingerprint = id.fp,
@@ -257,8 +266,11 @@ static void save_entry(struct salvage *sv, const uint8_t *key)
 	                                .blobs = blobs,
 	                                .n_blobs = snap->n_layers};
 	struct store_publish_res pr;
-	if (store_publish(sv->out, &req, &pr, &st) != STATUS_OK)
-		lose(sv, key, "%s", st.message);
+	enum status_code pc = store_publish(sv->out, &req, &pr, &est);
+	if (pc == STATUS_INTERNAL)
+		code = status_set(st, pc, "%s", est.message);
+	else if (pc != STATUS_OK)
+		lose(sv, key, "%s", est.message);
 	else if (memcmp(pr.key, key, STORE_KEY_LEN) != 0)
 		lose(sv, key, "it was stored under another key"); /* cannot happen: checked */
 	else
@@ -271,6 +283,7 @@ out:
 	model_free(m);
 	free(id.tokens);
 	free(id.salt);
+	return code;
 }
 
 static void remove_scratch(const char *dir)
@@ -304,6 +317,8 @@ static enum status_code copy_raw(const char *from, struct store *tmp, const unsi
 		mdb_txn_abort(c.txn);
 	if (c.rc)
 		return store_mdb_error(st, c.rc, "salvage: writing the scratch store");
+	if (rc == -1)
+		return status_set(st, STATUS_INTERNAL, "salvage: %s", res->first_problem);
 	if (rc)
 		return status_set(st, STATUS_CORRUPT, "%s: nothing can be read: %s", from,
 		                  res->first_problem);
@@ -374,8 +389,16 @@ enum status_code store_salvage(const char *from, const char *to,
 		code = store_mdb_error(st, rc, "salvage: listing the entries");
 		goto done;
 	}
-	for (size_t i = 0; i < n; i++)
-		save_entry(&sv, found[i].key);
+	for (size_t i = 0; i < n; i++) {
+		struct status est;
+		if (save_entry(&sv, found[i].key, &est) != STATUS_OK) {
+			code = status_set(st, est.code,
+			                  "salvage stopped at entry %zu of %zu: %s. No entry was "
+			                  "given up for it: remove %s and run the salvage again",
+			                  i + 1, n, est.message, to);
+			goto done;
+		}
+	}
 	code = store_sync(out, st);
 done:
 	free(found);

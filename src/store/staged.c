@@ -79,6 +79,7 @@ struct store_stage {
 	int scan_over;         /* the scan reads no more payload bytes */
 	int carry_wait;        /* the scan waits for a carry: write what is hashed */
 	int failed;
+	int nomem;     /* failed for want of memory, not for the bytes */
 	int refused;   /* a delta's layer did not hash to its sum */
 	int stop;      /* end() or cancel(): the scan gives up waiting */
 	int cancelled; /* the bytes will never all arrive */
@@ -348,7 +349,7 @@ static int scan_rows(struct store_stage *g, struct hasher *h, size_t *at_seg, ui
 }
 
 /* Checks layer i piecewise as its bytes arrive. 0, 1 (failed, message
- * set) or -1 (told to stop). */
+ * set), 2 (out of memory) or -1 (told to stop). */
 static int scan_layer(struct store_stage *g, struct hasher *h, size_t *at_seg, uint32_t i,
                       char message[STATUS_MESSAGE_MAX])
 {
@@ -359,7 +360,7 @@ static int scan_layer(struct store_stage *g, struct hasher *h, size_t *at_seg, u
 		return scan_rows(g, h, at_seg, i, message);
 	struct blob_stream bs;
 	if (blob_stream_begin_once(&bs, b->data, (size_t)b->size, g->m, i, r->n_tokens) != 0)
-		return 1;
+		return 2;
 	for (uint64_t fed = 0; fed < b->size;) {
 		uint64_t got = wait_bytes(g, start + fed + 1);
 		if (!got) {
@@ -403,10 +404,11 @@ static void *scan_run(void *arg)
 	struct hasher h = {
 	        .g = g, .hs = XXH3_createState(), .layer = XXH3_createState(), .carry = -1};
 	size_t at_seg = 0;
-	int failed = !h.hs || !h.layer, gaveup = 0;
+	int nomem = !h.hs || !h.layer, failed = nomem, gaveup = 0;
 	char message[STATUS_MESSAGE_MAX] = "out of memory";
 	for (uint32_t i = 0; i < g->r.n_blobs && !failed && !gaveup; i++) {
 		int rc = scan_layer(g, &h, &at_seg, i, message);
+		nomem = rc == 2;
 		failed = rc > 0;
 		gaveup = rc < 0;
 		if (rc)
@@ -429,6 +431,7 @@ static void *scan_run(void *arg)
 	g->done = !gaveup;
 	g->scan_over = 1;
 	g->failed = failed;
+	g->nomem = nomem;
 	if (failed)
 		memcpy(g->message, message, sizeof(message));
 	pthread_cond_broadcast(&g->cv);
@@ -1103,7 +1106,8 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 	res->delta_refused = g->failed && g->refused;
 	enum status_code code = STATUS_OK;
 	if (g->failed)
-		code = status_set(st, STATUS_INVALID, "%s", g->message);
+		code = status_set(st, g->nomem ? STATUS_INTERNAL : STATUS_INVALID, "%s",
+		                  g->message);
 	else if (g->cancelled)
 		code = status_set(st, STATUS_INVALID,
 		                  "the publish ended before all of its bytes arrived");

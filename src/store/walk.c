@@ -627,8 +627,9 @@ static int walk_file(const unsigned char *map, size_t size, int fd, uint64_t txn
 	stats->pages = m.last_pg + 1;
 	w.seen = calloc((size_t)(m.last_pg / 64 + 1), sizeof(uint64_t));
 	if (!w.seen) {
+		/* not the file's fault: it is not called damaged */
 		snprintf(why ? why : tmp, why ? whysz : sizeof(tmp), "out of memory");
-		return 1;
+		return -1;
 	}
 	w.seen[0] = 3; /* the meta pages */
 	struct tree fr = {.kind = TREE_FREE, .name = "free list"};

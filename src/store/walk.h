@@ -58,7 +58,9 @@ typedef int (*store_walk_item_fn)(const char *table, const void *key, size_t kle
  * means the newer of its two snapshots, the one LMDB opens. Returns 0 when
  * it is sound; STORE_WALK_GONE when the file no longer holds that snapshot
  * (two commits since: take a newer one); otherwise 1 with the first problem
- * in why ("page 812: (lru) node 3 runs past the end of the page").
+ * in why ("page 812: (lru) node 3 runs past the end of the page"); -1 when
+ * it could not run (out of memory: why says so), which says nothing of the
+ * file.
  *
  * With item set (salvage mode) it does not stop at a problem: it steps
  * around the damaged page or node, counts it in stats->problems (why keeps

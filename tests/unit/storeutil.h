@@ -10,10 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <lmdb.h>
+
 #include "blob.h"
 #include "checksum.h"
 #include "model.h"
 #include "store.h"
+#include "store/env.h"
 
 /* A small hybrid: KDA, KDA, MLA, KDA of the given KDA recurrent size. */
 static inline struct k3cache_model *storeutil_model(const char *name, uint32_t recurrent)
@@ -165,6 +168,20 @@ static inline uint32_t storeutil_lookup(struct store *st, const struct k3cache_m
 	if (store_lookup(st, &req, r, NULL) != STATUS_OK)
 		abort();
 	return r->prefix_len;
+}
+
+/* The shared-block references held now (by staged publishes under way):
+ * none once every publish has ended, however it ended; UINT64_MAX when the
+ * store cannot be read. */
+static inline uint64_t storeutil_refs_held(struct store *st)
+{
+	MDB_txn *txn;
+	MDB_stat ms = {0};
+	if (mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn) != 0)
+		return UINT64_MAX;
+	int rc = mdb_stat(txn, st->held, &ms);
+	mdb_txn_abort(txn);
+	return rc ? UINT64_MAX : ms.ms_entries;
 }
 
 #endif
