@@ -16,6 +16,7 @@
 #include "cmd.h"
 #include "hexutil.h"
 #include "model.h"
+#include "prefix.h"
 #include "progress.h"
 #include "snapfile.h"
 
@@ -192,6 +193,21 @@ static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 		spec = ctl_model_spec(&b, e->model.data, self->name);
 	if (!spec) {
 		fprintf(stderr, "k3cachectl export: the entry's model spec is not in the store\n");
+		rc = CTL_EXIT_ERROR;
+		goto done;
+	}
+	/* the file's key is checked against its model, salt and tokens when it
+	 * is imported: one that would be refused then is not written now */
+	uint8_t want[PREFIX_KEY_LEN];
+	if (e->n_tokens != e->prefix_len ||
+	    prefix_key(spec->fingerprint, e->salt.data, e->salt.len, e->tokens,
+	               (uint32_t)e->n_tokens, want) != 0 ||
+	    memcmp(want, key, sizeof(want)) != 0) {
+		fprintf(stderr,
+		        "k3cachectl export: the entry's tokens (%zu sent for P=%u) do not hash to "
+		        "its key: its tokens record is missing or damaged; `k3cachectl verify` "
+		        "takes it out of service\n",
+		        e->n_tokens, e->prefix_len);
 		rc = CTL_EXIT_ERROR;
 		goto done;
 	}

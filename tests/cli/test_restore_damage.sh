@@ -35,18 +35,29 @@ restore() { "$ctl" --socket "$sock" export "$1" -o "$dir/out.k3snap" >"$dir/r.ou
 keep=${KEEP:-}
 
 start
-# three entries of 64 tokens, 38 MiB each
+# entries of 64 tokens (one of 40), 38 MiB each
 early=$("$pub" "$sock" "$spec" N:64 early 1 | tail -1)
 late=$("$pub" "$sock" "$spec" N:64 late 2 | tail -1)
 good=$("$pub" "$sock" "$spec" N:64 good 3 | tail -1)
 cut=$("$pub" "$sock" "$spec" N:64 cut 4 | tail -1)
+# under a row block (64): no shared block names its rows by its tokens' hash
+toks=$("$pub" "$sock" "$spec" N:40 toks 5 | tail -1)
 size=$("$ctl" --socket "$sock" --json inspect "${good:0:16}" | sed -n 's/.*"bytes": *\([0-9]*\).*/\1/p' | head -1)
 ok "published three entries" $([ ${#early} = 64 ] && [ ${#late} = 64 ] && [ ${#good} = 64 ] && [ "${size:-0}" -gt 30000000 ]; echo $?)
 stop
 "$corrupt" "$dir/db" "$early" flip 0 >/dev/null; ok "damaged chunk 0 of one entry" $?
 "$corrupt" "$dir/db" "$late" flip 30 >/dev/null; ok "damaged chunk 30 of another" $?
 "$corrupt" "$dir/db" "$cut" flip 30 >/dev/null; ok "damaged chunk 30 of a third" $?
+"$corrupt" "$dir/db" "$toks" tokens >/dev/null; ok "damaged the token list of a fourth" $?
 start
+
+# an entry whose tokens no longer hash to its key: export writes no file
+# that import would refuse
+rm -f "$dir/out.k3snap"
+restore "${toks:0:16}"; rc=$?
+ok "damaged tokens: export fails (exit $rc)" $([ $rc = 1 ]; echo $?)
+ok "damaged tokens: it says why: $(head -c 300 "$dir/r.out")" $(grep -q 'do not hash to its key' "$dir/r.out"; echo $?)
+ok "damaged tokens: no file is written" $([ ! -e "$dir/out.k3snap" ]; echo $?)
 
 # damage found before anything went out: CORRUPT, no payload
 b0=$(sent)

@@ -1,8 +1,9 @@
 /* k3corrupt: a test helper that damages one stored entry the way a bad disk
  * would: it flips a byte inside one of the entry's chunks (the first unless
  * CHUNK says) through LMDB, leaving the chunk's stored checksum as it was,
- * or (drop) deletes that chunk. The daemon must not be running.
- * usage: k3corrupt DBDIR KEYHEX [flip|drop] [CHUNK] */
+ * or (drop) deletes that chunk, or (tokens) flips a byte of the entry's
+ * token list. The daemon must not be running.
+ * usage: k3corrupt DBDIR KEYHEX [flip|drop|tokens] [CHUNK] */
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +15,13 @@ int main(int argc, char **argv)
 {
 	uint8_t key[36] = {0};
 	int drop = argc >= 4 && !strcmp(argv[3], "drop");
+	int tokens = argc >= 4 && !strcmp(argv[3], "tokens");
 	char *end = NULL;
 	unsigned long chunk = argc == 5 ? strtoul(argv[4], &end, 10) : 0;
 	if (argc < 3 || argc > 5 || hexutil_decode(argv[2], key, 32) != 0 ||
-	    (argc >= 4 && !drop && strcmp(argv[3], "flip") != 0) ||
+	    (argc >= 4 && !drop && !tokens && strcmp(argv[3], "flip") != 0) ||
 	    (argc == 5 && (!*argv[4] || *end || chunk >= 0x80000000ul))) {
-		fprintf(stderr, "usage: k3corrupt DBDIR KEYHEX [flip|drop] [CHUNK]\n");
+		fprintf(stderr, "usage: k3corrupt DBDIR KEYHEX [flip|drop|tokens] [CHUNK]\n");
 		return 2;
 	}
 	key[32] = (uint8_t)(chunk >> 24); /* the chunk number, big-endian */
@@ -29,12 +31,14 @@ int main(int argc, char **argv)
 	MDB_env *env;
 	MDB_txn *txn;
 	MDB_dbi dbi;
-	MDB_val k = {36, key}, v;
+	/* the tokens table is keyed by the entry's key alone */
+	MDB_val k = {tokens ? 32 : 36, key}, v;
 	if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 16) ||
 	    mdb_env_set_mapsize(env, (size_t)4 << 30) || mdb_env_open(env, argv[1], 0, 0640) ||
-	    mdb_txn_begin(env, NULL, 0, &txn) || mdb_dbi_open(txn, "chunks", 0, &dbi) ||
-	    mdb_get(txn, dbi, &k, &v)) {
-		fprintf(stderr, "k3corrupt: cannot find chunk %lu of the entry\n", chunk);
+	    mdb_txn_begin(env, NULL, 0, &txn) ||
+	    mdb_dbi_open(txn, tokens ? "tokens" : "chunks", 0, &dbi) || mdb_get(txn, dbi, &k, &v)) {
+		fprintf(stderr, "k3corrupt: cannot find %s of the entry\n",
+		        tokens ? "the tokens" : "the chunk");
 		return 1;
 	}
 	if (drop) {
@@ -49,7 +53,7 @@ int main(int argc, char **argv)
 	}
 	unsigned char *copy = malloc(v.mv_size);
 	memcpy(copy, v.mv_data, v.mv_size);
-	copy[v.mv_size / 2] ^= 0x5a; /* inside the data, past the 8-byte checksum */
+	copy[v.mv_size / 2] ^= 0x5a; /* a chunk's: inside the data, past its 8-byte checksum */
 	MDB_val nv = {v.mv_size, copy};
 	int rc = mdb_put(txn, dbi, &k, &nv, 0) || mdb_txn_commit(txn);
 	mdb_env_close(env);
@@ -58,6 +62,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "k3corrupt: write failed\n");
 		return 1;
 	}
-	printf("flipped a byte of chunk %lu of %s\n", chunk, argv[2]);
+	if (tokens)
+		printf("flipped a byte of the tokens of %s\n", argv[2]);
+	else
+		printf("flipped a byte of chunk %lu of %s\n", chunk, argv[2]);
 	return 0;
 }
