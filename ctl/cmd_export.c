@@ -199,14 +199,18 @@ static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 	/* the file's key is checked against its model, salt and tokens when it
 	 * is imported: one that would be refused then is not written now */
 	uint8_t want[PREFIX_KEY_LEN];
-	if (e->n_tokens != e->prefix_len ||
+	if (e->n_tokens == e->prefix_len &&
 	    prefix_key(spec->fingerprint, e->salt.data, e->salt.len, e->tokens,
-	               (uint32_t)e->n_tokens, want) != 0 ||
-	    memcmp(want, key, sizeof(want)) != 0) {
+	               (uint32_t)e->n_tokens, want) != 0) {
+		fprintf(stderr, "k3cachectl export: out of memory\n");
+		rc = CTL_EXIT_ERROR;
+		goto done;
+	}
+	if (e->n_tokens != e->prefix_len || memcmp(want, key, sizeof(want)) != 0) {
 		fprintf(stderr,
-		        "k3cachectl export: the entry's tokens (%zu sent for P=%u) do not hash to "
-		        "its key: its tokens record is missing or damaged; `k3cachectl verify` "
-		        "takes it out of service\n",
+		        "k3cachectl export: the entry's model, salt and tokens (%zu sent for "
+		        "P=%u) do not hash to its key: its record or token list is damaged; "
+		        "`k3cachectl verify` takes it out of service\n",
 		        e->n_tokens, e->prefix_len);
 		rc = CTL_EXIT_ERROR;
 		goto done;

@@ -94,6 +94,24 @@ static frame_response *verify_here(struct store *s, struct ctl_progress *prog)
 	return r;
 }
 
+/* Prints what the verify found damaged; returns how many of those are the
+ * store's own (the shared blocks, the indexes). */
+static size_t print_damaged(const frame_response *resp)
+{
+	size_t blocks = 0;
+	for (size_t i = 0; i < resp->n_damaged; i++) {
+		if (resp->damaged[i]->key.len != 32) { /* blocks, indexes */
+			printf("STORE    %s\n", resp->damaged[i]->why);
+			blocks++;
+			continue;
+		}
+		char k[65];
+		hexutil_encode(resp->damaged[i]->key.data, 32, k);
+		printf("DAMAGED %.16s  %s\n", k, resp->damaged[i]->why);
+	}
+	return blocks;
+}
+
 static int cmd_verify_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                            char **argv)
 {
@@ -138,6 +156,10 @@ static int cmd_verify_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 		return rc;
 	}
 	if (resp->code != 0) {
+		/* a verify that stopped (out of memory, say) may have taken entries
+		 * out of service before: they are said too */
+		if (!json)
+			print_damaged(resp);
 		rc = ctl_answer_error(resp, self->name);
 	} else if (json) {
 		json_t *arr = json_array();
@@ -154,17 +176,7 @@ static int cmd_verify_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 		               json_pack("{s:I,s:I,s:o}", "checked", (json_int_t)resp->checked,
 		                         "damaged", (json_int_t)resp->n_damaged, "entries", arr));
 	} else {
-		size_t blocks = 0;
-		for (size_t i = 0; i < resp->n_damaged; i++) {
-			if (resp->damaged[i]->key.len != 32) { /* blocks, indexes */
-				printf("STORE    %s\n", resp->damaged[i]->why);
-				blocks++;
-				continue;
-			}
-			char k[65];
-			hexutil_encode(resp->damaged[i]->key.data, 32, k);
-			printf("DAMAGED %.16s  %s\n", k, resp->damaged[i]->why);
-		}
+		size_t blocks = print_damaged(resp);
 		printf("verified %" PRIu64 " entr%s: %zu damaged", resp->checked,
 		       resp->checked == 1 ? "y" : "ies", resp->n_damaged - blocks);
 		if (blocks)

@@ -48,7 +48,7 @@ int k3d_owns_entry(struct k3d_conn *c, const uint8_t *key)
 		return 1;
 	struct store_entry_info *info = NULL;
 	struct status st;
-	enum status_code code = store_inspect(c->srv->store, key, &info, &st);
+	enum status_code code = store_inspect_record(c->srv->store, key, &info, &st);
 	if (code != STATUS_OK) /* absent: the restore says so, as for anyone */
 		return code == STATUS_NOT_FOUND;
 	int own = k3d_peer_owns(&c->who, info->salt, info->salt_len);
@@ -206,7 +206,11 @@ static int run_verify(struct k3d_server *srv, struct k3d_job *job)
 	}
 	atomic_store(&srv->verify_total, 0);
 	atomic_store(&srv->verify_done, 0);
-	if (job->batches)
+	if (job->resp.code != 0)
+		k3d_log(K3D_LOG_WARN, "verify: stopped after %llu entries checked: %s",
+		        (unsigned long long)job->resp.checked,
+		        job->resp.message ? job->resp.message : "");
+	else if (job->batches)
 		k3d_log(K3D_LOG_INFO, "verify: %llu entries checked in %u batches",
 		        (unsigned long long)job->resp.checked, job->batches + 1);
 	return 0;

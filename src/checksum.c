@@ -1,5 +1,7 @@
 #include "checksum.h"
 
+#include <string.h>
+
 #include "xxh_dispatch.h"
 
 uint64_t checksum_blob(const void *bytes, size_t len, uint32_t layer)
@@ -29,6 +31,9 @@ uint64_t checksum_end(struct checksum_state *st)
 
 void checksum_run_begin(struct checksum_run *r, uint32_t layer)
 {
+	/* a reset reads the state's seed and secret pointer to skip work: on
+	 * the stack they hold whatever was there (xxhash.h: XXH3_INITSTATE) */
+	memset(&r->xs, 0, sizeof(r->xs));
 	XXH3_64bits_reset_withSeed(&r->xs, layer);
 }
 

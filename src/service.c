@@ -263,7 +263,8 @@ static void service_inspect(struct store *s, const K3cache__V1__Inspect *op, fra
 {
 	struct store_entry_info *info;
 	struct status st;
-	enum status_code code = store_inspect(s, op->key.data, &info, &st);
+	enum status_code code = op->brief ? store_inspect_record(s, op->key.data, &info, &st)
+	                                  : store_inspect(s, op->key.data, &info, &st);
 	if (code == STATUS_NOT_FOUND && op->brief)
 		return; /* an existence check: no entry, and no error */
 	if (code != STATUS_OK) {

@@ -467,6 +467,10 @@ enum status_code store_list(struct store *s, const uint8_t *model_fp, const uint
  * answered with tokens NULL. */
 enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN],
                                struct store_entry_info **out, struct status *st);
+/* The same without the tokens (NULL): who an entry belongs to, and whether
+ * it is there, without copying a token list of up to 400 KB. */
+enum status_code store_inspect_record(struct store *s, const uint8_t key[STORE_KEY_LEN],
+                                      struct store_entry_info **out, struct status *st);
 
 /* Resolves a hex key prefix (at least 1 digit) to the one key it names.
  * NOT_FOUND when none does; INVALID when several do (the message lists them). */
@@ -549,9 +553,10 @@ struct store_salvage_res {
  * chunk's and block's XXH3, and each layer's checks as at publish) into a
  * new store in `to`, which must not hold one. The damaged store is read
  * without LMDB and never written. lost(key, why) is called for each record
- * found that is not saved. Running out of memory (or failing to write the
- * new store) stops it with that error instead: no entry is given up for
- * what is not its fault. Needs free space for about twice what is saved:
+ * found that is not saved, including one too large to hold in memory whole
+ * (each is copied whole, then published). Running out of memory otherwise,
+ * or failing to write the new store, stops it with that error instead: no
+ * entry is given up for what is not its fault. Needs free space for about twice what is saved:
  * a scratch copy, to/salvage.tmp, is removed at the end. */
 enum status_code store_salvage(const char *from, const char *to,
                                void (*lost)(const uint8_t *key, const char *why, void *ctx),

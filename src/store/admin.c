@@ -107,8 +107,8 @@ enum status_code store_list(struct store *s, const uint8_t *model_fp, const uint
 	return code;
 }
 
-enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN],
-                               struct store_entry_info **out, struct status *st)
+static enum status_code inspect(struct store *s, const uint8_t key[STORE_KEY_LEN], int tokens,
+                                struct store_entry_info **out, struct status *st)
 {
 	*out = NULL;
 	MDB_txn *txn;
@@ -129,7 +129,7 @@ enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN]
 		code = status_set(st, STATUS_INTERNAL, "out of memory");
 	} else {
 		MDB_val k = {STORE_KEY_LEN, (void *)key}, v;
-		if (mdb_get(txn, s->tokens, &k, &v) == 0 &&
+		if (tokens && mdb_get(txn, s->tokens, &k, &v) == 0 &&
 		    v.mv_size == (size_t)r.prefix_len * 4u) {
 			if (!(info->tokens = malloc(v.mv_size))) {
 				store_entry_info_free(info);
@@ -143,6 +143,18 @@ enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN]
 	}
 	mdb_txn_abort(txn);
 	return code;
+}
+
+enum status_code store_inspect(struct store *s, const uint8_t key[STORE_KEY_LEN],
+                               struct store_entry_info **out, struct status *st)
+{
+	return inspect(s, key, 1, out, st);
+}
+
+enum status_code store_inspect_record(struct store *s, const uint8_t key[STORE_KEY_LEN],
+                                      struct store_entry_info **out, struct status *st)
+{
+	return inspect(s, key, 0, out, st);
 }
 
 enum status_code store_resolve_key(struct store *s, const char *hex, uint8_t key[STORE_KEY_LEN],
@@ -725,7 +737,7 @@ enum status_code store_verify_step(struct store_verify *v, uint64_t budget,
 		uint64_t read = 0;
 		enum status_code code = verify_one(v, v->keys.keys[v->next], fn, ctx, &read, st);
 		if (code != STATUS_OK)
-			return code; /* the same entry is tried again by the next step */
+			return code; /* unchecked, untouched: the verify ends here */
 		v->next++;
 		/* an entry costs its lookups and transactions whatever its size */
 		bytes += read > VERIFY_ENTRY_COST ? read : VERIFY_ENTRY_COST;

@@ -244,7 +244,12 @@ static enum status_code save_entry(struct salvage *sv, const uint8_t *key, struc
 		const struct store_layer *l = &snap->layers[i];
 		unsigned char *b = malloc(l->size ? (size_t)l->size : 1);
 		if (!b) {
-			code = status_set(st, STATUS_INTERNAL, "out of memory for layer %u", i);
+			/* the entry whole in memory: one too large for it would stop
+			 * every run here, so it is lost, and the rest saved */
+			lose(sv, key,
+			     "out of memory for its %llu bytes (layer %u): run the salvage again "
+			     "with more memory to save it",
+			     (unsigned long long)snap->bytes, i);
 			goto out;
 		}
 		size_t at = 0;
@@ -267,10 +272,10 @@ static enum status_code save_entry(struct salvage *sv, const uint8_t *key, struc
 	                                .n_blobs = snap->n_layers};
 	struct store_publish_res pr;
 	enum status_code pc = store_publish(sv->out, &req, &pr, &est);
-	if (pc == STATUS_INTERNAL)
-		code = status_set(st, pc, "%s", est.message);
-	else if (pc != STATUS_OK)
+	if (pc == STATUS_INVALID) /* it fails a check of the publish */
 		lose(sv, key, "%s", est.message);
+	else if (pc != STATUS_OK) /* NEWDIR cannot take it: nor the next */
+		code = status_set(st, pc, "writing the new store: %s", est.message);
 	else if (memcmp(pr.key, key, STORE_KEY_LEN) != 0)
 		lose(sv, key, "it was stored under another key"); /* cannot happen: checked */
 	else
