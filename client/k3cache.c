@@ -411,6 +411,8 @@ static int read_response(struct k3cache *c, frame_response **out, struct k3cache
 		free(hdr);
 	if (rc)
 		return rc;
+	if (!r && st.code == STATUS_INTERNAL) /* ours, not the daemon's */
+		return LOST(c, err, "%s from %s", st.message, c->addr);
 	if (!r)
 		return BROKEN(c, err, "the daemon at %s sent an answer that does not decode (%s)",
 		              c->addr, st.message);

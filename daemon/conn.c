@@ -323,34 +323,51 @@ void k3d_conn_ingest_ended(struct k3d_conn *c)
 		k3d_conn_close(c);
 }
 
+/* The answer cannot be queued (out of memory): the connection closes once
+ * what is queued before it has gone, so that the client is told at once
+ * instead of waiting for an answer that will never come. */
+static void lost_answer(struct k3d_conn *c)
+{
+	c->srv->errors[STATUS_INTERNAL]++;
+	k3d_log(K3D_LOG_WARN, "conn %llu (%s): out of memory queueing an answer: closing it",
+	        (unsigned long long)c->id, c->peer);
+	k3d_conn_set_state(c, K3D_CLOSING);
+	event_active(c->wev, EV_WRITE, 0);
+}
+
 int k3d_conn_queue(struct k3d_conn *c, frame_response *resp)
 {
 	struct k3d_server *srv = c->srv;
 	unsigned char *buf = NULL;
 	size_t n = frame_encode_response(resp, &buf);
 	if (!n) {
-		/* over the 16 MiB header limit (or out of memory): a short answer
-		 * instead, so the client is not left waiting */
+		/* over the 16 MiB header limit, or out of memory: a short answer
+		 * that says which instead, so the client is not left waiting */
+		int large = frame_response_too_large(resp);
 		frame_response small = K3CACHE__V1__RESPONSE__INIT;
 		small.id = resp->id;
-		small.code = K3CACHE__V1__CODE__TOO_LARGE;
-		small.message = (char *)"the answer would be over the 16 MiB header limit; ask for "
-		                        "fewer (a smaller --limit, or a narrower selector)";
+		small.code = large ? K3CACHE__V1__CODE__TOO_LARGE : K3CACHE__V1__CODE__INTERNAL;
+		small.message =
+		        large ? (char *)"the answer would be over the 16 MiB header limit; ask for "
+		                        "fewer (a smaller --limit, or a narrower selector)"
+		              : (char *)"out of memory encoding the answer";
 		k3d_log(K3D_LOG_WARN, "conn %llu: %s", (unsigned long long)c->id, small.message);
 		n = frame_encode_response(&small, &buf);
-		if (!n) {
-			/* nothing to send: on_write closes it now */
-			k3d_conn_set_state(c, K3D_CLOSING);
-			event_active(c->wev, EV_WRITE, 0);
+		if (!n || evbuffer_add(c->out, buf, n) != 0) {
+			free(buf);
+			lost_answer(c);
 			return 0;
 		}
-		evbuffer_add(c->out, buf, n);
 		free(buf);
-		srv->errors[STATUS_TOO_LARGE]++;
+		srv->errors[large ? STATUS_TOO_LARGE : STATUS_INTERNAL]++;
 		k3d_conn_want_write(c);
 		return 0;
 	}
-	evbuffer_add(c->out, buf, n);
+	if (evbuffer_add(c->out, buf, n) != 0) {
+		free(buf);
+		lost_answer(c);
+		return 0;
+	}
 	free(buf);
 	if ((unsigned)resp->code < STATUS_N_CODES && resp->code != 0)
 		srv->errors[resp->code]++;

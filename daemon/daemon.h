@@ -272,8 +272,8 @@ void k3d_conn_close(struct k3d_conn *c);
 void k3d_conn_reset(struct k3d_conn *c);
 /* Queues a response (and no payload); counts errors. */
 void k3d_conn_respond(struct k3d_conn *c, frame_response *resp);
-/* Queues resp; 0 when a short TOO_LARGE answer (or nothing, out of memory)
- * went in its place. */
+/* Queues resp; 0 when a short TOO_LARGE or INTERNAL answer went in its
+ * place, or none (out of memory: the connection then closes). */
 int k3d_conn_queue(struct k3d_conn *c, frame_response *resp);
 /* Has the write event run while replies wait to be written. */
 void k3d_conn_want_write(struct k3d_conn *c);

@@ -28,13 +28,38 @@ enum status_code frame_check_header_len(uint32_t len, struct status *st)
 	return STATUS_OK;
 }
 
+/* protobuf-c's unpack answers NULL both for bytes it refuses and for memory
+ * it could not get: this allocator (malloc and free, so that what it gives
+ * is freed as usual) tells the two apart. */
+struct watch {
+	int failed;
+};
+
+static void *watch_alloc(void *data, size_t size)
+{
+	void *p = malloc(size);
+	if (!p)
+		((struct watch *)data)->failed = 1;
+	return p;
+}
+
+static void watch_free(void *data, void *p)
+{
+	(void)data;
+	free(p);
+}
+
 frame_request *frame_decode_request(const void *header, size_t len, struct status *st)
 {
 	frame_request *req = frame_tokens_decode_request(header, len);
 	if (req)
 		return req;
-	req = k3cache__v1__request__unpack(NULL, len, header);
-	if (!req)
+	struct watch w = {0};
+	ProtobufCAllocator a = {watch_alloc, watch_free, &w};
+	req = k3cache__v1__request__unpack(&a, len, header);
+	if (!req && w.failed)
+		status_set(st, STATUS_INTERNAL, "out of memory decoding the frame header");
+	else if (!req)
 		status_set(st, STATUS_INVALID, "the frame header is not a valid Request message");
 	return req;
 }
@@ -47,8 +72,12 @@ void frame_request_free(frame_request *req)
 
 frame_response *frame_decode_response(const void *header, size_t len, struct status *st)
 {
-	frame_response *r = k3cache__v1__response__unpack(NULL, len, header);
-	if (!r)
+	struct watch w = {0};
+	ProtobufCAllocator a = {watch_alloc, watch_free, &w};
+	frame_response *r = k3cache__v1__response__unpack(&a, len, header);
+	if (!r && w.failed)
+		status_set(st, STATUS_INTERNAL, "out of memory decoding the answer's header");
+	else if (!r)
 		status_set(st, STATUS_INVALID, "the frame header is not a valid Response message");
 	return r;
 }
@@ -83,6 +112,11 @@ size_t frame_encode_request(const frame_request *req, unsigned char **out)
 size_t frame_encode_response(const frame_response *resp, unsigned char **out)
 {
 	return encode(k3cache__v1__response__get_packed_size(resp), &resp->base, out);
+}
+
+int frame_response_too_large(const frame_response *resp)
+{
+	return k3cache__v1__response__get_packed_size(resp) > FRAME_MAX_HEADER;
 }
 
 static int bad_len(const ProtobufCBinaryData *b, int optional)

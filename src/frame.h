@@ -53,5 +53,8 @@ void frame_response_free(frame_response *resp);
  * length (0 on allocation failure). */
 size_t frame_encode_request(const frame_request *req, unsigned char **out);
 size_t frame_encode_response(const frame_response *resp, unsigned char **out);
+/* 1 when resp's header is over FRAME_MAX_HEADER (so that it cannot be
+ * encoded whatever the memory). */
+int frame_response_too_large(const frame_response *resp);
 
 #endif
