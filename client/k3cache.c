@@ -416,6 +416,16 @@ static int read_response(struct k3cache *c, frame_response **out, struct k3cache
 	if (!r)
 		return BROKEN(c, err, "the daemon at %s sent an answer that does not decode (%s)",
 		              c->addr, st.message);
+	if (r->id == 0 && r->code != 0) {
+		/* a request the daemon could not read (it lacked the memory to
+		 * decode it, say): it answers without an id, then closes */
+		enum status_code code = (enum status_code)r->code;
+		set_error(err, code, 1, "the daemon at %s could not read the request: %s", c->addr,
+		          r->message ? r->message : "");
+		frame_response_free(r);
+		drop(c);
+		return (int)code;
+	}
 	if (r->id != c->last_id) {
 		uint64_t got = r->id;
 		frame_response_free(r);

@@ -312,9 +312,10 @@ uint32_t k3d_lookup_resume(struct k3d_conn *c);
 void k3d_restore_feed(struct k3d_conn *c);
 
 /* handlers.c: executes a complete request of connection c. */
-/* Whether c's peer may see the entry (its namespace's, or an admin); an
- * absent entry counts as its own, so that the op says it is absent. */
-int k3d_owns_entry(struct k3d_conn *c, const uint8_t *key);
+/* Whether c's peer may see the entry (its namespace's, or an admin): 1 or
+ * 0; an absent entry counts as its own, so that the op says it is absent;
+ * -1 with *st when it cannot tell (out of memory). */
+int k3d_owns_entry(struct k3d_conn *c, const uint8_t *key, struct status *st);
 void k3d_handle(struct k3d_conn *c);
 /* Builds the Stat counters into resp (freed by service_response_clear). */
 void k3d_fill_counters(struct k3d_server *srv, frame_response *resp);

@@ -42,15 +42,18 @@ static void op_hello(struct k3d_conn *c)
 
 /* Restore by key serves a peer only its own entries (tenancy.h); to others
  * the key does not exist. */
-int k3d_owns_entry(struct k3d_conn *c, const uint8_t *key)
+int k3d_owns_entry(struct k3d_conn *c, const uint8_t *key, struct status *st)
 {
 	if (c->who.admin)
 		return 1;
 	struct store_entry_info *info = NULL;
-	struct status st;
-	enum status_code code = store_inspect_record(c->srv->store, key, &info, &st);
-	if (code != STATUS_OK) /* absent: the restore says so, as for anyone */
-		return code == STATUS_NOT_FOUND;
+	enum status_code code = store_inspect_record(c->srv->store, key, &info, st);
+	if (code == STATUS_NOT_FOUND) /* absent: the restore says so, as for anyone */
+		return 1;
+	if (code == STATUS_INTERNAL) /* out of memory: not an answer about the entry */
+		return -1;
+	if (code != STATUS_OK) /* a damaged record: whose it is cannot be read */
+		return 0;
 	int own = k3d_peer_owns(&c->who, info->salt, info->salt_len);
 	store_entry_info_free(info);
 	return own;
@@ -63,13 +66,14 @@ static void op_report(struct k3d_conn *c)
 {
 	const K3cache__V1__Report *r = c->req->report;
 	struct k3d_server *srv = c->srv;
+	struct status st;
 	for (size_t i = 0; i < r->n_used; i++)
-		if (k3d_owns_entry(c, r->used[i].data)) {
+		if (k3d_owns_entry(c, r->used[i].data, &st) > 0) {
 			store_note_use(srv->store, r->used[i].data);
 			srv->reported_uses++;
 		}
 	for (size_t i = 0; i < r->n_damaged; i++)
-		if (k3d_owns_entry(c, r->damaged[i].data)) {
+		if (k3d_owns_entry(c, r->damaged[i].data, &st) > 0) {
 			k3d_writer_check(srv->writer, r->damaged[i].data);
 			srv->reported_damaged++;
 		}
@@ -82,7 +86,13 @@ static void op_report(struct k3d_conn *c)
  * answer), as for a restore. */
 static void op_inspect(struct k3d_conn *c, frame_response *r)
 {
-	if (c->req->inspect->key.len != 32 || k3d_owns_entry(c, c->req->inspect->key.data))
+	struct status st;
+	int own = c->req->inspect->key.len != 32
+	                  ? 1
+	                  : k3d_owns_entry(c, c->req->inspect->key.data, &st);
+	if (own < 0)
+		service_fail(r, &st);
+	else if (own)
 		(void)service_dispatch(c->srv->store, c->req, r);
 }
 

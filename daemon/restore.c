@@ -181,7 +181,13 @@ void k3d_op_restore(struct k3d_conn *c)
 		return;
 	struct store_snapshot *snap;
 	struct status st;
-	if (c->req->restore->key.len == 32 && !k3d_owns_entry(c, c->req->restore->key.data)) {
+	int own = c->req->restore->key.len == 32 ? k3d_owns_entry(c, c->req->restore->key.data, &st)
+	                                         : 1;
+	if (own < 0) {
+		k3d_conn_error(c, c->req->id, &st);
+		return;
+	}
+	if (!own) {
 		k3d_conn_errorf(c, STATUS_NOT_FOUND, "no such entry"); /* the store's words */
 		return;
 	}

@@ -553,8 +553,8 @@ struct store_salvage_res {
  * chunk's and block's XXH3, and each layer's checks as at publish) into a
  * new store in `to`, which must not hold one. The damaged store is read
  * without LMDB and never written. lost(key, why) is called for each record
- * found that is not saved, including one too large to hold in memory whole
- * (each is copied whole, then published). Running out of memory otherwise,
+ * found that is not saved, including one of 256 MiB or more that cannot be
+ * held in memory whole (each is copied whole, then published). Running out of memory otherwise,
  * or failing to write the new store, stops it with that error instead: no
  * entry is given up for what is not its fault. Needs free space for about twice what is saved:
  * a scratch copy, to/salvage.tmp, is removed at the end. */

@@ -30,6 +30,11 @@
 
 #define SCRATCH     "salvage.tmp"
 #define BATCH_BYTES (UINT64_C(256) << 20)
+/* Each entry is copied whole before it is published. One at least this
+ * large that cannot be held is given up (listed, with its size), so that a
+ * salvage on a small machine saves the rest instead of stopping at it on
+ * every run; a smaller one failing means memory is short: it stops. */
+#define LARGE_ENTRY (UINT64_C(256) << 20)
 
 struct copy {
 	struct store *tmp;
@@ -243,13 +248,15 @@ static enum status_code save_entry(struct salvage *sv, const uint8_t *key, struc
 	for (uint32_t i = 0; blobs && i < snap->n_layers; i++) {
 		const struct store_layer *l = &snap->layers[i];
 		unsigned char *b = malloc(l->size ? (size_t)l->size : 1);
-		if (!b) {
-			/* the entry whole in memory: one too large for it would stop
-			 * every run here, so it is lost, and the rest saved */
+		if (!b && snap->bytes >= LARGE_ENTRY) {
 			lose(sv, key,
 			     "out of memory for its %llu bytes (layer %u): run the salvage again "
 			     "with more memory to save it",
 			     (unsigned long long)snap->bytes, i);
+			goto out;
+		}
+		if (!b) {
+			code = status_set(st, STATUS_INTERNAL, "out of memory for layer %u", i);
 			goto out;
 		}
 		size_t at = 0;

@@ -60,16 +60,18 @@ static void say_hit(const char *path, long gen)
 	close(fd);
 }
 
-/* 1 when this allocation is the one to fail. */
+/* 1 when this allocation is the one to fail. errno is left as it was (the
+ * arm file's open fails with ENOENT while the test does not arm). */
 static int fail_now(void)
 {
-	static __thread int inside; /* getenv and snprintf do not allocate; be sure */
+	/* getenv and snprintf do not allocate; be sure */
+	static __thread __attribute__((tls_model("initial-exec"))) int inside;
 	const char *path = getenv("K3FAULT_ALLOC_ARM");
 	long n, gen;
 	if (!path || inside)
 		return 0;
 	inside = 1;
-	int fail = 0;
+	int saved = errno, fail = 0;
 	if (armed(path, &n, &gen) == 0) {
 		/* one process, a few threads: a lock would be the tidy way, but a
 		 * lost count only moves which allocation fails */
@@ -83,6 +85,7 @@ static int fail_now(void)
 			fail = 1;
 		}
 	}
+	errno = saved;
 	inside = 0;
 	return fail;
 }

@@ -1,7 +1,7 @@
 /* The store and the client's checks when memory runs out. This test is linked
  * with -Wl,--wrap for malloc, calloc, realloc, strdup, strndup and
  * XXH3_createState (tests/CMakeLists.txt), so every allocation made by the
- * project's own code in this binary reaches the wrappers below, and any one
+ * project's own code in this binary reaches the wrappers (allocfail.h), and any one
  * of them can be made to fail; production code has no hook. (LMDB's,
  * jansson's and libc's own allocations are not ours and are not failed.)
  *
@@ -21,9 +21,8 @@
 
 #include <cmocka.h>
 #include <lmdb.h>
-#include <sys/mman.h>
-#include <xxhash.h>
 
+#include "allocfail.h"
 #include "k3cache_raw.h"
 #include "model.h"
 #include "prefix.h"
@@ -31,82 +30,14 @@
 #include "store/env.h"
 #include "storeutil.h"
 
-/* ---- the wrappers --------------------------------------------------------- */
-
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t n);
-char *__real_strdup(const char *s);
-char *__real_strndup(const char *s, size_t n);
-XXH3_state_t *__real_XXH3_createState(void);
-
-/* The counters, shared with the children the store forks (its structure
- * check at open runs in one), so that a failure given there counts. */
-struct faults {
-	long fail_at; /* the n-th allocation from now fails (0: none) */
-	long seen;    /* allocations counted since armed */
-	long hit;     /* failures given */
-};
-static struct faults *faults;
-
-__attribute__((constructor)) static void faults_map(void)
-{
-	void *p = mmap(NULL, sizeof(struct faults), PROT_READ | PROT_WRITE,
-	               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		abort();
-	faults = p;
-}
-
-static int fail_now(void)
-{
-	long at = faults ? __atomic_load_n(&faults->fail_at, __ATOMIC_SEQ_CST) : 0;
-	if (!at || __atomic_add_fetch(&faults->seen, 1, __ATOMIC_SEQ_CST) != at)
-		return 0;
-	__atomic_add_fetch(&faults->hit, 1, __ATOMIC_SEQ_CST);
-	return 1;
-}
-
-void *__wrap_malloc(size_t n)
-{
-	return fail_now() ? NULL : __real_malloc(n);
-}
-
-void *__wrap_calloc(size_t n, size_t size)
-{
-	return fail_now() ? NULL : __real_calloc(n, size);
-}
-
-void *__wrap_realloc(void *p, size_t n)
-{
-	return fail_now() ? NULL : __real_realloc(p, n);
-}
-
-char *__wrap_strdup(const char *s)
-{
-	return fail_now() ? NULL : __real_strdup(s);
-}
-
-char *__wrap_strndup(const char *s, size_t n)
-{
-	return fail_now() ? NULL : __real_strndup(s, n);
-}
-
-XXH3_state_t *__wrap_XXH3_createState(void)
-{
-	return fail_now() ? NULL : __real_XXH3_createState();
-}
-
 static void arm(long n)
 {
-	__atomic_store_n(&faults->seen, 0, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&faults->hit, 0, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&faults->fail_at, n, __ATOMIC_SEQ_CST);
+	allocfail_arm(n);
 }
 
 static void disarm(void)
 {
-	__atomic_store_n(&faults->fail_at, 0, __ATOMIC_SEQ_CST);
+	allocfail_disarm();
 }
 
 /* ---- the fixture ---------------------------------------------------------- */
@@ -533,22 +464,13 @@ static enum status_code op_stats(struct fixture *f, long n)
 	return code;
 }
 
-struct lost {
-	int n;          /* entries given up */
-	int not_theirs; /* of them, for a cause other than their own size */
-};
-
+/* Only an entry of 256 MiB or more is given up for want of memory (so that
+ * the rest are saved); these are tiny: none is. */
 static void count_lost(const uint8_t *key, const char *why, void *ctx)
 {
 	(void)key;
-	struct lost *l = ctx;
-	l->n++;
-	/* an entry too large for the memory left is given up, so that the
-	 * rest can be saved; nothing else that is not the entry's fault is */
-	if (!strstr(why, "out of memory for its")) {
-		fprintf(stderr, "salvage lost an entry: %s\n", why);
-		l->not_theirs++;
-	}
+	fprintf(stderr, "salvage lost an entry: %s\n", why);
+	++*(int *)ctx;
 }
 
 static enum status_code op_salvage(struct fixture *f, long n)
@@ -556,7 +478,7 @@ static enum status_code op_salvage(struct fixture *f, long n)
 	char *to = storeutil_tmpdir();
 	char path[300];
 	snprintf(path, sizeof(path), "%s/new", to);
-	struct lost lost = {0};
+	int lost = 0;
 	struct store_salvage_res res;
 	struct status st;
 	struct store_stats stats;
@@ -564,14 +486,13 @@ static enum status_code op_salvage(struct fixture *f, long n)
 	arm(n);
 	enum status_code code = store_salvage(f->dir, path, count_lost, &lost, &res, &st);
 	disarm();
-	if (code == STATUS_OK && (res.saved + (uint64_t)lost.n != stats.entries || lost.not_theirs))
+	if (code == STATUS_OK && (res.saved != stats.entries || lost))
 		fail_msg("salvage: with allocation %ld failing, answered OK with %llu of %llu "
 		         "entries "
-		         "saved (%llu found, %d said lost, %d not for their size, %llu problems: "
-		         "%s)",
+		         "saved (%llu found, %d said lost, %llu problems: %s)",
 		         n, (unsigned long long)res.saved, (unsigned long long)stats.entries,
-		         (unsigned long long)res.entries, lost.n, lost.not_theirs,
-		         (unsigned long long)res.problems, res.first_problem);
+		         (unsigned long long)res.entries, lost, (unsigned long long)res.problems,
+		         res.first_problem);
 	storeutil_rmdir(to);
 	return code;
 }
@@ -706,7 +627,7 @@ static void sweep(struct fixture *f, const struct op *op)
 		}
 		enum status_code code = op->run(f, n);
 		disarm();
-		long failed = __atomic_load_n(&faults->hit, __ATOMIC_SEQ_CST);
+		long failed = allocfail_hits();
 		if (code != STATUS_OK && !failed)
 			fail_msg("%s: failed (code %d) with allocation %ld failing, which it never "
 			         "made",
