@@ -223,8 +223,9 @@ static redisContext *node_ready(struct cluster_router *r, int idx)
 	errno = 0;
 	n->ctx = redisConnectWithTimeout(n->addr.host, n->addr.port, tv_ms(r->connect_ms));
 	int err_no = errno;
-	if (!n->ctx) {
-		node_fail(r, n, "connect", "out of memory", 0);
+	if (!n->ctx) { /* hiredis could not allocate its context: not the node's doing */
+		r->stats.nomem++;
+		seterr(r, "redis %s: connect: out of memory", addr_text(&n->addr, at, sizeof(at)));
 		return NULL;
 	}
 	if (n->ctx->err) {
@@ -375,6 +376,7 @@ static int install_map(struct cluster_router *r)
 	 * routed anew (`used`), and a node that is not the slot's answers MOVED. */
 	unsigned char *keep = calloc(r->n_nodes ? r->n_nodes : 1, 1);
 	if (!keep) {
+		r->stats.nomem++;
 		seterr(r, "cluster: out of memory for a slot map");
 		return -1;
 	}
@@ -761,6 +763,7 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 	if (!st || !order) {
 		free(st);
 		free(order);
+		r->stats.nomem++;
 		seterr(r, "cluster: pipeline of %zu commands: out of memory", n);
 		return n;
 	}

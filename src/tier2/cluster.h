@@ -164,6 +164,8 @@ struct cluster_options {
 };
 
 struct cluster_stats {
+	uint64_t nomem;           /* the router's own allocations that failed: the
+	                             commands failed, no node is blamed (no backoff) */
 	uint64_t node_errors;     /* connects, AUTHs or round trips that failed */
 	uint64_t timeouts;        /* of those, the ones that ran out of time */
 	uint64_t connects;        /* connections tried */

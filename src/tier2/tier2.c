@@ -46,25 +46,30 @@ enum tier2_status tier2_io_pipeline(struct cluster_router *r, struct cluster_cmd
 {
 	if (n == 0)
 		return TIER2_OK;
-	uint64_t timeouts = cluster_stats(r).timeouts;
+	struct cluster_stats before = cluster_stats(r);
 	size_t failed = cluster_pipeline(r, cmds, n);
 	if (failed == 0)
 		return TIER2_OK;
-	int timed_out = cluster_stats(r).timeouts != timeouts;
+	struct cluster_stats after = cluster_stats(r);
 	tier2_io_err(err, errsz, "tier2: %s: %zu of %zu commands got no reply: %s", what, failed, n,
 	             cluster_error(r));
-	return timed_out ? TIER2_TIMEOUT : TIER2_NODE_ERROR;
+	return after.nomem != before.nomem         ? TIER2_NOMEM
+	       : after.timeouts != before.timeouts ? TIER2_TIMEOUT
+	                                           : TIER2_NODE_ERROR;
 }
 
 enum tier2_status tier2_io_node(struct cluster_router *r, size_t master, int argc,
                                 const char **argv, const size_t *argvlen, redisReply **reply,
                                 const char *what, char *err, size_t errsz)
 {
-	uint64_t timeouts = cluster_stats(r).timeouts;
+	struct cluster_stats before = cluster_stats(r);
 	if (cluster_command_node(r, master, argc, argv, argvlen, reply) == 0)
 		return TIER2_OK;
+	struct cluster_stats after = cluster_stats(r);
 	tier2_io_err(err, errsz, "tier2: %s: master %zu: %s", what, master, cluster_error(r));
-	return cluster_stats(r).timeouts != timeouts ? TIER2_TIMEOUT : TIER2_NODE_ERROR;
+	return after.nomem != before.nomem         ? TIER2_NOMEM
+	       : after.timeouts != before.timeouts ? TIER2_TIMEOUT
+	                                           : TIER2_NODE_ERROR;
 }
 
 void tier2_io_cmd2(struct cluster_cmd *cmd, struct tier2_cmd2 *c, const char *verb, size_t name_len)

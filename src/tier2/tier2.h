@@ -310,7 +310,8 @@ int tier2_record_encode(const struct tier2_record *rec, uint8_t **out, size_t *l
  * before any allocation), sizes >= 1 and their sum, n_chunks against the sizes
  * and chunk_size, the final checksum, and no trailing bytes. 0 with *out set
  * (its arrays in out->mem: free with tier2_record_free), or -1 with a message
- * naming the field, the offset and the numbers (*out then holds nothing). */
+ * naming the field, the offset and the numbers, or -2 when out of memory
+ * (which says nothing of the bytes); *out then holds nothing. */
 int tier2_record_decode(const void *buf, size_t len, struct tier2_record *out, char *err,
                         size_t errsz);
 

@@ -59,6 +59,7 @@ static enum tier2_status read_record(struct cluster_router *r, const char *ns, c
 		return st;
 	const redisReply *rep = cmd.reply;
 	char msg[320];
+	int drc;
 	uint8_t want[TIER2_KEY_LEN];
 	if (rep->type == REDIS_REPLY_NIL) {
 		tier2_io_err(err, errsz, "tier2: %s %s: not in the cluster", what, c.name);
@@ -71,9 +72,9 @@ static enum tier2_status read_record(struct cluster_router *r, const char *ns, c
 		tier2_io_err(err, errsz, "tier2: %s %s: the record is a reply of type %d", what,
 		             c.name, rep->type);
 		st = TIER2_DAMAGED;
-	} else if (tier2_record_decode(rep->str, rep->len, rec, msg, sizeof(msg)) != 0) {
+	} else if ((drc = tier2_record_decode(rep->str, rep->len, rec, msg, sizeof(msg))) != 0) {
 		tier2_io_err(err, errsz, "tier2: %s %s: %s", what, c.name, msg);
-		st = TIER2_DAMAGED;
+		st = drc == -2 ? TIER2_NOMEM : TIER2_DAMAGED;
 	} else if (prefix_key(rec->fingerprint, rec->salt, rec->salt_len, rec->tokens,
 	                      rec->n_tokens, want) != 0) {
 		tier2_record_free(rec);

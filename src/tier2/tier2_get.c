@@ -48,9 +48,10 @@ static enum tier2_status get_record(struct cluster_router *r, const char *ns, co
 	} else {
 		if (stats)
 			stats->bytes_in += rep->len;
-		if (tier2_record_decode(rep->str, rep->len, rec, msg, sizeof(msg)) != 0) {
+		int drc = tier2_record_decode(rep->str, rep->len, rec, msg, sizeof(msg));
+		if (drc != 0) {
 			tier2_io_err(err, errsz, "tier2: get %s: %s", c.name, msg);
-			st = TIER2_DAMAGED;
+			st = drc == -2 ? TIER2_NOMEM : TIER2_DAMAGED;
 		} else {
 			uint8_t want[TIER2_KEY_LEN];
 			if (prefix_key(rec->fingerprint, rec->salt, rec->salt_len, rec->tokens,

@@ -34,8 +34,14 @@ static enum tier2_status one(struct lister *l, const uint8_t *key, const redisRe
 	    !(rep->len >= 9 && memcmp(rep->str, "WRONGTYPE", 9) == 0))
 		return tier2_io_want_ok(rep, "GET", name, l->err, l->errsz);
 	struct tier2_record rec;
-	if (rep->type != REDIS_REPLY_STRING ||
-	    tier2_record_decode(rep->str, rep->len, &rec, NULL, 0) != 0) {
+	int drc = rep->type == REDIS_REPLY_STRING
+	                  ? tier2_record_decode(rep->str, rep->len, &rec, NULL, 0)
+	                  : -1;
+	if (drc == -2) {
+		tier2_io_err(l->err, l->errsz, "tier2: list: out of memory");
+		return TIER2_NOMEM;
+	}
+	if (drc != 0) {
 		if (l->stats)
 			l->stats->stale++;
 		return TIER2_OK;

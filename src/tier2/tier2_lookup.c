@@ -169,21 +169,27 @@ static int by_p_desc(const void *a, const void *b)
 	return (x->p < y->p) - (x->p > y->p);
 }
 
-/* Whether record bytes are exactly the entry of candidate c for this prompt. */
+/* Whether record bytes are exactly the entry of candidate c for this prompt:
+ * 1 or 0; -1 when memory ran out to tell. */
 static int record_matches(const struct look *l, const redisReply *rep, const struct cand *c)
 {
 	struct tier2_record rec;
-	if (rep->type != REDIS_REPLY_STRING ||
-	    tier2_record_decode(rep->str, rep->len, &rec, NULL, 0) != 0)
+	if (rep->type != REDIS_REPLY_STRING)
 		return 0;
+	int drc = tier2_record_decode(rep->str, rep->len, &rec, NULL, 0);
+	if (drc != 0)
+		return drc == -2 ? -1 : 0;
 	int ok = rec.n_tokens == c->p && memcmp(rec.fingerprint, l->fingerprint, 32) == 0 &&
 	         rec.salt_len == l->salt_len &&
 	         (!rec.salt_len || memcmp(rec.salt, l->salt, rec.salt_len) == 0) &&
 	         memcmp(rec.tokens, l->tokens, (size_t)c->p * 4u) == 0;
 	tier2_record_free(&rec);
 	uint8_t key[TIER2_KEY_LEN];
-	return ok && prefix_key(l->fingerprint, l->salt, l->salt_len, l->tokens, c->p, key) == 0 &&
-	       memcmp(key, c->key, TIER2_KEY_LEN) == 0;
+	if (!ok)
+		return 0;
+	if (prefix_key(l->fingerprint, l->salt, l->salt_len, l->tokens, c->p, key) != 0)
+		return -1;
+	return memcmp(key, c->key, TIER2_KEY_LEN) == 0;
 }
 
 /* The first of n candidates (longest first) whose record matches: its
@@ -206,10 +212,18 @@ static long check_cands(struct look *l, const struct cand *c, size_t n)
 			note_error_reply(l, rep, "GET", cmds[j].key);
 			if (rep->type == REDIS_REPLY_STRING && l->stats)
 				l->stats->bytes_in += rep->len;
-			if (record_matches(l, rep, &c[first + j]))
+			int m = record_matches(l, rep, &c[first + j]);
+			if (m > 0) {
 				found = (long)(first + j);
-			else if (l->stats)
+			} else if (m < 0) { /* unknown: a shorter match may still answer */
+				if (l->fail == TIER2_OK) {
+					l->fail = TIER2_NOMEM;
+					tier2_io_err(l->err, l->errsz,
+					             "tier2: lookup: out of memory");
+				}
+			} else if (l->stats) {
 				l->stats->stale++;
+			}
 		}
 		tier2_io_free_replies(cmds, k);
 		if (found >= 0)

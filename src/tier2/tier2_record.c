@@ -378,7 +378,7 @@ int tier2_record_decode(const void *buf, size_t len, struct tier2_record *out, c
 	unsigned char *mem = calloc(1, mem_len); /* padding too: a decoded record compares whole */
 	if (!mem) {
 		tier2_io_err(err, errsz, "tier2 record: out of memory for %zu bytes", mem_len);
-		return -1;
+		return -2;
 	}
 	struct tier2_layer *layers = (struct tier2_layer *)(void *)mem;
 	uint64_t *chunks = (uint64_t *)(void *)(mem + (size_t)n_layers * sizeof(*layers));

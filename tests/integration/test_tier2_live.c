@@ -16,11 +16,9 @@
 #include <unistd.h>
 
 #include "checksum.h"
-#include "clusterutil.h"
 #include "model.h"
 #include "prefix.h"
-#include "storeutil.h"
-#include "tier2/tier2.h"
+#include "tier2util.h"
 
 static struct clusterutil cl;
 static struct k3cache_model *twin;
@@ -31,23 +29,14 @@ static uint32_t conv[CONV_LEN]; /* one conversation's tokens */
 
 static struct cluster_router *router(void)
 {
-	char seeds[128], err[256] = "";
-	snprintf(seeds, sizeof(seeds), "redis://127.0.0.1:%d", cl.port[0]);
-	struct cluster_options o = {.command_timeout_ms = 5000};
-	struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
-	if (!r)
-		fail_msg("router: %s", err);
-	return r;
+	return tier2util_router(&cl);
 }
 
 /* The twin's blobs at prefix p, as tier2 blobs (s owns the bytes). */
 static struct tier2_blob *blobs_of(struct storeutil_snap *s, uint32_t p, uint32_t seed)
 {
 	*s = storeutil_snap(twin, p, seed);
-	struct tier2_blob *b = calloc(s->n, sizeof(*b));
-	for (uint32_t i = 0; i < s->n; i++)
-		b[i] = (struct tier2_blob){s->blobs[i].data, s->blobs[i].size};
-	return b;
+	return tier2util_blobs(s);
 }
 
 static void put(struct cluster_router *r, const char *ns, const char *salt, const uint32_t *tok,
@@ -1870,11 +1859,8 @@ static int teardown(void **state)
 
 int main(void)
 {
-	if (!clusterutil_on_path("redis-server") || !clusterutil_on_path("redis-cli")) {
-		printf("test_tier2_live: skipped: no redis-server or redis-cli on PATH "
-		       "(scripts/install-deps installs redis-server)\n");
+	if (tier2util_skip("test_tier2_live"))
 		return 77;
-	}
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_shared_prefixes),
 	        cmocka_unit_test(test_walk_trips),
