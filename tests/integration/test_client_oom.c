@@ -1,5 +1,5 @@
-/* libk3cache when memory runs out in the worker's process, against the real
- * daemon (which has all it needs). The test is linked with -Wl,--wrap for
+/* libk3cache, and its direct reader, when memory runs out in the worker's
+ * process, against the real daemon (which has all it needs). The test is linked with -Wl,--wrap for
  * the allocators (allocfail.h; tests/CMakeLists.txt), so the library's own
  * allocations in this binary can be made to fail: the 1st, 2nd, 3rd ... of
  * a round of calls a worker makes (connect, put the model, publish, publish
@@ -9,7 +9,10 @@
  *  - a call that failed said INTERNAL (the worker's memory, not its data,
  *    not the daemon's bytes);
  *  - a restore that answered OK handed over exactly the published bytes;
- *  - the daemon is up, and a new connection publishes and restores. */
+ *  - the daemon is up, and a new connection publishes and restores.
+ * The direct reader's round (open, lookup, restore into buffers, a view,
+ * close) is swept the same way, and must never report the entry damaged
+ * to the daemon for its own want of memory. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +25,7 @@
 
 #include "allocfail.h"
 #include "daemonutil.h"
+#include "k3cache/direct.h"
 #include "k3cache/k3cache.h"
 
 #define P_BASE 200 /* the held entry: three MLA row blocks */
@@ -249,10 +253,109 @@ static void test_client_out_of_memory(void **state)
 	free_snap(&turn);
 }
 
+static uint64_t counter(const char *name)
+{
+	struct k3cache *c;
+	struct k3cache_error e;
+	uint64_t v = 0;
+	if (k3cache_connect(d.sock, &c, &e) != 0 || k3cache_stat_counter(c, name, &v, &e) != 0)
+		fail_msg("%s: %s", name, e.message);
+	k3cache_close(c);
+	return v;
+}
+
+/* One round of a same-host worker's direct reads, the n-th allocation
+ * failing. */
+static void direct_round(long n, struct seen *s)
+{
+	const uint8_t *fp = k3cache_model_fingerprint(twin);
+	uint32_t nl = base.n;
+	void *bufs[64];
+	size_t caps[64], lens[64];
+	for (uint32_t i = 0; i < nl; i++) {
+		caps[i] = base.bufs[i].len;
+		bufs[i] = malloc(caps[i]);
+	}
+	struct k3cache_error e;
+	struct k3cache_direct *dr = NULL;
+	allocfail_arm(n);
+	int rc = k3cache_direct_open(d.db, d.sock, &dr, &e);
+	note(s, "direct_open", rc, &e);
+	if (!rc) {
+		struct k3cache_lookup_result lr;
+		rc = k3cache_direct_lookup(dr, fp, "", 0, toks, P_BASE + 1, P_BASE, &lr, &e);
+		note(s, "direct_lookup", rc, &e);
+		if (!rc && (lr.prefix_len != P_BASE || memcmp(lr.key, base_key, sizeof(base_key))))
+			s->wrong++;
+		uint32_t p = 0;
+		rc = k3cache_direct_restore_into(dr, twin, base_key, bufs, caps, lens, &p, &e);
+		note(s, "direct_restore_into", rc, &e);
+		for (uint32_t i = 0; !rc && i < nl; i++)
+			if (lens[i] != base.bufs[i].len ||
+			    memcmp(bufs[i], base.bufs[i].data, lens[i]) != 0)
+				s->wrong++;
+		struct k3cache_direct_view *v = NULL;
+		rc = k3cache_direct_view(dr, twin, base_key, &v, &e);
+		note(s, "direct_view", rc, &e);
+		for (uint32_t i = 0; !rc && i < nl; i++) {
+			size_t at = 0;
+			const struct k3cache_view_layer *l = &v->layers[i];
+			for (uint32_t j = 0; j < l->n_pieces; j++) {
+				const struct k3cache_buf *pc = &l->pieces[j];
+				if (at + pc->len > base.bufs[i].len ||
+				    memcmp(pc->data, (const unsigned char *)base.bufs[i].data + at,
+				           pc->len) != 0)
+					s->wrong++;
+				at += pc->len;
+			}
+			if (at != base.bufs[i].len)
+				s->wrong++;
+		}
+		if (!rc)
+			k3cache_direct_view_release(v);
+		k3cache_direct_close(dr);
+	}
+	allocfail_disarm();
+	for (uint32_t i = 0; i < nl; i++)
+		free(bufs[i]);
+}
+
+static void test_direct_out_of_memory(void **state)
+{
+	(void)state;
+	uint64_t damaged = counter("reported_damaged");
+	long n;
+	int failed_calls = 0;
+	for (n = 1; n < 5000; n++) {
+		struct seen s = {0};
+		direct_round(n, &s);
+		long hits = allocfail_hits();
+		if (s.wrong)
+			fail_msg("allocation %ld failing: a direct read answered OK with other "
+			         "bytes",
+			         n);
+		if (s.blamed)
+			fail_msg("allocation %ld failing: %s (not INTERNAL)", n, s.first);
+		if (s.failed && !hits)
+			fail_msg("allocation %ld: a call failed with no allocation failing", n);
+		failed_calls += s.failed;
+		expect_daemon_serves();
+		if (!hits)
+			break;
+	}
+	printf("a direct round makes %ld allocations; %d calls failed for them\n", n - 1,
+	       failed_calls);
+	/* the reader's want of memory is not damage: nothing was reported */
+	assert_int_equal(counter("reported_damaged"), damaged);
+	assert_true(n > 5);
+	assert_true(n < 5000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_client_out_of_memory),
+	        cmocka_unit_test(test_direct_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
