@@ -160,17 +160,45 @@ static int same_as_base(uint32_t index, const void *blob, size_t len, void *ctx)
 	return 0;
 }
 
+/* Buffers for a restore of the held entry (made outside any failure). */
+struct dest {
+	void *bufs[64];
+	size_t caps[64], lens[64];
+};
+
+static void new_dest(struct dest *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (uint32_t i = 0; i < base.n && i < 64; i++) {
+		t->caps[i] = base.bufs[i].len;
+		t->bufs[i] = malloc(t->caps[i]);
+	}
+}
+
+/* 1 when a restore into t did not give the held entry's bytes. */
+static int dest_differs(const struct dest *t)
+{
+	for (uint32_t i = 0; i < base.n; i++)
+		if (!t->bufs[i] || t->lens[i] != base.bufs[i].len ||
+		    memcmp(t->bufs[i], base.bufs[i].data, t->lens[i]) != 0)
+			return 1;
+	return 0;
+}
+
+static void free_dest(struct dest *t)
+{
+	for (uint32_t i = 0; i < 64; i++)
+		free(t->bufs[i]);
+}
+
 /* One round of a worker's calls, the n-th allocation failing. */
 static void round_with(long n, struct snap *turn, struct seen *s)
 {
 	const uint8_t *fp = k3cache_model_fingerprint(twin);
-	uint32_t nl = base.n;
-	void *bufs[64];
-	size_t caps[64], lens[64];
-	for (uint32_t i = 0; i < nl; i++) {
-		caps[i] = base.bufs[i].len;
-		bufs[i] = malloc(caps[i]);
-	}
+	struct dest dst;
+	new_dest(&dst);
+	void **bufs = dst.bufs;
+	size_t *caps = dst.caps, *lens = dst.lens;
 	struct k3cache_error e;
 	struct k3cache *c = NULL;
 	allocfail_arm(n);
@@ -197,15 +225,12 @@ static void round_with(long n, struct snap *turn, struct seen *s)
 		uint32_t p = 0;
 		rc = k3cache_restore_into(c, twin, base_key, bufs, caps, lens, &p, &e);
 		note(s, "restore_into", rc, &e);
-		for (uint32_t i = 0; !rc && i < nl; i++)
-			if (lens[i] != base.bufs[i].len ||
-			    memcmp(bufs[i], base.bufs[i].data, lens[i]) != 0)
-				s->wrong++;
+		if (!rc)
+			s->wrong += dest_differs(&dst);
 		k3cache_close(c);
 	}
 	allocfail_disarm();
-	for (uint32_t i = 0; i < nl; i++)
-		free(bufs[i]);
+	free_dest(&dst);
 }
 
 /* Outside any failure: the daemon still publishes and restores. */
@@ -270,12 +295,10 @@ static void direct_round(long n, struct seen *s)
 {
 	const uint8_t *fp = k3cache_model_fingerprint(twin);
 	uint32_t nl = base.n;
-	void *bufs[64];
-	size_t caps[64], lens[64];
-	for (uint32_t i = 0; i < nl; i++) {
-		caps[i] = base.bufs[i].len;
-		bufs[i] = malloc(caps[i]);
-	}
+	struct dest dst;
+	new_dest(&dst);
+	void **bufs = dst.bufs;
+	size_t *caps = dst.caps, *lens = dst.lens;
 	struct k3cache_error e;
 	struct k3cache_direct *dr = NULL;
 	allocfail_arm(n);
@@ -285,15 +308,14 @@ static void direct_round(long n, struct seen *s)
 		struct k3cache_lookup_result lr;
 		rc = k3cache_direct_lookup(dr, fp, "", 0, toks, P_BASE + 1, P_BASE, &lr, &e);
 		note(s, "direct_lookup", rc, &e);
-		if (!rc && (lr.prefix_len != P_BASE || memcmp(lr.key, base_key, sizeof(base_key))))
+		if (!rc &&
+		    (lr.prefix_len != P_BASE || memcmp(lr.key, base_key, sizeof(base_key)) != 0))
 			s->wrong++;
 		uint32_t p = 0;
 		rc = k3cache_direct_restore_into(dr, twin, base_key, bufs, caps, lens, &p, &e);
 		note(s, "direct_restore_into", rc, &e);
-		for (uint32_t i = 0; !rc && i < nl; i++)
-			if (lens[i] != base.bufs[i].len ||
-			    memcmp(bufs[i], base.bufs[i].data, lens[i]) != 0)
-				s->wrong++;
+		if (!rc)
+			s->wrong += dest_differs(&dst);
 		struct k3cache_direct_view *v = NULL;
 		rc = k3cache_direct_view(dr, twin, base_key, &v, &e);
 		note(s, "direct_view", rc, &e);
@@ -316,8 +338,7 @@ static void direct_round(long n, struct seen *s)
 		k3cache_direct_close(dr);
 	}
 	allocfail_disarm();
-	for (uint32_t i = 0; i < nl; i++)
-		free(bufs[i]);
+	free_dest(&dst);
 }
 
 static void test_direct_out_of_memory(void **state)
