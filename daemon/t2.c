@@ -134,6 +134,7 @@ void t2_count_router(struct k3d_t2 *t, struct cluster_router *r, struct cluster_
 	struct cluster_stats now = cluster_stats(r);
 	atomic_fetch_add(&t->n.node_errors, now.node_errors - seen->node_errors);
 	atomic_fetch_add(&t->n.timeouts, now.timeouts - seen->timeouts);
+	atomic_fetch_add(&t->n.router_no_memory, now.nomem - seen->nomem);
 	atomic_fetch_add(&t->n.resent, now.resent - seen->resent);
 	*seen = now;
 	atomic_fetch_add(&t->n.bytes_in, ts->bytes_in - ts_seen->bytes_in);

@@ -114,6 +114,8 @@
 	X(node_errors, "tier2_node_errors_total",                                                  \
 	  "Round trips or connections to a node that failed.")                                     \
 	X(timeouts, "tier2_timeouts_total", "Of those, the ones that ran out of time.")            \
+	X(router_no_memory, "tier2_router_no_memory_total",                                        \
+	  "Commands that failed for want of this daemon's memory (no node blamed).")               \
 	X(resent, "tier2_resent_total",                                                            \
 	  "Commands sent again to the new master of their slot after theirs failed (a failover).") \
 	X(stale, "tier2_stale_total", "Index fields whose record was gone or did not match.")

@@ -483,7 +483,9 @@ enum tier2_status tier2_undo(struct cluster_router *r, const char *ns,
  * (pass the prompt cut at the caller's limit). TIER2_OK with *prefix_len P and
  * key set, or *prefix_len 0 when there is none. When nothing was found and a
  * round trip failed, TIER2_TIMEOUT or TIER2_NODE_ERROR (the answer may have
- * been longer); TIER2_INVALID, TIER2_NOMEM. */
+ * been longer), or TIER2_NOMEM when memory ran out (to read a candidate's
+ * record, say); when something was found despite such a failure, TIER2_OK
+ * with it, though a longer one may have been missed; TIER2_INVALID. */
 enum tier2_status tier2_longest(struct cluster_router *r, const char *ns,
                                 const uint8_t fingerprint[32], const void *salt, size_t salt_len,
                                 const uint32_t *tokens, uint32_t n, uint8_t key[TIER2_KEY_LEN],

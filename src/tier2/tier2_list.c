@@ -177,11 +177,14 @@ enum tier2_status tier2_list(struct cluster_router *r, const char *ns, const uin
 	                   .stats = stats,
 	                   .err = err,
 	                   .errsz = errsz};
-	uint64_t timeouts = cluster_stats(r).timeouts;
+	struct cluster_stats before = cluster_stats(r);
 	size_t masters = cluster_n_masters(r);
 	if (masters == 0) {
 		tier2_io_err(err, errsz, "tier2: list: no slot map: %s", cluster_error(r));
-		return cluster_stats(r).timeouts != timeouts ? TIER2_TIMEOUT : TIER2_NODE_ERROR;
+		struct cluster_stats after = cluster_stats(r);
+		return after.nomem != before.nomem         ? TIER2_NOMEM
+		       : after.timeouts != before.timeouts ? TIER2_TIMEOUT
+		                                           : TIER2_NODE_ERROR;
 	}
 	char pattern[TIER2_NAME_MAX];
 	size_t pattern_len = (size_t)snprintf(pattern, sizeof(pattern), "k3:%s:e:*", ns);

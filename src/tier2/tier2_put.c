@@ -106,7 +106,9 @@ static enum tier2_status run(struct put *p, struct cluster_cmd *cmds, size_t n, 
 }
 
 /* The record that key has now, if any (one that does not decode: none; its
- * chunks are left to expiry or eviction). */
+ * chunks are left to expiry or eviction). TIER2_NOMEM when memory ran out
+ * to decode it: what is there is then unknown, and nothing may be written
+ * over it. */
 static enum tier2_status old_record(struct put *p, const uint8_t *fingerprint, const void *salt,
                                     size_t salt_len, const uint32_t *tokens, uint32_t n_tokens,
                                     struct old *o)
@@ -124,7 +126,12 @@ static enum tier2_status old_record(struct put *p, const uint8_t *fingerprint, c
 		struct tier2_record rec;
 		if (p->stats)
 			p->stats->bytes_in += rep->len;
-		if (tier2_record_decode(rep->str, rep->len, &rec, NULL, 0) == 0) {
+		int drc = tier2_record_decode(rep->str, rep->len, &rec, NULL, 0);
+		if (drc == -2) {
+			tier2_io_err(p->err, p->errsz,
+			             "tier2: put: out of memory reading the record");
+			st = TIER2_NOMEM;
+		} else if (drc == 0) {
 			o->have = 1;
 			o->gen = rec.generation;
 			o->chunk_size = rec.chunk_size;

@@ -1,7 +1,8 @@
 /* The second tier when memory runs out in the daemon's process, against a
  * real 3-master Redis Cluster started here (clusterutil.h). The test is
  * linked with -Wl,--wrap for the allocators (allocfail.h), so the tier's own
- * allocations (not hiredis's) can be made to fail: each of a put's, a
+ * allocations (not hiredis's) can be made to fail: each of a put's (of a
+ * new entry, and of one the cluster has, as the daemon copies), a
  * longest-prefix search's, a get's and a delete's in turn, until a run
  * fails none.
  * After every run:
@@ -141,6 +142,49 @@ static enum tier2_status op_get(struct cluster_router *r, long n)
 	return st;
 }
 
+/* The held entry's record's generation (outside any failure). */
+static uint64_t held_generation(struct cluster_router *r)
+{
+	char name[TIER2_NAME_MAX], err[320] = "";
+	tier2_name_record(name, "oom", held_key);
+	const char *argv[] = {"GET", name};
+	size_t lens[] = {3, strlen(name)};
+	redisReply *rep = NULL;
+	if (cluster_command_argv(r, name, strlen(name), 2, argv, lens, &rep) != 0 ||
+	    rep->type != REDIS_REPLY_STRING)
+		fail_msg("GET %s: %s", name, cluster_error(r));
+	struct tier2_record rec;
+	if (tier2_record_decode(rep->str, rep->len, &rec, err, sizeof(err)) != 0)
+		fail_msg("record: %s", err);
+	uint64_t gen = rec.generation;
+	tier2_record_free(&rec);
+	freeReplyObject(rep);
+	return gen;
+}
+
+/* The daemon's copy of an entry the cluster has already (keep_existing):
+ * OK with it kept, or NOMEM; never a record written over it, which would
+ * leave the old generation's chunks and parts named by nothing. */
+static enum tier2_status op_put_existing(struct cluster_router *r, long n)
+{
+	uint64_t gen = held_generation(r);
+	struct tier2_blob *b = blobs_of(&held);
+	struct tier2_put_options o = {.keep_existing = 1};
+	struct tier2_stats stats = {0};
+	char err[512] = "";
+	allocfail_arm(n);
+	enum tier2_status st = tier2_put(r, "oom", fp, "", 0, toks, P_HELD, b, held.n, &o, &stats,
+	                                 err, sizeof(err));
+	allocfail_disarm();
+	free(b);
+	expect_nomem(st, "put of an existing entry", n, err);
+	if (held_generation(r) != gen)
+		fail_msg("put of an existing entry with allocation %ld failing: its record was "
+		         "written over (%s)",
+		         n, tier2_status_name(st));
+	return st;
+}
+
 /* A delete of an entry put just before (the daemon's making room): OK, or
  * NOMEM and then done by a second try; never DAMAGED or MISSING, on which
  * the daemon takes it off its ledger with its bytes still in the cluster. */
@@ -210,6 +254,12 @@ static void test_longest_out_of_memory(void **state)
 	sweep("longest", op_longest);
 }
 
+static void test_put_existing_out_of_memory(void **state)
+{
+	(void)state;
+	sweep("put of an existing entry", op_put_existing);
+}
+
 static void test_delete_out_of_memory(void **state)
 {
 	(void)state;
@@ -269,6 +319,7 @@ int main(void)
 	        cmocka_unit_test(test_longest_out_of_memory),
 	        cmocka_unit_test(test_get_out_of_memory),
 	        cmocka_unit_test(test_put_out_of_memory),
+	        cmocka_unit_test(test_put_existing_out_of_memory),
 	        cmocka_unit_test(test_delete_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
