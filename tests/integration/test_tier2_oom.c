@@ -3,8 +3,8 @@
  * linked with -Wl,--wrap for the allocators (allocfail.h), so the tier's own
  * allocations (not hiredis's) can be made to fail: each of a put's (of a
  * new entry, and of one the cluster has, as the daemon copies), a
- * longest-prefix search's, a get's and a delete's in turn, until a run
- * fails none.
+ * longest-prefix search's, a get's, a delete's and an undo's in turn,
+ * until a run fails none.
  * After every run:
  *  - nothing crashed, and under ASan nothing leaked;
  *  - the call said TIER2_NOMEM, or answered right: a get OK has exactly the
@@ -185,10 +185,11 @@ static enum tier2_status op_put_existing(struct cluster_router *r, long n)
 	return st;
 }
 
-/* A delete of an entry put just before (the daemon's making room): OK, or
- * NOMEM and then done by a second try; never DAMAGED or MISSING, on which
- * the daemon takes it off its ledger with its bytes still in the cluster. */
-static enum tier2_status op_delete(struct cluster_router *r, long n)
+/* A delete (the daemon's making room), or an undo, of an entry put just
+ * before: OK, or NOMEM and then done by a second try; never DAMAGED or
+ * MISSING, on which the daemon takes it off its ledger with its bytes still
+ * in the cluster. */
+static enum tier2_status take_back(struct cluster_router *r, long n, int undo)
 {
 	static uint32_t seed = 5000;
 	uint32_t t[40];
@@ -205,14 +206,17 @@ static enum tier2_status op_delete(struct cluster_router *r, long n)
 	storeutil_snap_free(&s);
 	uint8_t key[TIER2_KEY_LEN];
 	assert_int_equal(prefix_key(fp, "", 0, t, 40, key), 0);
+	const char *what = undo ? "undo" : "delete";
 	allocfail_arm(n);
-	enum tier2_status st = tier2_delete(r, "oom", key, seed, NULL, err, sizeof(err));
+	enum tier2_status st = undo ? tier2_undo(r, "oom", key, seed, NULL, err, sizeof(err))
+	                            : tier2_delete(r, "oom", key, seed, NULL, err, sizeof(err));
 	allocfail_disarm();
-	expect_nomem(st, "delete", n, err);
+	expect_nomem(st, what, n, err);
 	if (st != TIER2_OK) {
-		st = tier2_delete(r, "oom", key, seed, NULL, err, sizeof(err));
+		st = undo ? tier2_undo(r, "oom", key, seed, NULL, err, sizeof(err))
+		          : tier2_delete(r, "oom", key, seed, NULL, err, sizeof(err));
 		if (st != TIER2_OK)
-			fail_msg("delete again after allocation %ld failed: %s: %s", n,
+			fail_msg("%s again after allocation %ld failed: %s: %s", what, n,
 			         tier2_status_name(st), err);
 		st = TIER2_NOMEM;
 	}
@@ -222,6 +226,17 @@ static enum tier2_status op_delete(struct cluster_router *r, long n)
 		tier2_entry_free(&e);
 	assert_int_equal(gone, TIER2_MISSING);
 	return st;
+}
+
+static enum tier2_status op_delete(struct cluster_router *r, long n)
+{
+	return take_back(r, n, 0);
+}
+
+/* The undo of a finished put (a daemon's journal after a crash): the same. */
+static enum tier2_status op_undo(struct cluster_router *r, long n)
+{
+	return take_back(r, n, 1);
 }
 
 static void sweep(const char *what, enum tier2_status (*op)(struct cluster_router *, long))
@@ -258,6 +273,12 @@ static void test_put_existing_out_of_memory(void **state)
 {
 	(void)state;
 	sweep("put of an existing entry", op_put_existing);
+}
+
+static void test_undo_out_of_memory(void **state)
+{
+	(void)state;
+	sweep("undo", op_undo);
 }
 
 static void test_delete_out_of_memory(void **state)
@@ -321,6 +342,7 @@ int main(void)
 	        cmocka_unit_test(test_put_out_of_memory),
 	        cmocka_unit_test(test_put_existing_out_of_memory),
 	        cmocka_unit_test(test_delete_out_of_memory),
+	        cmocka_unit_test(test_undo_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
