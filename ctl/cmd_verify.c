@@ -112,6 +112,28 @@ static size_t print_damaged(const frame_response *resp)
 	return blocks;
 }
 
+/* --json: what was checked and found damaged; a verify that stopped says
+ * why in "error" (and, on stderr, as every command does). */
+static void print_json(const frame_response *resp)
+{
+	json_t *arr = json_array();
+	for (size_t i = 0; i < resp->n_damaged; i++)
+		json_array_append_new(
+		        arr, resp->damaged[i]->key.len == 32
+		                     ? json_pack("{s:o,s:s}", "key",
+		                                 ctl_hex_json(resp->damaged[i]->key.data, 32),
+		                                 "why", resp->damaged[i]->why)
+		                     : json_pack("{s:n,s:s}", "key", "why", resp->damaged[i]->why));
+	json_t *doc = json_pack("{s:I,s:I,s:o}", "checked", (json_int_t)resp->checked, "damaged",
+	                        (json_int_t)resp->n_damaged, "entries", arr);
+	if (doc && resp->code != 0)
+		json_object_set_new(doc, "error",
+		                    json_pack("{s:s,s:s}", "code",
+		                              status_code_name((enum status_code)resp->code),
+		                              "message", resp->message ? resp->message : ""));
+	ctl_print_json(stdout, doc);
+}
+
 static int cmd_verify_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                            char **argv)
 {
@@ -158,23 +180,13 @@ static int cmd_verify_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 	if (resp->code != 0) {
 		/* a verify that stopped (out of memory, say) may have taken entries
 		 * out of service before: they are said too */
-		if (!json)
+		if (json)
+			print_json(resp);
+		else
 			print_damaged(resp);
 		rc = ctl_answer_error(resp, self->name);
 	} else if (json) {
-		json_t *arr = json_array();
-		for (size_t i = 0; i < resp->n_damaged; i++)
-			json_array_append_new(
-			        arr,
-			        resp->damaged[i]->key.len == 32
-			                ? json_pack("{s:o,s:s}", "key",
-			                            ctl_hex_json(resp->damaged[i]->key.data, 32),
-			                            "why", resp->damaged[i]->why)
-			                : json_pack("{s:n,s:s}", "key", "why",
-			                            resp->damaged[i]->why));
-		ctl_print_json(stdout,
-		               json_pack("{s:I,s:I,s:o}", "checked", (json_int_t)resp->checked,
-		                         "damaged", (json_int_t)resp->n_damaged, "entries", arr));
+		print_json(resp);
 	} else {
 		size_t blocks = print_damaged(resp);
 		printf("verified %" PRIu64 " entr%s: %zu damaged", resp->checked,

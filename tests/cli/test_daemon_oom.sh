@@ -2,7 +2,7 @@
 # The daemon short of memory: one of its allocations fails, the 1st, the
 # (1 + STRIDE)th, the (1 + 2 STRIDE)th ... of what a round of clients makes it
 # do (a publish streamed through the receive window, a lookup and restore
-# checked byte for byte, stat, ls, inspect, verify, evict: about 1,100
+# checked byte for byte, stat, ls, inspect, verify (and --json), evict: about 1,150
 # allocations), until one past the round's last; one daemon throughout. After each round
 # the daemon must still be up and serve the entry it held, byte for byte; no
 # client may hang or be answered OK with wrong bytes, and no answer may call
@@ -40,7 +40,7 @@ ok "an entry to hold" $([ ${#base} = 64 ]; echo $?)
 # the held entry, restored and compared with what was published
 held() { timeout 20 "$pub" "$sock" "$tiny" N:300 held 1 --restore >"$dir/held.out" 2>&1; }
 
-failed_at=() wrong=0 hung=0 down=0 crashed=0 blamed=0
+failed_at=() wrong=0 hung=0 down=0 crashed=0 blamed=0 nojson=0
 # a client's exit and output: hung (timeout), crashed (a signal), or told
 # the daemon broke the protocol
 seen() {
@@ -63,6 +63,18 @@ for n in $(seq 1 "$stride" "$max"); do
     c $cmd >"$dir/c.out" 2>&1
     seen $? "$cmd" "$dir/c.out"
   done
+  # a verify that stops (its answer an error code) says so in its JSON
+  # too, beside what it had found
+  c verify --json >"$dir/v.json" 2>"$dir/v.err"
+  vrc=$?
+  seen $vrc "verify --json" "$dir/v.err"
+  if grep -qE '^k3cachectl verify: [A-Z_]+: ' "$dir/v.err" && ! python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if d.get("error", {}).get("code") or d["damaged"] else 1)' "$dir/v.json" 2>/dev/null; then
+    nojson=$((nojson + 1))
+    echo "round $n: verify --json exited $vrc with no error in its JSON: $(head -c 300 "$dir/v.json") $(head -c 300 "$dir/v.err")"
+  fi
   rm -f "$arm"
   key=$(tail -1 "$dir/pub.out")
   [ ${#key} = 64 ] && c evict "$key" >/dev/null 2>&1 # the store stays the same size
@@ -91,6 +103,7 @@ ok "the daemon stayed up" $([ $down = 0 ]; echo $?)
 ok "no client hung ($hung)" $([ $hung = 0 ]; echo $?)
 ok "no client died ($crashed)" $([ $crashed = 0 ]; echo $?)
 ok "no client was told the daemon broke the protocol ($blamed)" $([ $blamed = 0 ]; echo $?)
+ok "a verify --json that stopped said why in its JSON ($nojson)" $([ $nojson = 0 ]; echo $?)
 ok "no wrong bytes, and the held entry always served after ($wrong)" $([ $wrong = 0 ]; echo $?)
 kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
 ok "SIGTERM stops it cleanly (exit $rc)" $([ $rc = 0 ]; echo $?)
