@@ -41,6 +41,7 @@ struct k3cache_direct {
 	double view_seconds;     /* a view's life; 0: no limit */
 	unsigned threads;        /* checking a restore or a view: layers on this many threads */
 	struct view_priv *views; /* live views, oldest last */
+	pid_t pid;               /* the process that opened it (after fork(), not the child) */
 };
 
 /* Bytes copied between two checks of a layer: the check reads them while
@@ -122,7 +123,10 @@ static void expire(struct view_priv *pv)
 {
 	if (!pv->snap)
 		return;
-	store_snapshot_release(pv->snap);
+	/* a child after fork() must not end its parent's read transaction: its
+	 * slot in the reader table is the parent's (the snapshot is left) */
+	if (pv->d->pid == getpid())
+		store_snapshot_release(pv->snap);
 	pv->snap = NULL;
 	for (size_t i = 0; i < pv->n_pieces; i++)
 		pv->pieces[i].data = NULL;
@@ -161,6 +165,19 @@ __attribute__((format(printf, 3, 4))) static int fail(struct k3cache_error *err,
 		va_end(ap);
 	}
 	return (int)code;
+}
+
+/* A handle used by a child after fork(): refused. LMDB's environment does
+ * not survive a fork, its read transactions' slots are the parent's, and
+ * the report connection is the parent's socket. */
+static int elsewhere(const struct k3cache_direct *d, struct k3cache_error *err)
+{
+	if (d->pid == getpid())
+		return 0;
+	return fail(err, STATUS_INVALID,
+	            "this direct reader was opened by process %ld: after fork() a child "
+	            "opens its own (k3cache_direct_open)",
+	            (long)d->pid);
 }
 
 int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache_direct **out,
@@ -208,6 +225,7 @@ int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache
 		}
 		d->threads = (unsigned)x;
 	}
+	d->pid = getpid();
 	/* the daemon walked the file when it opened it, and writes it still */
 	struct store_options o = {.read_only = 1, .check = STORE_CHECK_NEVER};
 	struct status st;
@@ -240,8 +258,9 @@ void k3cache_direct_close(struct k3cache_direct *d)
 		return;
 	while (d->views) /* their pages go with the store */
 		expire(d->views);
-	report(d, NULL);
-	k3cache_close(d->daemon);
+	if (d->pid == getpid()) /* a child's would go down its parent's connection */
+		report(d, NULL);
+	k3cache_close(d->daemon); /* its socket closed in this process only */
 	store_close(d->s);
 	free(d);
 }
@@ -251,8 +270,10 @@ int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_
                           uint32_t n_tokens, uint32_t limit, struct k3cache_lookup_result *out,
                           struct k3cache_error *err)
 {
-	expire_old(d);
 	memset(out, 0, sizeof(*out));
+	if (elsewhere(d, err))
+		return STATUS_INVALID;
+	expire_old(d);
 	if (salt_len > STORE_MAX_SALT)
 		return fail(err, STATUS_INVALID, "the salt is %zu bytes; at most %u are allowed",
 		            salt_len, STORE_MAX_SALT);
@@ -443,6 +464,8 @@ static int open_entry(struct k3cache_direct *d, const struct k3cache_model *mode
                       const uint8_t key[K3CACHE_KEY_LEN], struct store_snapshot **out,
                       struct k3cache_error *err)
 {
+	if (elsewhere(d, err))
+		return STATUS_INVALID;
 	expire_old(d);
 	struct status st;
 	/* no chunk sums now: each layer's checksum, checked after, covers its bytes */

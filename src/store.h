@@ -92,7 +92,14 @@ int store_check_parse(const char *s, enum store_check *out);
  *
  * An open to write leaves a marker, DIR/running.PID, that store_close
  * removes. A marker of a process that is gone means an unclean stop: the
- * open removes it, and checks the structure even under STORE_CHECK_UNCLEAN. */
+ * open removes it, and checks the structure even under STORE_CHECK_UNCLEAN.
+ *
+ * One process has one LMDB environment of a store (store/envshare.h): a
+ * read-only open of a store the process has open already shares it (no
+ * check is run again), and a read-write one is refused (STATUS_INVALID).
+ * The environment is closed by the last store_close. A child after fork()
+ * must not use its parent's stores; its store_close of one frees memory
+ * only, and its own opens make environments of its own. */
 enum status_code store_open(const char *dir, const struct store_options *opt, struct store **out,
                             struct status *st);
 /* Writes batched last-used times, then closes. NULL is a no-op. */

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "envshare.h"
 #include "lru.h"
 #include "pending.h"
 #include "record.h"
@@ -346,6 +347,21 @@ static enum status_code denied(const char *dir, int read_only, struct status *st
 	                  what, need);
 }
 
+/* A read-only open of a store this process has open already: its tables
+ * read through the environment s shares (the first open checked the file). */
+static enum status_code open_shared(struct store *s, struct status *st)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "opening the store");
+	enum status_code code = open_tables(s, txn, st);
+	/* a read-only transaction ends by commit as well */
+	if ((rc = store_txn_end(txn, code ? STORE_TXN_NOTHING : 0)) != 0 && !code)
+		code = store_mdb_error(st, rc, "opening the store");
+	return code;
+}
+
 enum status_code store_open(const char *dir, const struct store_options *opt, struct store **out,
                             struct status *st)
 {
@@ -386,8 +402,34 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		        dir);
 		goto fail;
 	}
+	/* a store this process has open already: its environment (envshare.h) */
+	store_envshare_lock();
+	int shared_ro = 0;
+	if ((s->env = store_envshare_take((uint64_t)sb.st_dev, (uint64_t)sb.st_ino, &shared_ro))) {
+		if (!s->opt.read_only) {
+			code = status_set(
+			        st, STATUS_INVALID,
+			        "%s: this process has the store open already%s; close it "
+			        "first (LMDB allows one environment of a store per process)",
+			        dir, shared_ro ? " (read-only: a direct reader?)" : "");
+			goto fail;
+		}
+		if ((code = open_shared(s, st)) != STATUS_OK)
+			goto fail;
+		store_envshare_unlock();
+		*out = s;
+		return STATUS_OK;
+	}
 	if ((rc = mdb_env_create(&s->env)) != 0) {
+		s->env = NULL;
 		code = store_mdb_error(st, rc, "mdb_env_create");
+		goto fail;
+	}
+	if (store_envshare_add((uint64_t)sb.st_dev, (uint64_t)sb.st_ino, s->env,
+	                       s->opt.read_only) != 0) {
+		mdb_env_close(s->env);
+		s->env = NULL;
+		code = status_set(st, STATUS_INTERNAL, "out of memory");
 		goto fail;
 	}
 	mdb_env_set_maxdbs(s->env, 16);
@@ -453,12 +495,14 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		if (store_txn_end(txn, store_pending_sweep(s, txn, &swept)) == 0)
 			s->swept_at_open = swept;
 	}
+	store_envshare_unlock();
 	*out = s;
 	return STATUS_OK;
 fail:
-	if (s->env)
+	if (s->env && store_envshare_drop(s->env) == 1)
 		mdb_env_close(s->env);
 	drop_marker(s);
+	store_envshare_unlock();
 	pthread_mutex_destroy(&s->mu);
 	free(s->dir);
 	free(s);
@@ -469,12 +513,20 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
-	if (!s->opt.read_only)
-		store_flush(s, NULL);
-	if (s->opt.durability == STORE_FAST && !s->opt.read_only)
-		mdb_env_sync(s->env, 1);
-	mdb_env_close(s->env);
-	drop_marker(s); /* a clean stop: every commit is in the file */
+	store_envshare_lock();
+	int last = store_envshare_drop(s->env);
+	if (last >= 0) { /* not a parent's, inherited through fork(): that is left alone */
+		if (!s->opt.read_only)
+			store_flush(s, NULL);
+		if (s->opt.durability == STORE_FAST && !s->opt.read_only)
+			mdb_env_sync(s->env, 1);
+		if (last == 1) /* read-only opens sharing it may outlive a writer's */
+			mdb_env_close(s->env);
+		drop_marker(s); /* a clean stop: every commit is in the file */
+	} else {
+		free(s->marker);
+	}
+	store_envshare_unlock();
 	for (size_t i = 0; i < s->n_models_cached; i++)
 		model_free(s->model_cache[i].spec);
 	free(s->model_cache);

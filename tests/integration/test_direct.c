@@ -420,8 +420,10 @@ static int count_reader(const char *msg, void *ctx)
 }
 
 /* Read transactions that process pid holds on the store, as LMDB's reader
- * table shows them, listed by a child (a second environment on the same
- * file in this process would drop this process's locks on it when closed). */
+ * table shows them after a reader check (the daemon runs one every 10 s:
+ * it frees the slots of processes that no longer hold their lock on
+ * lock.mdb), listed by a child (a second environment on the same file in
+ * this process would drop this process's locks on it when closed). */
 static int active_readers(pid_t pid)
 {
 	int fds[2];
@@ -431,9 +433,10 @@ static int active_readers(pid_t pid)
 	if (child == 0) {
 		MDB_env *env;
 		struct readers r = {(long)pid, 0};
+		int dead = 0;
 		if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 32) ||
 		    mdb_env_open(env, d.db, MDB_RDONLY | MDB_NOTLS, 0) ||
-		    mdb_reader_list(env, count_reader, &r) < 0)
+		    mdb_reader_check(env, &dead) || mdb_reader_list(env, count_reader, &r) < 0)
 			_exit(1);
 		if (write(fds[1], &r.active, sizeof(r.active)) != (ssize_t)sizeof(r.active))
 			_exit(1);
@@ -510,6 +513,114 @@ static void test_daemon_of_another_store_refused(void **state)
 	k3cache_direct_close(dr);
 }
 
+/* A view of the entry of `n` tokens from `base`, held: checked valid. */
+static struct k3cache_direct_view *hold_view(struct k3cache_direct *dr, uint32_t n, uint32_t base)
+{
+	uint32_t *t = malloc((n + 1) * sizeof(uint32_t));
+	tokens_for(t, n + 1, base);
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	struct k3cache_direct_view *v = NULL;
+	if (k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, n + 1, 0, &lr, &e) != 0 ||
+	    lr.prefix_len != n || k3cache_direct_view(dr, twin, lr.key, &v, &e) != 0)
+		fail_msg("view of %u tokens: %s", n, e.message);
+	free(t);
+	assert_true(k3cache_direct_view_valid(v));
+	return v;
+}
+
+/* Its first layer's bytes, as the view shows them now. */
+static void view_equals(const struct k3cache_direct_view *v, uint32_t p, uint32_t seed)
+{
+	struct k3cache_buf want = make_layer(0, p, seed);
+	const struct k3cache_view_layer *l = &v->layers[0];
+	assert_int_equal(l->len, want.len);
+	size_t at = 0;
+	for (size_t j = 0; j < l->n_pieces; j++) {
+		assert_memory_equal(l->pieces[j].data, (const char *)want.data + at,
+		                    l->pieces[j].len);
+		at += l->pieces[j].len;
+	}
+	free((void *)want.data);
+}
+
+/* Two handles on one store in one process share its LMDB environment: a
+ * second handle closed, or refused at open after the store was opened
+ * (a daemon of another store), leaves the first's view held in the reader
+ * table. Before, each had its own environment, and closing one freed every
+ * reader slot of the process and dropped its locks on lock.mdb: the view's
+ * pages could be reused under it while it said it was valid. */
+static void test_second_handle_keeps_views(void **state)
+{
+	(void)state;
+	publish(140, 97000, 11);
+	struct k3cache_direct *a = open_direct();
+	struct k3cache_direct_view *v = hold_view(a, 140, 97000);
+	assert_int_equal(active_readers(getpid()), 1);
+	struct k3cache_direct *b = open_direct();
+	struct k3cache_direct_view *w = hold_view(b, 140, 97000);
+	assert_int_equal(active_readers(getpid()), 2);
+	k3cache_direct_view_release(w);
+	k3cache_direct_close(b);
+	assert_int_equal(active_readers(getpid()), 1);
+	/* refused after opening the store: a daemon of another store */
+	struct daemonutil other;
+	assert_int_equal(daemonutil_init(&other), 0);
+	assert_int_equal(daemonutil_start(&other, (char *)NULL), 0);
+	struct k3cache_error e;
+	b = NULL;
+	assert_int_equal(k3cache_direct_open(d.db, other.sock, &b, &e), K3CACHE_INVALID);
+	daemonutil_cleanup(&other);
+	assert_null(b);
+	assert_int_equal(active_readers(getpid()), 1);
+	assert_true(k3cache_direct_view_valid(v));
+	view_equals(v, 140, 11);
+	k3cache_direct_view_release(v);
+	assert_int_equal(active_readers(getpid()), 0);
+	k3cache_direct_close(a);
+}
+
+/* A handle is its process's: a child after fork() is refused with it
+ * (saying to open its own), and its close there leaves the parent's view
+ * held; the child's own handle reads. Before, the child read through its
+ * parent's environment, and closing it freed the parent's reader slots. */
+static void test_handle_refused_after_fork(void **state)
+{
+	(void)state;
+	publish(150, 98000, 12);
+	struct k3cache_direct *dr = open_direct();
+	struct k3cache_direct_view *v = hold_view(dr, 150, 98000);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		uint32_t t[151];
+		tokens_for(t, 151, 98000);
+		struct k3cache_lookup_result lr;
+		struct k3cache_error e;
+		int rc = k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 151, 0, &lr, &e);
+		if (rc != K3CACHE_INVALID || !strstr(e.message, "after fork()"))
+			_exit(1);
+		k3cache_direct_view_release(v);
+		k3cache_direct_close(dr);
+		struct k3cache_direct *own;
+		if (k3cache_direct_open(d.db, d.sock, &own, &e) != 0 ||
+		    k3cache_direct_lookup(own, twin->fingerprint, "", 0, t, 151, 0, &lr, &e) != 0 ||
+		    lr.prefix_len != 150)
+			_exit(2);
+		k3cache_direct_close(own);
+		_exit(0);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(active_readers(getpid()), 1);
+	assert_true(k3cache_direct_view_valid(v));
+	view_equals(v, 150, 12);
+	k3cache_direct_view_release(v);
+	k3cache_direct_close(dr);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -545,6 +656,8 @@ int main(void)
 	        cmocka_unit_test(test_view_held_too_long_expires),
 	        cmocka_unit_test(test_large_entry_checked_on_threads),
 	        cmocka_unit_test(test_daemon_of_another_store_refused),
+	        cmocka_unit_test(test_second_handle_keeps_views),
+	        cmocka_unit_test(test_handle_refused_after_fork),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -43,7 +43,14 @@ struct k3cache_direct;
  * keeps every check on the calling thread. Errors are the same either way:
  * of several damaged layers the first is named. So the destinations of one
  * restore (buffers, arrays) must not overlap. A k3cache_direct is used
- * from one thread at a time.
+ * from one thread at a time; several may be open on one store (a thread
+ * each): they share the process's LMDB environment of it, which the last
+ * close closes, so closing one never disturbs another's views.
+ *
+ * A k3cache_direct belongs to the process that opened it. After fork(),
+ * the child's calls with it are refused (K3CACHE_INVALID): it opens its
+ * own. Its k3cache_direct_close and view releases there free memory only,
+ * leaving the parent's reads and views as they were.
  *
  * The model passed to these calls is libk3cache's (k3cache_model_load and
  * the like); libk3cache-direct must be of the same version as the
