@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -53,11 +54,51 @@ static void set_reading(struct k3d_conn *c, int on)
 
 /* Bulk transfers (a payload coming in, a restore going out) run at the low
  * priority: libevent runs every ready high-priority event (a lookup, a small
- * answer) before the next slice of a bulk one. event_priority_set refuses an
- * event that is active; then it keeps its priority until the next call. */
-static void set_bulk(struct event *ev, int bulk)
+ * answer) before the next slice of a bulk one. A demoted connection's run at
+ * the low one too (take_turn). event_priority_set refuses an event that is
+ * active; then it keeps its priority until the next call. */
+static void set_prio(const struct k3d_conn *c, struct event *ev, int bulk)
 {
-	(void)event_priority_set(ev, bulk ? K3D_PRIO_BULK : K3D_PRIO_HIGH);
+	(void)event_priority_set(ev, bulk || c->demoted ? K3D_PRIO_BULK : K3D_PRIO_HIGH);
+}
+
+static int reading_bulk(const struct k3d_conn *c)
+{
+	return (c->state == K3D_READ_PAYLOAD || c->state == K3D_DISCARD) && c->plen >= BULK_BYTES;
+}
+
+/* Fairness between the priorities. libevent runs every ready high-priority
+ * event before any bulk one, so a client keeping its connection busy with
+ * small pipelined requests would hold every upload and restore still for as
+ * long as it went on. So when no bulk callback has run for FAIR_SECONDS while
+ * high-priority ones kept running, the connection whose callback runs takes
+ * its next turn at the bulk priority, behind the bulk events waiting then
+ * (libevent runs that queue whole once the high one is empty); that turn
+ * gives it its priority back. Each waiting transfer moves a slice (2 MiB)
+ * per FAIR_SECONDS at least. With no bulk work, a demoted connection's turn
+ * comes as soon as the high queue is empty: nothing is delayed. */
+#define FAIR_SECONDS 0.02
+
+/* First in each of c's callbacks; ev is the one running. */
+static void take_turn(struct k3d_conn *c, struct event *ev)
+{
+	struct k3d_server *srv = c->srv;
+	double t = k3d_now();
+	if (event_get_priority(ev) == K3D_PRIO_BULK) {
+		srv->bulk_turn = t;
+		if (c->demoted) {
+			c->demoted = 0;
+			set_prio(c, c->rev, reading_bulk(c));
+			set_prio(c, c->wev, evbuffer_get_length(c->out) >= BULK_BYTES);
+		}
+		return;
+	}
+	if (t - srv->bulk_turn < FAIR_SECONDS)
+		return;
+	srv->bulk_turn = t; /* one demotion per interval */
+	c->demoted = 1;
+	set_prio(c, c->rev, 1);
+	set_prio(c, c->wev, 1);
 }
 
 #define K3D_STATE_NAME(s) [K3D_##s] = #s,
@@ -80,8 +121,7 @@ void k3d_conn_set_state(struct k3d_conn *c, enum k3d_conn_state state)
 	}
 	if (state == K3D_YIELD || state == K3D_CLOSING || state == K3D_DEAD)
 		set_reading(c, 0);
-	set_bulk(c->rev,
-	         (state == K3D_READ_PAYLOAD || state == K3D_DISCARD) && c->plen >= BULK_BYTES);
+	set_prio(c, c->rev, reading_bulk(c));
 }
 
 void k3d_conn_submit(struct k3d_conn *c, struct k3d_job *job)
@@ -93,7 +133,7 @@ void k3d_conn_submit(struct k3d_conn *c, struct k3d_job *job)
 void k3d_conn_want_write(struct k3d_conn *c)
 {
 	if (evbuffer_get_length(c->out) > 0) {
-		set_bulk(c->wev, evbuffer_get_length(c->out) >= BULK_BYTES);
+		set_prio(c, c->wev, evbuffer_get_length(c->out) >= BULK_BYTES);
 		event_add(c->wev, NULL);
 	}
 }
@@ -127,9 +167,9 @@ void k3d_conn_accept(struct k3d_server *srv, int fd, const char *peer, int tcp)
 	c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_read, c);
 	c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
 	if (c->rev)
-		set_bulk(c->rev, 0);
+		set_prio(c, c->rev, 0);
 	if (c->wev)
-		set_bulk(c->wev, 0);
+		set_prio(c, c->wev, 0);
 	if (!c->out || !c->rev || !c->wev) {
 		if (c->out)
 			evbuffer_free(c->out);
@@ -481,6 +521,7 @@ static void header_done(struct k3d_conn *c)
 	c->last_request = srv->ticks;
 	c->plen = c->req->payload_len; /* k3d_ingest_wants, DISCARD and WAIT_MEMORY read it */
 	c->pgot = 0;
+	c->waited = 0;
 	srv->requests[ops_of(c->req)]++;
 	enum status_code code = frame_check_request(c->req, srv->cfg.max_payload, &st);
 	if (code == STATUS_TOO_LARGE) { /* over --max-payload: never read */
@@ -537,7 +578,10 @@ static int reserve_payload(struct k3d_conn *c)
 	if (c->trial)
 		others -= srv->waiting_trials - c->reserved;
 	if (others > 0 && others + want > srv->cfg.max_inflight) {
-		srv->busy_pauses++;
+		if (!c->waited) { /* a request that waits, once (it is tried again and again) */
+			c->waited = 1;
+			srv->busy_pauses++;
+		}
 		return 0;
 	}
 	if (windowed) {
@@ -843,6 +887,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	struct k3d_conn *c = arg;
 	struct k3d_server *srv = c->srv;
+	take_turn(c, c->rev);
 	/* at most READ_SLICE bytes per callback, so that one uploader cannot
 	 * hold the loop while a lookup waits */
 	size_t budget = READ_SLICE;
@@ -918,6 +963,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	struct k3d_conn *c = arg;
 	struct k3d_server *srv = c->srv;
+	take_turn(c, c->wev);
 	/* at most WRITE_SLICE bytes per callback, a syscall each MiB: a restore
 	 * that the client drains as fast as it is written would otherwise keep
 	 * the loop (and, in the kernel, the CPU) for its whole length */
@@ -993,6 +1039,28 @@ static int download_too_slow(struct k3d_conn *c)
 	return slow;
 }
 
+/* A publish waiting (for memory or its window) is not read meanwhile: has
+ * its client gone? Its end of input (POLLRDHUP) alone does not say so: a
+ * client that sent the whole request and then shut its side (what it sent
+ * is answered: input_ended) shows the same. Once input has ended, all the
+ * client will send is in the socket, so it left only if that cannot finish
+ * the payload (or the socket is gone: POLLHUP, POLLERR). */
+static int left_waiting(const struct k3d_conn *c)
+{
+	struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
+	if (poll(&pfd, 1, 0) <= 0)
+		return 0;
+	if (pfd.revents & (POLLHUP | POLLERR))
+		return 1;
+	if (!(pfd.revents & POLLRDHUP))
+		return 0;
+	int queued = 0;
+	if (ioctl(c->fd, FIONREAD, &queued) != 0 || queued < 0)
+		return 1;
+	uint64_t have = c->pgot + (uint64_t)(c->in_end - c->in_start) + (uint64_t)queued;
+	return have < c->plen;
+}
+
 void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 {
 	struct k3d_conn *next;
@@ -1006,14 +1074,10 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 		int stalled_mid = mid_frame(c) && !waiting;
 		int sending = evbuffer_get_length(c->out) > 0;
 		const char *why = NULL;
-		if (waiting) {
-			/* not read while it waits: notice a client that went away */
-			struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
-			if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-				why = c->state == K3D_WAIT_MEMORY
-				              ? "left while waiting for in-flight memory"
-				              : "left while its upload waited for the store";
-		}
+		if (waiting && left_waiting(c))
+			why = c->state == K3D_WAIT_MEMORY
+			              ? "left while waiting for in-flight memory"
+			              : "left while its upload waited for the store";
 		if (!why && (stalled_mid || sending) && still >= srv->cfg.stall_timeout)
 			why = sending ? "stalled reading its reply" : "stalled mid-frame";
 		/* the store has taken nothing of its window for that long: the

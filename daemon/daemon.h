@@ -81,6 +81,9 @@ struct k3d_conn;
 struct k3d_writer;
 struct t2_item;
 
+/* Damage reports' checks queued on the writer at once (handlers.c). */
+#define K3D_CHECKS_MAX 8
+
 struct k3d_server {
 	struct k3d_config cfg;
 	struct k3d_tenancy tenancy;
@@ -101,6 +104,7 @@ struct k3d_server {
 	struct k3d_slots slots; /* restores_active by tenant */
 	int stopping;
 	uint64_t ticks;
+	double bulk_turn; /* k3d_now() when a bulk callback last ran (conn.c) */
 
 	/* counters (loop thread only) */
 	uint64_t connections_total, connections_open, connections_refused;
@@ -133,6 +137,9 @@ struct k3d_server {
 	uint64_t window_bytes; /* stage memory backing receive windows now */
 	uint64_t window_waits; /* uploads paused: their window full (K3D_WAIT_WINDOW) */
 	uint64_t reported_uses, reported_damaged; /* direct readers' Reports */
+	uint64_t reports_dropped;                 /* damage not checked: K3D_CHECKS_MAX queued */
+	uint8_t checks[K3D_CHECKS_MAX][STORE_KEY_LEN]; /* reported keys the writer will check */
+	uint32_t n_checks;
 	/* the verify running now (the writer's; 0 when none): bytes of entries
 	 * checked, of the total, for k3cachectl verify's progress */
 	_Atomic uint64_t verify_done, verify_total;
@@ -142,9 +149,14 @@ struct k3d_server {
 	struct k3d_hist latency[OPS_N];
 };
 
-/* libevent priorities (server.c sets up two queues) */
-#define K3D_PRIO_HIGH 0
-#define K3D_PRIO_BULK 1
+/* libevent priorities. server.c sets up three queues so that libevent's
+ * default for a new event (the middle one, npriorities / 2) is the high
+ * one: the listeners, signals, the tick, timers and evhttp's events, which
+ * cannot all be given a priority, run beside small requests, never behind
+ * bulk transfers or starved by a flood of small requests. 0 is unused. */
+#define K3D_PRIO_QUEUES 3
+#define K3D_PRIO_HIGH   1
+#define K3D_PRIO_BULK   2
 
 /* A connection's states (conn.c). Every change goes through
  * k3d_conn_set_state(), which traces it at debug level. CLOSING and DEAD are
@@ -195,6 +207,7 @@ struct k3d_conn {
 	uint64_t plen, pgot;
 	int answered;               /* DISCARD: its error went before the payload */
 	uint64_t reserved;          /* in-flight bytes charged to this connection */
+	int waited;                 /* its request has waited for them (inflight_waits) */
 	int trial;                  /* reading the payload's first K3D_TRIAL_BYTES into a
 	                               buffer of that size; the whole is charged after */
 	uint64_t rate_mark;         /* pgot when the current rate window began */
@@ -219,6 +232,7 @@ struct k3d_conn {
 	struct event *yield_ev; /* ends a pause of this upload (--yield-rate) */
 	uint64_t last_progress; /* tick count of the last byte moved */
 	uint64_t last_request;  /* tick count of the last request */
+	int demoted;            /* its next turn is at the bulk priority (conn.c: fairness) */
 };
 
 /* logging */
@@ -388,8 +402,11 @@ int k3d_writer_streaming(const struct k3d_writer *w);
 void k3d_writer_quarantine(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN]);
 /* Asks the writer to check an entry someone else found damaged (a direct
  * reader): every chunk and block against its sum; a damaged one is
- * quarantined, an intact one stays. */
-void k3d_writer_check(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN]);
+ * quarantined, an intact one stays. -1 when out of memory (logged). */
+int k3d_writer_check(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN]);
+/* Loop thread: a reported key's check is done (its job came back), so a
+ * new report of it is checked again (handlers.c). */
+void k3d_report_checked(struct k3d_server *srv, const uint8_t key[STORE_KEY_LEN]);
 /* Takes the finished jobs (loop thread). */
 struct k3d_job *k3d_writer_take_done(struct k3d_writer *w);
 /* Finishes every queued job, then stops the thread (finished jobs stay to be

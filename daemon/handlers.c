@@ -4,6 +4,7 @@
  * restore.c's, a publish publish.c's and ingest.c's. Every answer echoes the
  * request id. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon.h"
 #include "service.h"
@@ -59,9 +60,30 @@ int k3d_owns_entry(struct k3d_conn *c, const uint8_t *key, struct status *st)
 	return own;
 }
 
+/* Whether key's check (K3D_CHORE_CHECK) is queued; -1 when not. */
+static int check_queued(const struct k3d_server *srv, const uint8_t *key)
+{
+	for (uint32_t i = 0; i < srv->n_checks; i++)
+		if (!memcmp(srv->checks[i], key, STORE_KEY_LEN))
+			return (int)i;
+	return -1;
+}
+
+void k3d_report_checked(struct k3d_server *srv, const uint8_t key[STORE_KEY_LEN])
+{
+	int i = check_queued(srv, key);
+	if (i >= 0)
+		memcpy(srv->checks[i], srv->checks[--srv->n_checks], STORE_KEY_LEN);
+}
+
 /* A direct reader's report: its restores count as uses, and the entries it
  * found damaged are checked by the writer (a report alone quarantines
- * nothing). A tenant reports on its own entries only; others are skipped. */
+ * nothing). A tenant reports on its own entries only; others are skipped.
+ * Each check reads a whole entry on the writer thread, ahead of the
+ * publishes queued after it, so a key already queued is not queued again,
+ * and at most K3D_CHECKS_MAX are queued at once: the rest are dropped and
+ * counted (a reader that finds the entry damaged again reports it again).
+ * Reports cannot fill the writer's queue, nor the daemon's memory. */
 static void op_report(struct k3d_conn *c)
 {
 	const K3cache__V1__Report *r = c->req->report;
@@ -72,11 +94,18 @@ static void op_report(struct k3d_conn *c)
 			store_note_use(srv->store, r->used[i].data);
 			srv->reported_uses++;
 		}
-	for (size_t i = 0; i < r->n_damaged; i++)
-		if (k3d_owns_entry(c, r->damaged[i].data, &st) > 0) {
-			k3d_writer_check(srv->writer, r->damaged[i].data);
-			srv->reported_damaged++;
+	for (size_t i = 0; i < r->n_damaged; i++) {
+		const uint8_t *key = r->damaged[i].data;
+		if (k3d_owns_entry(c, key, &st) <= 0 || check_queued(srv, key) >= 0)
+			continue;
+		srv->reported_damaged++;
+		if (srv->n_checks == K3D_CHECKS_MAX) {
+			srv->reports_dropped++;
+			continue;
 		}
+		if (k3d_writer_check(srv->writer, key) == 0)
+			memcpy(srv->checks[srv->n_checks++], key, STORE_KEY_LEN);
+	}
 	frame_response resp = K3CACHE__V1__RESPONSE__INIT;
 	resp.id = c->req->id;
 	k3d_conn_respond(c, &resp);

@@ -118,6 +118,8 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			continue;
 		}
 		if (job->chore == K3D_CHORE_QUARANTINE || job->chore == K3D_CHORE_CHECK) {
+			if (job->chore == K3D_CHORE_CHECK)
+				k3d_report_checked(srv, job->key);
 			k3d_job_free(job);
 			job = next;
 			continue;
@@ -436,7 +438,7 @@ int k3d_server_run(const struct k3d_config *cfg)
 	srv->started = k3d_now();
 	srv->base = event_base_new();
 	if (srv->base)
-		event_base_priority_init(srv->base, 2); /* K3D_PRIO_HIGH, K3D_PRIO_BULK */
+		event_base_priority_init(srv->base, K3D_PRIO_QUEUES);
 	if (!srv->base)
 		goto out;
 	srv->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -297,29 +297,30 @@ void k3d_writer_submit(struct k3d_writer *w, struct k3d_job *job)
 	pthread_mutex_unlock(&w->mu);
 }
 
-static void chore_on_key(struct k3d_writer *w, enum k3d_chore chore,
-                         const uint8_t key[STORE_KEY_LEN])
+static int chore_on_key(struct k3d_writer *w, enum k3d_chore chore,
+                        const uint8_t key[STORE_KEY_LEN])
 {
 	struct k3d_job *job = calloc(1, sizeof(*job));
 	if (!job) {
 		k3d_log(K3D_LOG_ERROR,
 		        "writer: out of memory: a damaged entry stays unquarantined");
-		return;
+		return -1;
 	}
 	k3cache__v1__response__init(&job->resp);
 	job->chore = chore;
 	memcpy(job->key, key, STORE_KEY_LEN);
 	k3d_writer_submit(w, job);
+	return 0;
 }
 
 void k3d_writer_quarantine(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN])
 {
-	chore_on_key(w, K3D_CHORE_QUARANTINE, key);
+	(void)chore_on_key(w, K3D_CHORE_QUARANTINE, key);
 }
 
-void k3d_writer_check(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN])
+int k3d_writer_check(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN])
 {
-	chore_on_key(w, K3D_CHORE_CHECK, key);
+	return chore_on_key(w, K3D_CHORE_CHECK, key);
 }
 
 struct k3d_job *k3d_writer_take_done(struct k3d_writer *w)

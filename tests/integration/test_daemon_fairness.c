@@ -1,0 +1,443 @@
+/* One client cannot hold the others, against the real daemon:
+ * - a flood of small pipelined requests (libevent's high priority) leaves
+ *   restores moving, new connections accepted and SIGTERM honoured;
+ * - a whole publish whose client then half-closes is answered, even when it
+ *   waited for --max-inflight memory (counted once in inflight_waits);
+ * - damage reports queue each entry's check once, and at most
+ *   K3D_CHECKS_MAX checks at a time: another client's publish does not
+ *   wait behind them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemonutil.h"
+#include "k3cache/k3cache.h"
+#include "model.h"
+#include "snaputil.h"
+
+static struct k3cache_model *tiny;
+
+static void tokens_for(uint32_t *t, uint32_t n, uint32_t base)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = base + i;
+}
+
+/* The prefix length at which tiny's snapshot is at least `bytes`. */
+static uint32_t p_for(uint64_t bytes)
+{
+	uint32_t p = 16;
+	for (;;) {
+		uint64_t total = 0;
+		for (uint32_t i = 0; i < tiny->n_layers; i++)
+			total += model_layer_blob_size(&tiny->layers[i], p);
+		if (total >= bytes)
+			return p;
+		p += p / 8 + 1;
+	}
+}
+
+static struct k3cache_buf *layers_at(uint32_t p, uint32_t seed)
+{
+	struct k3cache_buf *b = calloc(tiny->n_layers, sizeof(*b));
+	for (uint32_t i = 0; i < tiny->n_layers; i++)
+		b[i] = snaputil_layer(tiny, i, p, seed);
+	return b;
+}
+
+static void free_layers(struct k3cache_buf *b)
+{
+	for (uint32_t i = 0; i < tiny->n_layers; i++)
+		free((void *)b[i].data);
+	free(b);
+}
+
+static struct k3cache *connect_to(const struct daemonutil *d)
+{
+	struct k3cache *c;
+	struct k3cache_error e;
+	if (k3cache_connect(d->sock, &c, &e) != 0)
+		fail_msg("connect: %s", e.message);
+	return c;
+}
+
+/* Starts a daemon with tiny's model put. */
+static void start(struct daemonutil *d, const char *a1, const char *a2)
+{
+	assert_int_equal(daemonutil_init(d), 0);
+	assert_int_equal(daemonutil_start(d, a1, a2, (char *)NULL), 0);
+	struct k3cache *c = connect_to(d);
+	struct k3cache_error e;
+	assert_int_equal(k3cache_put_model(c, tiny, NULL, &e), 0);
+	k3cache_close(c);
+}
+
+/* Publishes tiny's snapshot at P = p from base; its key in key. */
+static void publish(const struct daemonutil *d, uint32_t p, uint32_t base, uint32_t seed,
+                    uint8_t key[K3CACHE_KEY_LEN])
+{
+	struct k3cache *c = connect_to(d);
+	struct k3cache_buf *b = layers_at(p, seed);
+	uint32_t *t = malloc(p * sizeof(uint32_t));
+	tokens_for(t, p, base);
+	struct k3cache_publish_result res;
+	struct k3cache_error e;
+	if (k3cache_publish(c, tiny->fingerprint, "", 0, t, p, b, tiny->n_layers, &res, &e) != 0)
+		fail_msg("publish: %s", e.message);
+	memcpy(key, res.key, K3CACHE_KEY_LEN);
+	free(t);
+	free_layers(b);
+	k3cache_close(c);
+}
+
+static uint64_t counter(const struct daemonutil *d, const char *name)
+{
+	struct k3cache *c = connect_to(d);
+	struct k3cache_error e;
+	uint64_t v = 0;
+	if (k3cache_stat_counter(c, name, &v, &e) != 0)
+		fail_msg("%s: %s", name, e.message);
+	k3cache_close(c);
+	return v;
+}
+
+/* ---- a flood of small requests ------------------------------------------------ */
+
+struct flood {
+	int fd;
+	atomic_int stop;
+	atomic_ullong answered; /* bytes of answers read */
+	unsigned char *batch;
+	size_t batch_len;
+};
+
+static void *flood_send(void *arg)
+{
+	struct flood *f = arg;
+	while (!atomic_load(&f->stop))
+		if (daemonutil_write_all(f->fd, f->batch, f->batch_len) != 0)
+			break;
+	return NULL;
+}
+
+static void *flood_read(void *arg)
+{
+	struct flood *f = arg;
+	unsigned char buf[1 << 16];
+	for (;;) {
+		ssize_t n = recv(f->fd, buf, sizeof(buf), 0);
+		if (n <= 0)
+			break;
+		atomic_fetch_add(&f->answered, (unsigned long long)n);
+	}
+	return NULL;
+}
+
+/* 2,000 brief Inspects of keys that are not there, pipelined: each a small
+ * answer at the high priority. */
+static void flood_batch(struct flood *f)
+{
+	const size_t cap = (size_t)2000 * 256; /* a frame here is under 100 bytes */
+	f->batch = malloc(cap);
+	f->batch_len = 0;
+	assert_non_null(f->batch);
+	for (uint32_t i = 0; i < 2000; i++) {
+		uint8_t key[32];
+		memset(key, 0x5a, sizeof(key));
+		memcpy(key, &i, sizeof(i));
+		frame_request req = K3CACHE__V1__REQUEST__INIT;
+		K3cache__V1__Inspect in = K3CACHE__V1__INSPECT__INIT;
+		in.key.data = key;
+		in.key.len = 32;
+		in.brief = 1;
+		req.op_case = K3CACHE__V1__REQUEST__OP_INSPECT;
+		req.inspect = &in;
+		req.id = i + 1;
+		unsigned char *buf;
+		size_t n = frame_encode_request(&req, &buf);
+		assert_true(n > 0 && n <= cap - f->batch_len);
+		memcpy(f->batch + f->batch_len, buf, n);
+		f->batch_len += n;
+		free(buf);
+	}
+}
+
+/* Before, every event left at libevent's default priority (the listeners,
+ * the tick, the signals) and every bulk transfer waited for the flood to
+ * stop: a 4 MB restore stalled half way, a new client got no answer, and
+ * SIGTERM was not honoured. */
+static void test_flood_of_small_requests_starves_nothing(void **state)
+{
+	(void)state;
+	struct daemonutil d;
+	start(&d, "--log-level", "info");
+	uint32_t p = p_for(4u << 20);
+	uint8_t key[K3CACHE_KEY_LEN];
+	publish(&d, p, 1000, 1, key);
+	struct k3cache *r = connect_to(&d); /* opened before the flood */
+	k3cache_set_timeout(r, 10000);
+	size_t *caps = calloc(tiny->n_layers, sizeof(size_t));
+	size_t *lens = calloc(tiny->n_layers, sizeof(size_t));
+	void **bufs = calloc(tiny->n_layers, sizeof(void *));
+	for (uint32_t i = 0; i < tiny->n_layers; i++) {
+		caps[i] = model_layer_blob_size(&tiny->layers[i], p);
+		bufs[i] = malloc(caps[i]);
+	}
+
+	struct flood f = {.fd = daemonutil_connect_raw(d.sock)};
+	assert_true(f.fd >= 0);
+	flood_batch(&f);
+	pthread_t ts, tr;
+	assert_int_equal(pthread_create(&tr, NULL, flood_read, &f), 0);
+	assert_int_equal(pthread_create(&ts, NULL, flood_send, &f), 0);
+	daemonutil_sleep_ms(1000);
+	unsigned long long before = atomic_load(&f.answered);
+	assert_true(before > 0); /* the flood is being answered */
+
+	/* a restore moves */
+	double t0 = daemonutil_now();
+	struct k3cache_error e;
+	uint32_t got = 0;
+	int rc = k3cache_restore_into(r, tiny, key, bufs, caps, lens, &got, &e);
+	double restore_s = daemonutil_now() - t0;
+	if (rc != 0)
+		fail_msg("restore during the flood: %s (%.1f s)", e.message, restore_s);
+	assert_int_equal(got, p);
+	struct k3cache_buf *want = layers_at(p, 1);
+	for (uint32_t i = 0; i < tiny->n_layers; i++) {
+		assert_int_equal(lens[i], want[i].len);
+		assert_memory_equal(bufs[i], want[i].data, want[i].len);
+	}
+	free_layers(want);
+	print_message("a 4 MB restore during the flood: %.2f s\n", restore_s);
+	assert_true(restore_s < 5.0);
+
+	/* a new client is accepted and answered */
+	t0 = daemonutil_now();
+	struct k3cache *n;
+	if (k3cache_connect(d.sock, &n, &e) != 0)
+		fail_msg("connect during the flood: %s", e.message);
+	k3cache_set_timeout(n, 5000);
+	uint64_t v;
+	if (k3cache_stat_counter(n, "entries", &v, &e) != 0)
+		fail_msg("a new client during the flood: %s", e.message);
+	double accept_s = daemonutil_now() - t0;
+	print_message("a new client answered during the flood: %.2f s\n", accept_s);
+	assert_true(accept_s < 3.0);
+	k3cache_close(n);
+	assert_true(atomic_load(&f.answered) > before); /* and the flood still served */
+
+	/* SIGTERM is honoured */
+	kill(d.pid, SIGTERM);
+	int status = 0, gone = 0;
+	for (int i = 0; i < 100 && !gone; i++) {
+		gone = waitpid(d.pid, &status, WNOHANG) == d.pid;
+		if (!gone)
+			daemonutil_sleep_ms(50);
+	}
+	if (gone)
+		d.pid = 0;
+	atomic_store(&f.stop, 1);
+	shutdown(f.fd, SHUT_RDWR);
+	pthread_join(ts, NULL);
+	pthread_join(tr, NULL);
+	close(f.fd);
+	free(f.batch);
+	assert_true(gone); /* within 5 s */
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	for (uint32_t i = 0; i < tiny->n_layers; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(caps);
+	free(lens);
+	k3cache_close(r);
+	daemonutil_cleanup(&d);
+}
+
+/* ---- a half-closed client waiting for memory ---------------------------------- */
+
+/* A raw Publish of tiny at P = p: its header, then its layers. */
+static void send_publish(int fd, uint32_t p, uint32_t base, uint64_t id, int payload)
+{
+	struct k3cache_buf *b = layers_at(p, 7);
+	uint32_t *t = malloc(p * sizeof(uint32_t));
+	tokens_for(t, p, base);
+	K3cache__V1__LayerRef *refs = calloc(tiny->n_layers, sizeof(*refs));
+	K3cache__V1__LayerRef **prefs = calloc(tiny->n_layers, sizeof(*prefs));
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < tiny->n_layers; i++) {
+		k3cache__v1__layer_ref__init(&refs[i]);
+		refs[i].index = i;
+		refs[i].size = b[i].len;
+		prefs[i] = &refs[i];
+		total += b[i].len;
+	}
+	K3cache__V1__Publish pub = K3CACHE__V1__PUBLISH__INIT;
+	pub.model.data = tiny->fingerprint;
+	pub.model.len = 32;
+	pub.tokens = t;
+	pub.n_tokens = p;
+	pub.layers = prefs;
+	pub.n_layers = tiny->n_layers;
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_PUBLISH;
+	req.publish = &pub;
+	req.payload_len = total;
+	req.id = id;
+	assert_int_equal(daemonutil_send_request(fd, &req), 0);
+	for (uint32_t i = 0; payload && i < tiny->n_layers; i++)
+		assert_int_equal(daemonutil_write_all(fd, b[i].data, b[i].len), 0);
+	free(refs);
+	free(prefs);
+	free(t);
+	free_layers(b);
+}
+
+/* Before, the sweep took the end of input (POLLRDHUP) of a publish waiting
+ * for memory for a client that had gone, and closed it unanswered; each
+ * retry of the reservation also counted another inflight_wait. */
+static void test_half_closed_publish_waiting_for_memory_is_answered(void **state)
+{
+	(void)state;
+	struct daemonutil d;
+	start(&d, "--max-inflight", "1100KiB");
+	/* A: a 2 MiB publish whose first MiB (its trial) is reserved, then
+	 * nothing sent: it holds that MiB */
+	uint32_t pa = p_for(2u << 20);
+	int a = daemonutil_connect_raw(d.sock);
+	assert_true(a >= 0);
+	send_publish(a, pa, 5000, 1, 0);
+	daemonutil_sleep_ms(300);
+	uint64_t waits = counter(&d, "inflight_waits");
+	/* B: a whole publish of about 140 KB, which must wait, then its side
+	 * shut (all of it in the socket: a Unix socket's sender holds at most
+	 * net.core.wmem_default, 208 KiB, unread) */
+	uint32_t pb = p_for(140u << 10);
+	int b = daemonutil_connect_raw(d.sock);
+	assert_true(b >= 0);
+	send_publish(b, pb, 9000, 2, 1);
+	shutdown(b, SHUT_WR);
+	daemonutil_sleep_ms(3500); /* three sweeps */
+	close(a);                  /* A gives up: B's turn */
+	frame_response *r = daemonutil_read_response(b, 5000);
+	assert_non_null(r); /* answered, not dropped */
+	assert_int_equal(r->id, 2);
+	assert_int_equal(r->code, 0);
+	frame_response_free(r);
+	assert_true(daemonutil_closed(b, 5000));
+	close(b);
+	assert_int_equal(counter(&d, "inflight_waits") - waits, 1);
+	daemonutil_cleanup(&d);
+}
+
+/* ---- damage reports ----------------------------------------------------------- */
+
+static void send_report(int fd, uint64_t id, const uint8_t *keys, size_t n)
+{
+	ProtobufCBinaryData *bad = calloc(n, sizeof(*bad));
+	for (size_t i = 0; i < n; i++)
+		bad[i] = (ProtobufCBinaryData){K3CACHE_KEY_LEN, (uint8_t *)keys + 32 * i};
+	K3cache__V1__Report rep = K3CACHE__V1__REPORT__INIT;
+	rep.n_damaged = n;
+	rep.damaged = bad;
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_REPORT;
+	req.report = &rep;
+	req.id = id;
+	assert_int_equal(daemonutil_send_request(fd, &req), 0);
+	free(bad);
+	frame_response *r = daemonutil_read_response(fd, 5000);
+	assert_non_null(r);
+	assert_int_equal(r->code, 0);
+	frame_response_free(r);
+}
+
+/* Before, each damaged key of each Report became a check of the whole
+ * entry queued on the writer, however many: a few Reports of one 4 MB
+ * entry held another client's publish for 30 s, and their memory grew
+ * without bound. */
+static void test_damage_reports_are_bounded(void **state)
+{
+	(void)state;
+	struct daemonutil d;
+	start(&d, "--log-level", "info");
+	uint8_t keys[12][K3CACHE_KEY_LEN];
+	uint32_t p = p_for(4u << 20);
+	publish(&d, p, 1000, 1, keys[0]);
+	for (uint32_t i = 1; i < 12; i++)
+		publish(&d, 100, 20000 + 1000 * i, i, keys[i]);
+	uint64_t reported = counter(&d, "reported_damaged");
+	uint64_t dropped = counter(&d, "reports_dropped");
+	/* the large entry 4,096 times in each of 8 Reports, then the 12 */
+	uint8_t *same = malloc((size_t)4096 * K3CACHE_KEY_LEN);
+	for (size_t i = 0; i < 4096; i++)
+		memcpy(same + 32 * i, keys[0], K3CACHE_KEY_LEN);
+	int fd = daemonutil_connect_raw(d.sock);
+	assert_true(fd >= 0);
+	for (uint64_t i = 0; i < 8; i++)
+		send_report(fd, 10 + i, same, 4096);
+	send_report(fd, 20, &keys[0][0], 12);
+	free(same);
+	/* another client's publish is not held behind 32,768 checks */
+	double t0 = daemonutil_now();
+	uint8_t k[K3CACHE_KEY_LEN];
+	publish(&d, 50, 900000, 99, k);
+	double publish_s = daemonutil_now() - t0;
+	print_message("a publish behind the reports: %.2f s\n", publish_s);
+	assert_true(publish_s < 5.0);
+	/* the large key's repeats are one check; of the 12 keys, at most
+	 * K3D_CHECKS_MAX (8) are queued at once, the rest dropped and counted */
+	uint64_t r1 = counter(&d, "reported_damaged") - reported;
+	uint64_t d1 = counter(&d, "reports_dropped") - dropped;
+	print_message("reported %llu, dropped %llu\n", (unsigned long long)r1,
+	              (unsigned long long)d1);
+	assert_true(r1 >= 12 && r1 <= 12 + 8);
+	assert_int_equal(d1, 4);
+	/* the entries were intact: nothing quarantined */
+	assert_int_equal(counter(&d, "entries"), 13);
+	/* and SIGTERM does not wait for a queue of checks */
+	t0 = daemonutil_now();
+	assert_int_equal(daemonutil_stop(&d, SIGTERM), 0);
+	assert_true(daemonutil_now() - t0 < 5.0);
+	close(fd);
+	daemonutil_cleanup(&d);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	char path[1024], err[MODEL_ERROR_MAX];
+	snprintf(path, sizeof(path), "%s/models/tiny-hybrid.json", K3_SHARED_DIR);
+	tiny = model_load_file(path, err);
+	return tiny ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	model_free(tiny);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_flood_of_small_requests_starves_nothing),
+	        cmocka_unit_test(test_half_closed_publish_waiting_for_memory_is_answered),
+	        cmocka_unit_test(test_damage_reports_are_bounded),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
