@@ -14,6 +14,7 @@ are undefined and must not be used. Calls release the GIL; a Client is used
 from one thread at a time.
 """
 import array
+import collections
 import ctypes
 import json
 import operator
@@ -205,6 +206,23 @@ class _Handle:
             pass
 
 
+# Keys whose P (from a lookup or a publish) a Client or Direct reader keeps
+# for the early size check of a restore by key: the most recent this many.
+# A key forgotten is restored as well, checked by the library.
+_RECENT_KEYS = 4096
+
+
+class _Recent(collections.OrderedDict):
+    """key -> P of the last _RECENT_KEYS keys set, so that a long-running
+    worker does not keep every key it ever saw."""
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > _RECENT_KEYS:
+            self.popitem(last=False)
+
+
 class Client(_Handle):
     """A connection to k3cached. addr: "unix:PATH", "tcp:HOST:PORT" or a
     socket path; None: $K3CACHE_SOCKET, then the default socket."""
@@ -212,7 +230,7 @@ class Client(_Handle):
     def __init__(self, addr=None, timeout_ms=None):
         self._c = ctypes.c_void_p()
         self._models = {}
-        self._p = {}  # key -> P, from lookups and publishes, for early size checks
+        self._p = _Recent()  # key -> P, from lookups and publishes, for early size checks
         err = _lib.error_t()
         a = None if addr is None else os.fsencode(addr)
         _check(_lib.connect(a, ctypes.byref(self._c), ctypes.byref(err)), err)
@@ -244,6 +262,7 @@ class Client(_Handle):
         return _keep_model(self._models, m)
 
     def _model(self, fp):
+        self._conn()  # closed: say so (close let the models go)
         return _find_model(self._models, fp, "Client", "put_model")
 
     # ---- lookup ----
@@ -454,7 +473,7 @@ class Direct(_Handle):
         self._lib = _lib.direct()
         self._d = ctypes.c_void_p()
         self._models = {}
-        self._p = {}
+        self._p = _Recent()
         err = _lib.error_t()
         a = None if addr is None else os.fsencode(addr)
         _check(self._lib.open(os.fsencode(path), a, ctypes.byref(self._d), ctypes.byref(err)),
@@ -481,6 +500,7 @@ class Direct(_Handle):
         return _lookup(self._lib.lookup, self._handle(), self._p, fp, tokens, salt, limit)
 
     def _model(self, fp):
+        self._handle()  # closed: say so (close let the models go)
         return _find_model(self._models, fp, "Direct reader", "add_model")
 
     def restore_into(self, key, layers, fp=None):

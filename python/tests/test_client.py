@@ -300,3 +300,36 @@ def test_wrong_buffers_refused_before_sending(daemon, twin_path):
         out = empty_like(s)
         assert c.restore_into(key, out) == 50
         same(s, out)
+
+
+def test_a_closed_client_says_so(daemon, twin_path):
+    # every call after close names the cause, not the models close let go
+    c = k3cache.Client(daemon.sock)
+    fp = c.put_model(twin_path)
+    c.close()
+    for call in (lambda: c.restore(b"\x42" * 32), lambda: c.restore_into(b"\x42" * 32, []),
+                 lambda: c.lookup(fp, [1, 2, 3]), lambda: c.publish(fp, [1, 2], []),
+                 lambda: c.empty_layers(10)):
+        with pytest.raises(k3cache.InvalidError, match="the Client is closed"):
+            call()
+
+
+def test_the_keys_it_remembers_are_bounded(daemon, twin_path, monkeypatch):
+    # the P of each key looked up or published is kept for the early size
+    # check of a restore by key: the last few thousand, not every key a
+    # long-running worker ever saw
+    monkeypatch.setattr(k3cache, "_RECENT_KEYS", 4)
+    spec = model_of(twin_path)
+    with k3cache.Client(daemon.sock) as c:
+        fp = c.put_model(twin_path)
+        keys = []
+        for i in range(10):
+            t = tokens(20, 700000 + 100 * i)
+            keys.append(c.publish(fp, t, state(spec, 20, 40 + i)))
+            assert c.lookup(fp, t + [1]).key == keys[-1]
+        assert len(c._p) == 4
+        assert list(c._p) == keys[-4:]
+        # a key forgotten still restores, checked by the library
+        out = c.empty_layers(20)
+        assert c.restore_into(keys[0], out) == 20
+        same(state(spec, 20, 40), out)

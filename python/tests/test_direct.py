@@ -53,6 +53,8 @@ def test_direct_refuses_what_the_client_refuses(daemon, twin_path):
     d.close()  # closing twice is harmless
     with pytest.raises(k3cache.InvalidError, match="closed"):
         d.lookup(fp, tokens(61, 88000))
+    with pytest.raises(k3cache.InvalidError, match="the Direct reader is closed"):
+        d.restore_into(key, empty_like(state(spec, 60, 6)))
 
 
 def test_direct_open_errors(daemon, tmp_path):
