@@ -71,13 +71,30 @@ static int reading_bulk(const struct k3d_conn *c)
  * event before any bulk one, so a client keeping its connection busy with
  * small pipelined requests would hold every upload and restore still for as
  * long as it went on. So when no bulk callback has run for FAIR_SECONDS while
- * high-priority ones kept running, the connection whose callback runs takes
- * its next turn at the bulk priority, behind the bulk events waiting then
- * (libevent runs that queue whole once the high one is empty); that turn
- * gives it its priority back. Each waiting transfer moves a slice (2 MiB)
- * per FAIR_SECONDS at least. With no bulk work, a demoted connection's turn
- * comes as soon as the high queue is empty: nothing is delayed. */
+ * high-priority ones kept running, and a transfer waits (an event of another
+ * connection added at the bulk priority: not an upload paused by
+ * --yield-rate, whose reading is off), the connection whose callback runs
+ * takes its next turn at the bulk priority, behind the bulk events ready
+ * then (libevent runs that queue whole once the high one is empty); that
+ * turn gives it its priority back. Each waiting transfer moves a slice
+ * (2 MiB) per FAIR_SECONDS at least. */
 #define FAIR_SECONDS 0.02
+
+static int bulk_waits(const struct k3d_conn *o)
+{
+	return (event_pending(o->rev, EV_READ, NULL) &&
+	        event_get_priority(o->rev) == K3D_PRIO_BULK) ||
+	       (event_pending(o->wev, EV_WRITE, NULL) &&
+	        event_get_priority(o->wev) == K3D_PRIO_BULK);
+}
+
+static int others_wait(const struct k3d_conn *c)
+{
+	for (const struct k3d_conn *o = c->srv->conns; o; o = o->next)
+		if (o != c && bulk_waits(o))
+			return 1;
+	return 0;
+}
 
 /* First in each of c's callbacks; ev is the one running. */
 static void take_turn(struct k3d_conn *c, struct event *ev)
@@ -95,7 +112,9 @@ static void take_turn(struct k3d_conn *c, struct event *ev)
 	}
 	if (t - srv->bulk_turn < FAIR_SECONDS)
 		return;
-	srv->bulk_turn = t; /* one demotion per interval */
+	srv->bulk_turn = t; /* one look (and demotion) per interval */
+	if (!others_wait(c))
+		return;
 	c->demoted = 1;
 	set_prio(c, c->rev, 1);
 	set_prio(c, c->wev, 1);
