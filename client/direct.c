@@ -167,17 +167,23 @@ __attribute__((format(printf, 3, 4))) static int fail(struct k3cache_error *err,
 	return (int)code;
 }
 
-/* A handle used by a child after fork(): refused. LMDB's environment does
- * not survive a fork, its read transactions' slots are the parent's, and
- * the report connection is the parent's socket. */
-static int elsewhere(const struct k3cache_direct *d, struct k3cache_error *err)
+/* The start of every call into d. A child after fork() is refused: LMDB's
+ * environment does not survive a fork, its read transactions' slots are
+ * the parent's, and the report connection is the parent's socket. Views
+ * held past their life end. And while this reader holds nothing, the store
+ * is mapped again if its file has grown past our map (a daemon restarted
+ * with a larger --max-bytes writes beyond the map size it had at our open). */
+static int begin_call(struct k3cache_direct *d, struct k3cache_error *err)
 {
-	if (d->pid == getpid())
-		return 0;
-	return fail(err, STATUS_INVALID,
-	            "this direct reader was opened by process %ld: after fork() a child "
-	            "opens its own (k3cache_direct_open)",
-	            (long)d->pid);
+	if (d->pid != getpid())
+		return fail(err, STATUS_INVALID,
+		            "this direct reader was opened by process %ld: after fork() a child "
+		            "opens its own (k3cache_direct_open)",
+		            (long)d->pid);
+	expire_old(d);
+	if (!d->views)
+		(void)store_remap(d->s);
+	return 0;
 }
 
 int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache_direct **out,
@@ -271,9 +277,8 @@ int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_
                           struct k3cache_error *err)
 {
 	memset(out, 0, sizeof(*out));
-	if (elsewhere(d, err))
+	if (begin_call(d, err))
 		return STATUS_INVALID;
-	expire_old(d);
 	if (salt_len > STORE_MAX_SALT)
 		return fail(err, STATUS_INVALID, "the salt is %zu bytes; at most %u are allowed",
 		            salt_len, STORE_MAX_SALT);
@@ -464,9 +469,8 @@ static int open_entry(struct k3cache_direct *d, const struct k3cache_model *mode
                       const uint8_t key[K3CACHE_KEY_LEN], struct store_snapshot **out,
                       struct k3cache_error *err)
 {
-	if (elsewhere(d, err))
+	if (begin_call(d, err))
 		return STATUS_INVALID;
-	expire_old(d);
 	struct status st;
 	/* no chunk sums now: each layer's checksum, checked after, covers its bytes */
 	if (store_restore_opt(d->s, key, STORE_RESTORE_DEFER, out, &st) != STATUS_OK)

@@ -71,21 +71,27 @@ static int reading_bulk(const struct k3d_conn *c)
  * event before any bulk one, so a client keeping its connection busy with
  * small pipelined requests would hold every upload and restore still for as
  * long as it went on. So when no bulk callback has run for FAIR_SECONDS while
- * high-priority ones kept running, and a transfer waits (an event of another
- * connection added at the bulk priority: not an upload paused by
- * --yield-rate, whose reading is off), the connection whose callback runs
- * takes its next turn at the bulk priority, behind the bulk events ready
- * then (libevent runs that queue whole once the high one is empty); that
- * turn gives it its priority back. Each waiting transfer moves a slice
- * (2 MiB) per FAIR_SECONDS at least. */
+ * high-priority ones kept running, and another connection has a transfer in
+ * progress (bulk_waits: not an upload paused by --yield-rate, whose reading
+ * is off), the connection whose callback runs takes its next turn at the
+ * bulk priority, behind the bulk events ready then (libevent runs that
+ * queue whole once the high one is empty); that turn gives it its priority
+ * back. So each transfer moves a slice (2 MiB) about every FAIR_SECONDS
+ * (the look comes at the start of a callback, which may itself take a
+ * slice's time). A transfer whose socket is not ready (a slow reader) makes
+ * a demoted connection wait for nothing: it runs once the high queue is
+ * empty. */
 #define FAIR_SECONDS 0.02
 
+/* A transfer in progress: an event added at the bulk priority, of a
+ * connection that is not demoted (a demoted one's are bulk for its turn
+ * only, and stay so if it goes idle then). */
 static int bulk_waits(const struct k3d_conn *o)
 {
-	return (event_pending(o->rev, EV_READ, NULL) &&
-	        event_get_priority(o->rev) == K3D_PRIO_BULK) ||
-	       (event_pending(o->wev, EV_WRITE, NULL) &&
-	        event_get_priority(o->wev) == K3D_PRIO_BULK);
+	return !o->demoted && ((event_pending(o->rev, EV_READ, NULL) &&
+	                        event_get_priority(o->rev) == K3D_PRIO_BULK) ||
+	                       (event_pending(o->wev, EV_WRITE, NULL) &&
+	                        event_get_priority(o->wev) == K3D_PRIO_BULK));
 }
 
 static int others_wait(const struct k3d_conn *c)

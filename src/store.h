@@ -95,8 +95,10 @@ int store_check_parse(const char *s, enum store_check *out);
  * open removes it, and checks the structure even under STORE_CHECK_UNCLEAN.
  *
  * One process has one LMDB environment of a store (store/envshare.h): a
- * read-only open of a store the process has open already shares it (no
- * check is run again), and a read-write one is refused (STATUS_INVALID).
+ * read-only open of a store the process has open already shares it and
+ * runs no check of its own (the first open's options.check stands: a
+ * direct reader's is STORE_CHECK_NEVER), and a read-write one is refused
+ * (STATUS_INVALID).
  * The environment is closed by the last store_close. A child after fork()
  * must not use its parent's stores; its store_close of one frees memory
  * only, and its own opens make environments of its own. */
@@ -608,6 +610,15 @@ enum status_code store_sync(struct store *s, struct status *st);
  * data.mdb, from the open file): two opens of one store give the same. 0, or
  * -1 when the file cannot be asked. */
 int store_file_id(const struct store *s, uint64_t *dev, uint64_t *ino);
+
+/* A read-only store whose file has grown past this process's map of it (a
+ * daemon restarted with a larger --max-bytes writes beyond the map size it
+ * had when the store was opened here; reads then fail with
+ * MDB_MAP_RESIZED, answered BUSY) is mapped whole again. Only when nothing
+ * else in the process reads through its environment: this open alone uses
+ * it, with no snapshot held, and the caller holds no transaction. 1: mapped
+ * again; 0: not needed (or a writer's store); -1: it cannot be now. */
+int store_remap(struct store *s);
 
 /* Checks for readers left by dead processes; returns how many were cleared. */
 int store_reader_check(struct store *s);

@@ -52,6 +52,13 @@ enum status_code store_mdb_error(struct status *st, int rc, const char *what)
 		return status_set(st, STATUS_FULL, "%s: the store's map is full", what);
 	if (rc == MDB_READERS_FULL)
 		return status_set(st, STATUS_BUSY, "%s: too many concurrent readers", what);
+	if (rc == MDB_MAP_RESIZED) /* a read-only open's map (store_remap) */
+		return status_set(st, STATUS_BUSY,
+		                  "%s: the store's file has grown past this process's map of it "
+		                  "(its daemon was restarted with a larger --max-bytes); it is "
+		                  "mapped again once nothing here reads it (views released, other "
+		                  "readers of it closed), or open it again",
+		                  what);
 	if (rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_INVALID)
 		return status_set(st, STATUS_CORRUPT, "%s: %s", what, mdb_strerror(rc));
 	return status_set(st, STATUS_INTERNAL, "%s: %s", what, mdb_strerror(rc));

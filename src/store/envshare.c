@@ -68,6 +68,15 @@ int store_envshare_add(uint64_t dev, uint64_t ino, MDB_env *env, int read_only)
 	return 0;
 }
 
+unsigned store_envshare_users(MDB_env *env)
+{
+	pid_t me = getpid();
+	for (const struct shared_env *e = table; e; e = e->next)
+		if (e->env == env)
+			return e->pid == me ? e->refs : 0;
+	return 0;
+}
+
 int store_envshare_drop(MDB_env *env)
 {
 	for (struct shared_env **p = &table; *p; p = &(*p)->next) {

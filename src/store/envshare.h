@@ -44,6 +44,10 @@ MDB_env *store_envshare_take(uint64_t dev, uint64_t ino, int *read_only);
  * ino), with a count of 1. -1 when out of memory (nothing added). */
 int store_envshare_add(uint64_t dev, uint64_t ino, MDB_env *env, int read_only);
 
+/* Under the lock: how many opens of this process use env (0: none, or not
+ * this process's). */
+unsigned store_envshare_users(MDB_env *env);
+
 /* Under the lock: a count of env dropped. 1: it was the last, the caller
  * closes env (it is off the table); 0: others still use it; -1: env is
  * not this process's (inherited through fork(), or never added): the

@@ -381,6 +381,8 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 	pthread_mutex_init(&s->mu, NULL);
 	enum status_code code = STATUS_OK;
 	int rc;
+	/* held throughout, released at the end or at fail: (envshare.h) */
+	store_envshare_lock();
 
 	if (!s->opt.read_only && mkdir(dir, 0750) != 0 && errno != EEXIST) {
 		code = status_set(st, STATUS_INTERNAL, "%s: cannot create: %s", dir,
@@ -403,7 +405,6 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		goto fail;
 	}
 	/* a store this process has open already: its environment (envshare.h) */
-	store_envshare_lock();
 	int shared_ro = 0;
 	if ((s->env = store_envshare_take((uint64_t)sb.st_dev, (uint64_t)sb.st_ino, &shared_ro))) {
 		if (!s->opt.read_only) {
@@ -535,6 +536,26 @@ void store_close(struct store *s)
 	pthread_mutex_destroy(&s->mu);
 	free(s->dir);
 	free(s);
+}
+
+int store_remap(struct store *s)
+{
+	if (!s->opt.read_only)
+		return 0; /* a writer's map is the size it set: the file never outgrows it */
+	MDB_envinfo info;
+	MDB_stat ms;
+	if (mdb_env_info(s->env, &info) != 0 || mdb_env_stat(s->env, &ms) != 0)
+		return -1;
+	if (((uint64_t)info.me_last_pgno + 1) * ms.ms_psize <= (uint64_t)info.me_mapsize)
+		return 0;
+	/* mdb_env_set_mapsize moves the map: nothing of this process may be
+	 * reading through it */
+	store_envshare_lock();
+	int rc = -1;
+	if (store_envshare_users(s->env) == 1 && atomic_load(&s->open_snapshots) == 0)
+		rc = mdb_env_set_mapsize(s->env, 0) == 0 ? 1 : -1;
+	store_envshare_unlock();
+	return rc;
 }
 
 int store_reader_check(struct store *s)

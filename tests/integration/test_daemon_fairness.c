@@ -320,12 +320,14 @@ static void test_half_closed_publish_waiting_for_memory_is_answered(void **state
 	int a = daemonutil_connect_raw(d.sock);
 	assert_true(a >= 0);
 	send_publish(a, pa, 5000, 1, 0);
-	daemonutil_sleep_ms(300);
+	for (int i = 0; i < 100 && counter(&d, "inflight_bytes") < (1u << 20); i++)
+		daemonutil_sleep_ms(50);
+	assert_true(counter(&d, "inflight_bytes") >= (1u << 20)); /* A first */
 	uint64_t waits = counter(&d, "inflight_waits");
-	/* B: a whole publish of about 140 KB, which must wait, then its side
+	/* B: a whole publish of about 100 KB, which must wait, then its side
 	 * shut (all of it in the socket: a Unix socket's sender holds at most
-	 * net.core.wmem_default, 208 KiB, unread) */
-	uint32_t pb = p_for(140u << 10);
+	 * net.core.wmem_default, 208 KiB by default, unread) */
+	uint32_t pb = p_for(100u << 10);
 	int b = daemonutil_connect_raw(d.sock);
 	assert_true(b >= 0);
 	send_publish(b, pb, 9000, 2, 1);

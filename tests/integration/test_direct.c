@@ -36,11 +36,11 @@ static void tokens_for(uint32_t *t, uint32_t n, uint32_t base)
 		t[i] = base + i * 3;
 }
 
-static void publish(uint32_t p, uint32_t base, uint32_t seed)
+static void publish_to(const char *sock, uint32_t p, uint32_t base, uint32_t seed)
 {
 	struct k3cache *c;
 	struct k3cache_error e;
-	if (k3cache_connect(d.sock, &c, &e) != 0)
+	if (k3cache_connect(sock, &c, &e) != 0)
 		fail_msg("connect: %s", e.message);
 	struct k3cache_buf *bufs = calloc(twin->n_layers, sizeof(*bufs));
 	for (uint32_t i = 0; i < twin->n_layers; i++)
@@ -55,6 +55,11 @@ static void publish(uint32_t p, uint32_t base, uint32_t seed)
 	free(bufs);
 	free(t);
 	k3cache_close(c);
+}
+
+static void publish(uint32_t p, uint32_t base, uint32_t seed)
+{
+	publish_to(d.sock, p, base, seed);
 }
 
 /* Buffers for every layer at P = p. */
@@ -621,6 +626,74 @@ static void test_handle_refused_after_fork(void **state)
 	k3cache_direct_close(dr);
 }
 
+static uint64_t snapshot_bytes(uint32_t p)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < twin->n_layers; i++)
+		n += model_layer_blob_size(&twin->layers[i], p);
+	return n;
+}
+
+/* A daemon restarted with a larger --max-bytes writes the store's file past
+ * the map a reader made of it at open (the writer's map size then): the
+ * reader maps it again at its next call, as nothing of it is held, where
+ * every call failed (MDB_MAP_RESIZED) until it was opened again. */
+static void test_reader_follows_a_grown_store(void **state)
+{
+	(void)state;
+	struct daemonutil g;
+	struct k3cache *c;
+	struct k3cache_error e;
+	assert_int_equal(daemonutil_init(&g), 0);
+	assert_int_equal(daemonutil_start(&g, "--max-bytes", "4MiB", (char *)NULL), 0);
+	assert_int_equal(k3cache_connect(g.sock, &c, &e), 0);
+	assert_int_equal(k3cache_put_model(c, twin, NULL, &e), 0);
+	k3cache_close(c);
+	publish_to(g.sock, 100, 120000, 21);
+	struct k3cache_direct *dr;
+	if (k3cache_direct_open(g.db, g.sock, &dr, &e) != 0)
+		fail_msg("direct open: %s", e.message);
+	uint32_t t0[101];
+	tokens_for(t0, 101, 120000);
+	struct k3cache_lookup_result lr;
+	struct k3cache_direct_view *v;
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t0, 101, 0, &lr, &e),
+	                 0);
+	assert_int_equal(k3cache_direct_view(dr, twin, lr.key, &v, &e), 0);
+	/* its map: 2 x 4 MiB + 64 MiB; the daemon again, with room for more */
+	assert_int_equal(daemonutil_stop(&g, SIGTERM), 0);
+	assert_int_equal(daemonutil_start(&g, "--max-bytes", "512MiB", (char *)NULL), 0);
+	uint32_t p = 2000, n = 0;
+	for (uint64_t bytes = 0; bytes < (UINT64_C(100) << 20); bytes += snapshot_bytes(p)) {
+		n++;
+		publish_to(g.sock, p, 200000 + 10000 * n, 30 + n);
+	}
+	uint32_t t[2001];
+	tokens_for(t, p + 1, 200000 + 10000 * n);
+	/* while the view is held the map cannot move: refused, saying why */
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, p + 1, 0, &lr, &e),
+	                 K3CACHE_BUSY);
+	if (!strstr(e.message, "grown past") || !strstr(e.message, "--max-bytes"))
+		fail_msg("the refusal does not say why: %s", e.message);
+	assert_true(k3cache_direct_view_valid(v));
+	k3cache_direct_view_release(v);
+	if (k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, p + 1, 0, &lr, &e) != 0)
+		fail_msg("lookup after the store grew: %s", e.message);
+	assert_int_equal(lr.prefix_len, p);
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
+	       *lens = calloc(twin->n_layers, sizeof(size_t));
+	void **bufs = buffers(p, caps);
+	uint32_t got = 0;
+	if (k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &got, &e) != 0)
+		fail_msg("restore after the store grew: %s", e.message);
+	assert_layers(bufs, lens, p, 30 + n);
+	free_buffers(bufs);
+	free(caps);
+	free(lens);
+	k3cache_direct_close(dr);
+	daemonutil_cleanup(&g);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -658,6 +731,7 @@ int main(void)
 	        cmocka_unit_test(test_daemon_of_another_store_refused),
 	        cmocka_unit_test(test_second_handle_keeps_views),
 	        cmocka_unit_test(test_handle_refused_after_fork),
+	        cmocka_unit_test(test_reader_follows_a_grown_store),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

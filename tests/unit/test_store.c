@@ -9,6 +9,7 @@
 #include <grp.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include "prefix.h"
 #include "store/blocks.h"
 #include "store/chunks.h" /* STORE_CHUNK_DATA */
+#include "store/envshare.h"
 #include "store/record.h"
 #include "storeutil.h"
 #include "xxh_dispatch.h"
@@ -1024,6 +1026,80 @@ static void test_open_file_not_directory(void **state)
 	snprintf(path, sizeof(path), "%s/nothing", f->dir);
 	assert_int_equal(store_open(path, &o, &s, &st), STATUS_NOT_FOUND);
 	assert_non_null(strstr(st.message, "no such store directory"));
+}
+
+struct lock_holder {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int held, release;
+};
+
+static void *hold_share_lock(void *arg)
+{
+	struct lock_holder *h = arg;
+	store_envshare_lock();
+	pthread_mutex_lock(&h->mu);
+	h->held = 1;
+	pthread_cond_broadcast(&h->cv);
+	while (!h->release)
+		pthread_cond_wait(&h->cv, &h->mu);
+	pthread_mutex_unlock(&h->mu);
+	store_envshare_unlock();
+	return NULL;
+}
+
+struct opener {
+	char dir[600];
+	enum status_code code;
+	atomic_int done;
+};
+
+static void *open_and_close(void *arg)
+{
+	struct opener *o = arg;
+	struct store *s = NULL;
+	struct store_options opt = {.read_only = 1, .check = STORE_CHECK_NEVER};
+	struct status st;
+	o->code = store_open(o->dir, &opt, &s, &st);
+	store_close(s);
+	atomic_store(&o->done, 1);
+	return NULL;
+}
+
+/* An open that fails before it looks for a shared environment (no such
+ * directory) leaves the table's lock (store/envshare.h) as it found it.
+ * Before, it released the lock while another thread held it, so that two
+ * opens could each make an environment of one store. Here the table is
+ * held by a thread; a failing open and then a good one must both wait. */
+static void test_failed_open_leaves_the_share_lock(void **state)
+{
+	struct fixture *f = *state;
+	struct lock_holder h = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+	pthread_t holder, bad, good;
+	assert_int_equal(pthread_create(&holder, NULL, hold_share_lock, &h), 0);
+	pthread_mutex_lock(&h.mu);
+	while (!h.held)
+		pthread_cond_wait(&h.cv, &h.mu);
+	pthread_mutex_unlock(&h.mu);
+	struct opener o1 = {.code = STATUS_OK}, o2 = {.code = STATUS_INTERNAL};
+	snprintf(o1.dir, sizeof(o1.dir), "%s/nothing", f->dir);
+	snprintf(o2.dir, sizeof(o2.dir), "%s", f->dir);
+	assert_int_equal(pthread_create(&bad, NULL, open_and_close, &o1), 0);
+	struct timespec pause = {0, 200 * 1000000L};
+	nanosleep(&pause, NULL);
+	assert_int_equal(pthread_create(&good, NULL, open_and_close, &o2), 0);
+	nanosleep(&pause, NULL);
+	int good_waited = !atomic_load(&o2.done);
+	pthread_mutex_lock(&h.mu);
+	h.release = 1;
+	pthread_cond_broadcast(&h.cv);
+	pthread_mutex_unlock(&h.mu);
+	pthread_join(holder, NULL);
+	pthread_join(bad, NULL);
+	pthread_join(good, NULL);
+	assert_true(good_waited);
+	assert_int_equal(o1.code, STATUS_NOT_FOUND);
+	assert_int_equal(o2.code, STATUS_OK);
 }
 
 static double open_seconds(const char *dir)
@@ -3256,6 +3332,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_list_inspect_resolve, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_open_denied_names_the_file, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_open_file_not_directory, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_failed_open_leaves_the_share_lock, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_window_publish_reads_each_byte_in_its_window,
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_window_publish_bad_last_layer_stores_nothing,
