@@ -181,8 +181,10 @@ static int begin_call(struct k3cache_direct *d, struct k3cache_error *err)
 		            "opens its own (k3cache_direct_open)",
 		            (long)d->pid);
 	expire_old(d);
-	if (!d->views)
-		(void)store_remap(d->s);
+	if (!d->views && store_remap(d->s) == -2)
+		return fail(err, STATUS_INTERNAL,
+		            "the store grew past this reader's map and could not be mapped "
+		            "again (out of address space?): close this reader and open it again");
 	return 0;
 }
 
@@ -277,8 +279,9 @@ int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_
                           struct k3cache_error *err)
 {
 	memset(out, 0, sizeof(*out));
-	if (begin_call(d, err))
-		return STATUS_INVALID;
+	int begun = begin_call(d, err);
+	if (begun)
+		return begun;
 	if (salt_len > STORE_MAX_SALT)
 		return fail(err, STATUS_INVALID, "the salt is %zu bytes; at most %u are allowed",
 		            salt_len, STORE_MAX_SALT);
@@ -469,8 +472,9 @@ static int open_entry(struct k3cache_direct *d, const struct k3cache_model *mode
                       const uint8_t key[K3CACHE_KEY_LEN], struct store_snapshot **out,
                       struct k3cache_error *err)
 {
-	if (begin_call(d, err))
-		return STATUS_INVALID;
+	int begun = begin_call(d, err);
+	if (begun)
+		return begun;
 	struct status st;
 	/* no chunk sums now: each layer's checksum, checked after, covers its bytes */
 	if (store_restore_opt(d->s, key, STORE_RESTORE_DEFER, out, &st) != STATUS_OK)

@@ -83,15 +83,20 @@ static int reading_bulk(const struct k3d_conn *c)
  * empty. */
 #define FAIR_SECONDS 0.02
 
-/* A transfer in progress: an event added at the bulk priority, of a
- * connection that is not demoted (a demoted one's are bulk for its turn
- * only, and stay so if it goes idle then). */
+/* A transfer in progress: an event added at the bulk priority. A demoted
+ * connection's events are at the bulk priority for its turn whatever it
+ * does (and stay so if it goes idle then): it counts only for an upload
+ * being read or an answer being sent (a restore streaming, or 1 MiB or more
+ * queued), which may have begun since it was demoted. */
 static int bulk_waits(const struct k3d_conn *o)
 {
-	return !o->demoted && ((event_pending(o->rev, EV_READ, NULL) &&
-	                        event_get_priority(o->rev) == K3D_PRIO_BULK) ||
-	                       (event_pending(o->wev, EV_WRITE, NULL) &&
-	                        event_get_priority(o->wev) == K3D_PRIO_BULK));
+	int rev = event_pending(o->rev, EV_READ, NULL) != 0;
+	int wev = event_pending(o->wev, EV_WRITE, NULL) != 0;
+	if (o->demoted)
+		return (rev && reading_bulk(o)) ||
+		       (wev && (o->sending || evbuffer_get_length(o->out) >= BULK_BYTES));
+	return (rev && event_get_priority(o->rev) == K3D_PRIO_BULK) ||
+	       (wev && event_get_priority(o->wev) == K3D_PRIO_BULK);
 }
 
 static int others_wait(const struct k3d_conn *c)

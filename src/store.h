@@ -616,8 +616,12 @@ int store_file_id(const struct store *s, uint64_t *dev, uint64_t *ino);
  * had when the store was opened here; reads then fail with
  * MDB_MAP_RESIZED, answered BUSY) is mapped whole again. Only when nothing
  * else in the process reads through its environment: this open alone uses
- * it, with no snapshot held, and the caller holds no transaction. 1: mapped
- * again; 0: not needed (or a writer's store); -1: it cannot be now. */
+ * it, with no snapshot held, and the caller holds no transaction. With
+ * several opens of it in the process, every other one must be closed
+ * first. 1: mapped again; 0: not needed (or a writer's store); -1: it
+ * cannot be now; -2: the new map failed (out of address space, say), and
+ * LMDB, which unmaps first, left none: nothing may read through the store
+ * any more, only store_close it. */
 int store_remap(struct store *s);
 
 /* Checks for readers left by dead processes; returns how many were cleared. */

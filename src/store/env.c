@@ -55,9 +55,10 @@ enum status_code store_mdb_error(struct status *st, int rc, const char *what)
 	if (rc == MDB_MAP_RESIZED) /* a read-only open's map (store_remap) */
 		return status_set(st, STATUS_BUSY,
 		                  "%s: the store's file has grown past this process's map of it "
-		                  "(its daemon was restarted with a larger --max-bytes); it is "
-		                  "mapped again once nothing here reads it (views released, other "
-		                  "readers of it closed), or open it again",
+		                  "(its daemon was restarted with a larger --max-bytes); a direct "
+		                  "reader maps it again at its next call once nothing in this "
+		                  "process reads it: its views released and every other direct "
+		                  "reader of this store closed",
 		                  what);
 	if (rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_INVALID)
 		return status_set(st, STATUS_CORRUPT, "%s: %s", what, mdb_strerror(rc));

@@ -60,6 +60,7 @@ struct store {
 	int has_held;       /* the same */
 	uint32_t row_block; /* B: rows per shared MLA block (meta "rowblock") */
 	int upgraded;       /* this open upgraded a format-1 store */
+	int unmapped;       /* store_remap failed: LMDB left no map (only store_close) */
 	struct store_options opt;
 	char *dir;
 

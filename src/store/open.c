@@ -542,6 +542,8 @@ int store_remap(struct store *s)
 {
 	if (!s->opt.read_only)
 		return 0; /* a writer's map is the size it set: the file never outgrows it */
+	if (s->unmapped)
+		return -2;
 	MDB_envinfo info;
 	MDB_stat ms;
 	if (mdb_env_info(s->env, &info) != 0 || mdb_env_stat(s->env, &ms) != 0)
@@ -552,8 +554,11 @@ int store_remap(struct store *s)
 	 * reading through it */
 	store_envshare_lock();
 	int rc = -1;
-	if (store_envshare_users(s->env) == 1 && atomic_load(&s->open_snapshots) == 0)
-		rc = mdb_env_set_mapsize(s->env, 0) == 0 ? 1 : -1;
+	if (store_envshare_users(s->env) == 1 && atomic_load(&s->open_snapshots) == 0) {
+		/* LMDB unmaps first: when the new map fails, there is none */
+		rc = mdb_env_set_mapsize(s->env, 0) == 0 ? 1 : -2;
+		s->unmapped = rc == -2;
+	}
 	store_envshare_unlock();
 	return rc;
 }
