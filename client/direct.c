@@ -280,6 +280,8 @@ int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_
 {
 	memset(out, 0, sizeof(*out));
 	int begun = begin_call(d, err);
+	if (!begun)
+		begun = k3cache_lookup_args(fp, salt, salt_len, tokens, n_tokens, err);
 	if (begun)
 		return begun;
 	if (salt_len > STORE_MAX_SALT)

@@ -1431,8 +1431,8 @@ static void fill_lookup_result(const frame_response *r, struct k3cache_lookup_re
 		memcpy(res->key, r->key.data, K3CACHE_KEY_LEN);
 }
 
-static int check_lookup_args(const uint8_t *fp, const void *salt, size_t salt_len,
-                             const uint32_t *tokens, uint32_t n_tokens, struct k3cache_error *err)
+int k3cache_lookup_args(const uint8_t *fp, const void *salt, size_t salt_len,
+                        const uint32_t *tokens, uint32_t n_tokens, struct k3cache_error *err)
 {
 	if (!fp)
 		return FAIL(err, STATUS_INVALID, 0, "lookup: no model fingerprint");
@@ -1453,7 +1453,7 @@ int k3cache_lookup(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT_LEN], c
 	if (res)
 		memset(res, 0, sizeof(*res));
 	int rc = usable(c, err);
-	if (rc || (rc = check_lookup_args(fp, salt, salt_len, tokens, n_tokens, err)))
+	if (rc || (rc = k3cache_lookup_args(fp, salt, salt_len, tokens, n_tokens, err)))
 		return rc;
 	if (n_tokens == 0)
 		return 0; /* an empty prompt: nothing to reuse */
@@ -1898,7 +1898,7 @@ int k3cache_lookup_restore(struct k3cache *c, const struct k3cache_model *model,
 		return rc;
 	if (!fn)
 		return FAIL(err, STATUS_INVALID, 0, "lookup_restore: fn is required");
-	if ((rc = check_lookup_args(model->fingerprint, salt, salt_len, tokens, n_tokens, err)))
+	if ((rc = k3cache_lookup_args(model->fingerprint, salt, salt_len, tokens, n_tokens, err)))
 		return rc;
 	if (n_tokens == 0)
 		return 0;

@@ -25,6 +25,11 @@ int k3cache_namespace(struct k3cache *c, unsigned char *out, size_t cap, size_t 
  * st_dev and st_ino of its data.mdb, both 0 when it did not say. */
 void k3cache_store_file(const struct k3cache *c, uint64_t *dev, uint64_t *ino);
 
+/* Checks a lookup's arguments as k3cache_lookup does (the fingerprint, and
+ * a salt or tokens NULL with a length): 0, or INVALID saying which. */
+int k3cache_lookup_args(const uint8_t *fp, const void *salt, size_t salt_len,
+                        const uint32_t *tokens, uint32_t n_tokens, struct k3cache_error *err);
+
 /* Checks a restore's arrays against the model at P = p: each array present
  * and long enough for its floats, and no two sharing a byte of what the
  * restore writes (the message names the layers and arrays). */

@@ -255,6 +255,16 @@ static void test_direct_refuses_bad_requests_and_damage(void **state)
 	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 401, 0, &lr, &e),
 	                 0);
 	assert_int_equal(lr.prefix_len, 400);
+	/* arguments the socket's lookup refuses are refused here too, not
+	 * dereferenced */
+	struct k3cache_lookup_result no;
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, NULL, 401, 0, &no, &e),
+	                 K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "tokens is NULL"));
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, NULL, 4, t, 401, 0, &no, &e),
+	                 K3CACHE_INVALID);
+	assert_int_equal(k3cache_direct_lookup(dr, NULL, "", 0, t, 401, 0, &no, &e),
+	                 K3CACHE_INVALID);
 	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
 	       *lens = calloc(twin->n_layers, sizeof(size_t));
 	void **bufs = buffers(400, caps);
