@@ -347,12 +347,15 @@ static enum status_code denied(const char *dir, int read_only, struct status *st
 	                  what, need);
 }
 
-/* A read-only open of a store this process has open already: its tables
- * read through the environment s shares (the first open checked the file). */
-static enum status_code open_shared(struct store *s, struct status *st)
+/* Reads the store's tables in a transaction of their own: a write one for a
+ * read-write open (open_tables creates what is missing), a read-only one
+ * otherwise, including the open of a store this process has open already,
+ * whose environment s shares (the first open checked the file). */
+static enum status_code read_tables(struct store *s, struct status *st)
 {
 	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	int rc = s->opt.read_only ? mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)
+	                          : store_txn_write(s, &txn);
 	if (rc)
 		return store_mdb_error(st, rc, "opening the store");
 	enum status_code code = open_tables(s, txn, st);
@@ -415,7 +418,7 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 			        dir, shared_ro ? " (read-only: a direct reader?)" : "");
 			goto fail;
 		}
-		if ((code = open_shared(s, st)) != STATUS_OK)
+		if ((code = read_tables(s, st)) != STATUS_OK)
 			goto fail;
 		store_envshare_unlock();
 		*out = s;
@@ -474,23 +477,12 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		put_marker(s);
 	}
 
-	MDB_txn *txn;
-	rc = s->opt.read_only ? mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)
-	                      : store_txn_write(s, &txn);
-	if (rc) {
-		code = store_mdb_error(st, rc, "opening the store");
+	if ((code = read_tables(s, st)) != STATUS_OK)
 		goto fail;
-	}
-	code = open_tables(s, txn, st);
-	/* a read-only transaction ends by commit as well */
-	if ((rc = store_txn_end(txn, code ? STORE_TXN_NOTHING : 0)) != 0) {
-		if (!code)
-			code = store_mdb_error(st, rc, "opening the store");
-		goto fail;
-	}
 	/* Unfinished staged publishes of dead processes: best effort, in a
 	 * transaction of its own; what it cannot remove now (a full map, say)
 	 * stays invisible and is tried again at the next open. */
+	MDB_txn *txn;
 	if (!s->opt.read_only && s->has_pending && store_txn_write(s, &txn) == 0) {
 		uint32_t swept = 0;
 		if (store_txn_end(txn, store_pending_sweep(s, txn, &swept)) == 0)
