@@ -200,15 +200,18 @@ static int stale_markers(const char *dir, int remove)
 	return unclean;
 }
 
-/* Leaves this process's marker, on disk before the first write. */
-static void put_marker(struct store *s)
+/* Leaves this process's marker, on disk before the first write: -1 when
+ * its path cannot be kept (out of memory; the file is removed), as a clean
+ * close could not remove it and the next open would take this stop for an
+ * unclean one. A marker that cannot be written is best effort. */
+static int put_marker(struct store *s)
 {
 	char path[4096];
 	long pid = (long)getpid();
 	snprintf(path, sizeof(path), "%s/" MARKER "%ld", s->dir, pid);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
 	if (fd < 0)
-		return;
+		return 0;
 	char b[96], boot[40];
 	if (!boot_id(boot))
 		snprintf(boot, sizeof(boot), "-\n");
@@ -220,10 +223,10 @@ static void put_marker(struct store *s)
 		fsync(dfd);
 		close(dfd);
 	}
-	if (ok)
-		s->marker = strdup(path);
-	else
-		unlink(path);
+	if (ok && (s->marker = strdup(path)))
+		return 0;
+	unlink(path);
+	return ok ? -1 : 0;
 }
 
 static void drop_marker(struct store *s)
@@ -380,7 +383,10 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		s->opt.stage_bytes = DEFAULT_STAGE_BYTES;
 	if (!s->opt.map_size)
 		s->opt.map_size = s->opt.max_bytes * 2 + (UINT64_C(64) << 20);
-	s->dir = strdup(dir);
+	if (!(s->dir = strdup(dir))) {
+		free(s);
+		return status_set(st, STATUS_INTERNAL, "out of memory");
+	}
 	pthread_mutex_init(&s->mu, NULL);
 	enum status_code code = STATUS_OK;
 	int rc;
@@ -474,7 +480,10 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 	if (!s->opt.read_only) {
 		if (s->checked) /* an unclean stop's markers go once a walk has passed */
 			stale_markers(dir, 1);
-		put_marker(s);
+		if (put_marker(s) != 0) {
+			code = status_set(st, STATUS_INTERNAL, "out of memory");
+			goto fail;
+		}
 	}
 
 	if ((code = read_tables(s, st)) != STATUS_OK)
