@@ -885,7 +885,8 @@ static void on_yield_end(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	struct k3d_conn *c = arg;
 	if (c->state != K3D_YIELD)
-		return; /* closed meanwhile */
+		return;                   /* closed meanwhile */
+	c->last_progress = c->srv->ticks; /* the client's time starts again */
 	k3d_conn_set_state(c, K3D_READ_PAYLOAD);
 	process(c); /* reads again, unless something else holds it */
 }
@@ -1096,25 +1097,32 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 	struct k3d_conn *next;
 	for (struct k3d_conn *c = srv->conns; c; c = next) {
 		next = c->next;
+		/* ticks are whole seconds: a count of N ticks since the last
+		 * progress is anything from N - 1 to N seconds, so a time-out of N
+		 * seconds is passed only once more than N ticks have (with
+		 * --stall-timeout 1s, a reply queued just after a tick closed a
+		 * healthy client as stalled) */
 		uint64_t still = srv->ticks - c->last_progress;
 		uint64_t idle = srv->ticks - c->last_request;
 		/* a publish waiting for memory waits for the daemon, not the
-		 * client: never stalled, only gone (above) */
+		 * client: never stalled, only gone (above). One paused by
+		 * --yield-rate waits for the daemon too, for a moment: a client
+		 * gone is seen when it is read again (on_yield_end) */
 		int waiting = c->state == K3D_WAIT_MEMORY || c->state == K3D_WAIT_WINDOW;
-		int stalled_mid = mid_frame(c) && !waiting;
+		int stalled_mid = mid_frame(c) && !waiting && c->state != K3D_YIELD;
 		int sending = evbuffer_get_length(c->out) > 0;
 		const char *why = NULL;
 		if (waiting && left_waiting(c))
 			why = c->state == K3D_WAIT_MEMORY
 			              ? "left while waiting for in-flight memory"
 			              : "left while its upload waited for the store";
-		if (!why && (stalled_mid || sending) && still >= srv->cfg.stall_timeout)
+		if (!why && (stalled_mid || sending) && still > srv->cfg.stall_timeout)
 			why = sending ? "stalled reading its reply" : "stalled mid-frame";
 		/* the store has taken nothing of its window for that long: the
 		 * daemon's trouble (a disk that hangs, a publish it cannot place),
 		 * said at warning level; its upload is cancelled, not kept for ever */
 		int store_stuck = !why && c->state == K3D_WAIT_WINDOW &&
-		                  still >= K3D_WINDOW_STUCK_FACTOR * srv->cfg.stall_timeout;
+		                  still > K3D_WINDOW_STUCK_FACTOR * srv->cfg.stall_timeout;
 		char stuck[96];
 		if (store_stuck) {
 			snprintf(stuck, sizeof(stuck),
@@ -1123,7 +1131,7 @@ void k3d_conn_sweep_timeouts(struct k3d_server *srv)
 			         (unsigned long long)still);
 			why = stuck;
 		}
-		if (!why && c->state == K3D_READ_LEN && !sending && idle >= srv->cfg.idle_timeout)
+		if (!why && c->state == K3D_READ_LEN && !sending && idle > srv->cfg.idle_timeout)
 			why = "idle";
 		/* timeouts counts the rest: each close is counted once */
 		int rate = 0;

@@ -489,12 +489,16 @@ static uint64_t stat_counter(struct k3cache *c, const char *name)
 struct lookup_loop {
 	atomic_int stop;
 	int n;
+	const char *sock; /* NULL: the suite's daemon */
 };
 
 static void *lookups_until_stopped(void *arg)
 {
 	struct lookup_loop *loop = arg;
-	struct k3cache *c = connect_ok();
+	struct k3cache *c;
+	struct k3cache_error ce;
+	if (k3cache_connect(loop->sock ? loop->sock : d.sock, &c, &ce) != 0)
+		fail_msg("connect: %s", ce.message);
 	uint32_t t[8];
 	tokens_for(t, 8, 3600000);
 	struct k3cache_lookup_result lr;
@@ -543,6 +547,43 @@ static void test_upload_yields_to_lookups(void **state)
 	assert_int_equal(e.code, STATUS_NOT_FOUND);
 	assert_int_equal(v, 7);
 	k3cache_close(c);
+}
+
+/* The daemon's own pause of an upload (--yield-rate) is not the client
+ * stalling: a pause longer than --stall-timeout closed a healthy publish
+ * mid-frame ("stalled mid-frame", counted in timeouts), as the pause made
+ * no progress and the sweep took it for the client's. */
+static void test_yield_pause_is_not_a_stall(void **state)
+{
+	(void)state;
+	struct daemonutil y;
+	assert_int_equal(daemonutil_init(&y), 0);
+	assert_int_equal(daemonutil_start(&y, "--yield-rate", "512KiB", "--stall-timeout", "1s",
+	                                  "--min-upload-rate", "0", (char *)NULL),
+	                 0);
+	struct k3cache *c;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_connect(y.sock, &c, &e), 0);
+	assert_int_equal(k3cache_put_model(c, twin, NULL, &e), 0);
+	struct snap s = make_snap(twin, 400, 33); /* ~1.2 MiB: pauses of 2 s or so */
+	struct lookup_loop loop = {.stop = 0, .sock = y.sock};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, lookups_until_stopped, &loop), 0);
+	daemonutil_sleep_ms(50);
+	int rc = publish_snap(c, 400, 3700000, &s, NULL);
+	atomic_store(&loop.stop, 1);
+	pthread_join(th, NULL);
+	free_snap(&s);
+	assert_int_equal(rc, 0);
+	struct k3cache *q;
+	assert_int_equal(k3cache_connect(y.sock, &q, &e), 0);
+	assert_true(stat_counter(q, "ingest_yields") > 0); /* it was paused */
+	assert_int_equal(stat_counter(q, "timeouts"), 0);
+	assert_int_equal(stat_counter(q, "closed_mid_frame"), 0);
+	expect_restore(q, 400, 3700000, 33);
+	k3cache_close(q);
+	k3cache_close(c);
+	daemonutil_cleanup(&y);
 }
 
 /* A publish of a snapshot the daemon holds already sends no payload: the
@@ -1556,6 +1597,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_state_transitions_traced),
 	        cmocka_unit_test(test_lookup_over_header_limit),
 	        cmocka_unit_test(test_upload_yields_to_lookups),
+	        cmocka_unit_test(test_yield_pause_is_not_a_stall),
 	        cmocka_unit_test(test_publish_of_stored_entry_sends_nothing),
 	        cmocka_unit_test(test_refused_publish_is_not_uploaded),
 	        cmocka_unit_test(test_restore_into_aliased_buffers),
