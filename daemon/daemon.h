@@ -409,13 +409,17 @@ int k3d_writer_check(struct k3d_writer *w, const uint8_t key[STORE_KEY_LEN]);
 void k3d_report_checked(struct k3d_server *srv, const uint8_t key[STORE_KEY_LEN]);
 /* Takes the finished jobs (loop thread). */
 struct k3d_job *k3d_writer_take_done(struct k3d_writer *w);
-/* Finishes every queued job, then stops the thread (finished jobs stay to be
+/* Finishes every queued job (a verify under way ends at its next batch:
+ * k3d_writer_run_one), then stops the thread (finished jobs stay to be
  * taken); k3d_writer_free() afterwards. */
 void k3d_writer_stop(struct k3d_writer *w);
 void k3d_writer_free(struct k3d_writer *w);
 /* Runs a job of the writer's ops but a publish (handlers.c); 1 when it has
- * more to do and must be run again. */
-int k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job);
+ * more to do and must be run again. With stopping (the daemon is), one run
+ * before ends now, answered BUSY: a verify of a large store would hold the
+ * stop for as long as it has left (past systemd's TimeoutStopSec, a
+ * SIGKILL and an unclean store). */
+int k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job, int stopping);
 /* Bytes of entries a verify checks before the writer takes other jobs. */
 #define K3D_VERIFY_BATCH           (UINT64_C(64) << 20)
 #define K3D_VERIFY_BATCH_STREAMING (UINT64_C(4) << 20) /* while a publish streams */

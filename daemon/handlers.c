@@ -226,16 +226,18 @@ void k3d_handle(struct k3d_conn *c)
 /* The writer's ops but a publish, which writer.c batches (ops.h): each by
  * service_dispatch(), but a verify, run in batches. One returns 1 when it
  * has more to do: the writer queues it again behind the jobs that came
- * meanwhile. */
+ * meanwhile, unless the daemon is stopping (daemon.h). */
 /* A verify reads the whole store: it runs K3D_VERIFY_BATCH bytes at a time,
  * so that publishes wait behind one batch, not the whole. A streamed publish
  * is written between the writer's jobs, a window at a time: while one is in
  * progress the batches are smaller, or its upload would crawl. */
-static int run_verify(struct k3d_server *srv, struct k3d_job *job)
+static int run_verify(struct k3d_server *srv, struct k3d_job *job, int stopping)
 {
 	uint64_t budget =
 	        k3d_writer_streaming(srv->writer) ? K3D_VERIFY_BATCH_STREAMING : K3D_VERIFY_BATCH;
-	if (service_verify_step(srv->store, &job->verify, budget, &job->resp)) {
+	if (stopping && job->verify)
+		service_verify_cancel(&job->verify, "the daemon is stopping", &job->resp);
+	else if (service_verify_step(srv->store, &job->verify, budget, &job->resp)) {
 		uint64_t done, total;
 		store_verify_progress(job->verify, &done, &total);
 		atomic_store(&srv->verify_total, total);
@@ -255,15 +257,15 @@ static int run_verify(struct k3d_server *srv, struct k3d_job *job)
 	return 0;
 }
 
-static int (*const writer_ops[OPS_N])(struct k3d_server *, struct k3d_job *) = {
+static int (*const writer_ops[OPS_N])(struct k3d_server *, struct k3d_job *, int) = {
         [OPS_VERIFY] = run_verify,
 };
 
-int k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job)
+int k3d_writer_run_one(struct k3d_server *srv, struct k3d_job *job, int stopping)
 {
-	int (*run)(struct k3d_server *, struct k3d_job *) = writer_ops[ops_of(job->req)];
+	int (*run)(struct k3d_server *, struct k3d_job *, int) = writer_ops[ops_of(job->req)];
 	if (run)
-		return run(srv, job);
+		return run(srv, job, stopping);
 	(void)service_dispatch(srv->store, job->req, &job->resp);
 	return 0;
 }

@@ -151,6 +151,14 @@ static void log_evictions(struct k3d_writer *w)
 	w->evicted_bytes_logged = bytes;
 }
 
+static int stopping(struct k3d_writer *w)
+{
+	pthread_mutex_lock(&w->mu);
+	int stop = w->stop;
+	pthread_mutex_unlock(&w->mu);
+	return stop;
+}
+
 static void *writer_main(void *arg)
 {
 	struct k3d_writer *w = arg;
@@ -219,7 +227,7 @@ static void *writer_main(void *arg)
 			check_entry(w->srv->store, batch[0]->key);
 		else if (batch[0]->req->op_case == K3CACHE__V1__REQUEST__OP_PUBLISH)
 			k3d_publish_batch(w->srv, batch, n);
-		else if (k3d_writer_run_one(w->srv, batch[0])) {
+		else if (k3d_writer_run_one(w->srv, batch[0], stopping(w))) {
 			/* more to do: behind the jobs that came meanwhile */
 			k3d_writer_submit(w, batch[0]);
 			continue;

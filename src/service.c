@@ -402,6 +402,21 @@ int service_verify_step(struct store *s, struct store_verify **walk, uint64_t bu
 	return 0;
 }
 
+void service_verify_cancel(struct store_verify **walk, const char *why, frame_response *resp)
+{
+	uint64_t checked = 0, damaged = 0;
+	if (*walk)
+		store_verify_counts(*walk, &checked, &damaged);
+	struct status st;
+	status_set(&st, STATUS_BUSY,
+	           "%s: the verify stopped after %llu entries checked; run it again", why,
+	           (unsigned long long)checked);
+	service_fail(resp, &st);
+	resp->checked = checked;
+	store_verify_end(*walk);
+	*walk = NULL;
+}
+
 static void service_verify(struct store *s, frame_response *resp)
 {
 	struct store_verify *walk = NULL;

@@ -25,6 +25,10 @@ int service_dispatch(struct store *s, const frame_request *req, frame_response *
  * (NULL at first). 1: call again; 0: resp is complete and *walk freed. */
 int service_verify_step(struct store *s, struct store_verify **walk, uint64_t budget,
                         frame_response *resp);
+/* Ends such a verify before it is done (the daemon is stopping): resp is
+ * BUSY, saying why (`why`) and how many entries were checked (the damaged
+ * ones found so far are in it); *walk freed. */
+void service_verify_cancel(struct store_verify **walk, const char *why, frame_response *resp);
 /* The store's counters, in the order stat sends them: X(name, field of
  * struct store_stats, Prometheus family (k3cache_ and this, with its unit
  * suffix), 1 counter / 0 gauge, HELP). The one list of them: the daemon's

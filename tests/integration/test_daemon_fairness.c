@@ -285,6 +285,61 @@ static void test_flood_of_small_requests_starves_nothing(void **state)
 	daemonutil_cleanup(&d);
 }
 
+/* ---- SIGTERM during a verify ---------------------------------------------------- */
+
+/* A verify runs on the writer in batches of 64 MiB. At SIGTERM the writer
+ * finished every queued job, the verify's every remaining batch included:
+ * a verify of a large store held the stop for as long as it had left (past
+ * systemd's TimeoutStopSec, a SIGKILL and an unclean store). Now it stops
+ * at its next batch, answered BUSY saying so. */
+static void test_sigterm_stops_a_verify(void **state)
+{
+	(void)state;
+	struct daemonutil d;
+	start(&d, "--log-level", "info");
+	uint32_t p = p_for(8u << 20);
+	uint8_t key[K3CACHE_KEY_LEN];
+	for (uint32_t i = 0; i < 40; i++) /* 320 MiB: 5 batches */
+		publish(&d, p, 100000 * (i + 1), i + 1, key);
+	int fd = daemonutil_connect_raw(d.sock);
+	assert_true(fd >= 0);
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Verify v = K3CACHE__V1__VERIFY__INIT;
+	req.op_case = K3CACHE__V1__REQUEST__OP_VERIFY;
+	req.verify = &v;
+	req.id = 1;
+	assert_int_equal(daemonutil_send_request(fd, &req), 0);
+	uint64_t done = 0;
+	for (int i = 0; i < 400 && !done; i++) {
+		done = counter(&d, "verify_done_bytes");
+		if (!done)
+			daemonutil_sleep_ms(5);
+	}
+	assert_true(done > 0); /* a batch checked, more to come */
+	uint64_t total = counter(&d, "verify_total_bytes");
+	assert_true(done < total);
+	double t0 = daemonutil_now();
+	kill(d.pid, SIGTERM);
+	frame_response *r = daemonutil_read_response(fd, 20000);
+	int status = 0;
+	assert_int_equal(waitpid(d.pid, &status, 0), d.pid);
+	double stop_s = daemonutil_now() - t0;
+	d.pid = 0;
+	close(fd);
+	print_message("stopped %.2f s after SIGTERM, %llu of %llu bytes verified\n", stop_s,
+	              (unsigned long long)done, (unsigned long long)total);
+	assert_non_null(r); /* answered before the daemon went */
+	assert_int_equal(r->code, STATUS_BUSY);
+	if (!strstr(r->message, "stopping") || !strstr(r->message, "run it again"))
+		fail_msg("the answer does not say why: %s", r->message);
+	frame_response_free(r);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_false(daemonutil_log_has(&d, "entries checked in"));
+	assert_true(daemonutil_log_has(&d, "stopped cleanly"));
+	daemonutil_cleanup(&d);
+}
+
 /* ---- a half-closed client waiting for memory ---------------------------------- */
 
 /* A raw Publish of tiny at P = p: its header, then its layers. */
@@ -458,6 +513,7 @@ int main(void)
 	        cmocka_unit_test(test_flood_of_small_requests_starves_nothing),
 	        cmocka_unit_test(test_half_closed_publish_waiting_for_memory_is_answered),
 	        cmocka_unit_test(test_damage_reports_are_bounded),
+	        cmocka_unit_test(test_sigterm_stops_a_verify),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
