@@ -520,6 +520,27 @@ static void fatal_frame(struct k3d_conn *c, const struct status *st)
 	k3d_conn_want_write(c);
 }
 
+/* Refuses the request whose payload is coming, for st: its payload is
+ * skipped as it comes (DISCARD), holding no memory meanwhile (a trial
+ * window taken is given back). One over the stage size is answered now: a
+ * client that sees the answer while it sends stops, and closes (the library
+ * does), instead of uploading hundreds of MiB to be refused; one that sends
+ * on keeps its connection. */
+static void refuse_payload(struct k3d_conn *c, const struct status *st)
+{
+	c->pending = *st;
+	release_reservation(c);
+	k3d_pool_put(c->srv, c->payload, c->pcap);
+	c->payload = NULL;
+	c->pcap = 0;
+	c->trial = 0;
+	if (c->plen > store_stage_bytes(c->srv->store)) {
+		k3d_conn_error(c, c->req->id, &c->pending);
+		c->answered = 1;
+	}
+	k3d_conn_set_state(c, K3D_DISCARD);
+}
+
 /* For a PutModel from a peer that is not an admin: whether the store holds
  * the model already (a put of it is then answered as before). */
 static int model_stored(const struct k3d_conn *c)
@@ -568,16 +589,7 @@ static void header_done(struct k3d_conn *c)
 	if (code == STATUS_OK && k3d_ingest_wants(c))
 		code = k3d_publish_precheck(srv, c->req, &st);
 	if (code != STATUS_OK) {
-		c->pending = st;
-		/* a payload over the stage size is answered now, and skipped as
-		 * it comes: a client that sees the answer while it sends stops,
-		 * and closes (the library does), instead of uploading hundreds of
-		 * MiB to be refused; one that sends on keeps its connection */
-		if (c->plen > store_stage_bytes(srv->store)) {
-			k3d_conn_error(c, c->req->id, &c->pending);
-			c->answered = 1;
-		}
-		k3d_conn_set_state(c, K3D_DISCARD);
+		refuse_payload(c, &st);
 		return;
 	}
 	if (c->req->payload_len == 0) {
@@ -619,10 +631,7 @@ static int reserve_payload(struct k3d_conn *c)
 			struct status st;
 			status_set(&st, STATUS_BUSY,
 			           "cannot hold a receive window now; retry later");
-			c->pending = st;
-			end_trial_wait(c);
-			c->trial = 0;
-			k3d_conn_set_state(c, K3D_DISCARD);
+			refuse_payload(c, &st);
 			return 1;
 		}
 		release_reservation(c); /* the trial's, and ends its wait */
@@ -643,10 +652,7 @@ static int reserve_payload(struct k3d_conn *c)
 		struct status st;
 		status_set(&st, STATUS_BUSY, "cannot hold a payload of %llu bytes now; retry later",
 		           (unsigned long long)c->plen);
-		c->pending = st;
-		end_trial_wait(c);
-		c->trial = 0;
-		k3d_conn_set_state(c, K3D_DISCARD);
+		refuse_payload(c, &st);
 		return 1;
 	}
 	if (c->trial) { /* its first bytes are in: move them to the whole */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -342,8 +343,9 @@ static void test_sigterm_stops_a_verify(void **state)
 
 /* ---- a half-closed client waiting for memory ---------------------------------- */
 
-/* A raw Publish of tiny at P = p: its header, then its layers. */
-static void send_publish(int fd, uint32_t p, uint32_t base, uint64_t id, int payload)
+/* A raw Publish of tiny at P = p: its header, then the first `upto` bytes of
+ * its layers (UINT64_MAX: all of them). 0, or -1 when a write failed. */
+static int send_publish(int fd, uint32_t p, uint32_t base, uint64_t id, uint64_t upto)
 {
 	struct k3cache_buf *b = layers_at(p, 7);
 	uint32_t *t = malloc(p * sizeof(uint32_t));
@@ -370,13 +372,17 @@ static void send_publish(int fd, uint32_t p, uint32_t base, uint64_t id, int pay
 	req.publish = &pub;
 	req.payload_len = total;
 	req.id = id;
-	assert_int_equal(daemonutil_send_request(fd, &req), 0);
-	for (uint32_t i = 0; payload && i < tiny->n_layers; i++)
-		assert_int_equal(daemonutil_write_all(fd, b[i].data, b[i].len), 0);
+	int rc = daemonutil_send_request(fd, &req);
+	for (uint32_t i = 0; !rc && upto && i < tiny->n_layers; i++) {
+		size_t n = b[i].len < upto ? b[i].len : (size_t)upto;
+		rc = daemonutil_write_all(fd, b[i].data, n);
+		upto -= n;
+	}
 	free(refs);
 	free(prefs);
 	free(t);
 	free_layers(b);
+	return rc ? -1 : 0;
 }
 
 /* Before, the sweep took the end of input (POLLRDHUP) of a publish waiting
@@ -392,7 +398,7 @@ static void test_half_closed_publish_waiting_for_memory_is_answered(void **state
 	uint32_t pa = p_for(2u << 20);
 	int a = daemonutil_connect_raw(d.sock);
 	assert_true(a >= 0);
-	send_publish(a, pa, 5000, 1, 0);
+	assert_int_equal(send_publish(a, pa, 5000, 1, 0), 0);
 	for (int i = 0; i < 100 && counter(&d, "inflight_bytes") < (1u << 20); i++)
 		daemonutil_sleep_ms(50);
 	assert_true(counter(&d, "inflight_bytes") >= (1u << 20)); /* A first */
@@ -403,7 +409,7 @@ static void test_half_closed_publish_waiting_for_memory_is_answered(void **state
 	uint32_t pb = p_for(100u << 10);
 	int b = daemonutil_connect_raw(d.sock);
 	assert_true(b >= 0);
-	send_publish(b, pb, 9000, 2, 1);
+	assert_int_equal(send_publish(b, pb, 9000, 2, UINT64_MAX), 0);
 	shutdown(b, SHUT_WR);
 	daemonutil_sleep_ms(3500); /* three sweeps */
 	close(a);                  /* A gives up: B's turn */
@@ -491,6 +497,103 @@ static void test_damage_reports_are_bounded(void **state)
 	daemonutil_cleanup(&d);
 }
 
+/* ---- a publish refused for want of memory --------------------------------------- */
+
+/* How many lines of d's log hold text. */
+static int log_count(const struct daemonutil *d, const char *text)
+{
+	FILE *f = fopen(d->log, "r");
+	int n = 0;
+	char line[4096];
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, text) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* A publish whose receive window (or payload buffer) cannot be allocated is
+ * refused BUSY and its payload skipped. Before, it kept its trial window's
+ * MiB of --max-inflight (and the buffer) while the rest was skipped, so
+ * other publishes waited for it, and it was answered only once its whole
+ * payload had come, where every other refusal of a payload over the stage
+ * size is answered at once. Each allocation of the daemon's work for a
+ * publish is failed in turn (fault_alloc, LD_PRELOAD; not under ASan). */
+static void test_publish_refused_for_memory_holds_nothing(void **state)
+{
+	(void)state;
+#ifndef K3_FAULT_ALLOC
+	skip(); /* the sanitizers own malloc */
+#else
+	struct daemonutil d;
+	assert_int_equal(daemonutil_init(&d), 0);
+	char arm[1100], hit[1200];
+	snprintf(arm, sizeof(arm), "%s/arm", d.dir);
+	snprintf(hit, sizeof(hit), "%s.hit", arm);
+	setenv("LD_PRELOAD", K3_FAULT_ALLOC, 1);
+	setenv("K3FAULT_ALLOC_ARM", arm, 1);
+	int rc = daemonutil_start(&d, "--stage-size", "64KiB", "--max-inflight", "4MiB",
+	                          (char *)NULL);
+	unsetenv("LD_PRELOAD");
+	unsetenv("K3FAULT_ALLOC_ARM");
+	assert_int_equal(rc, 0);
+	struct k3cache *c = connect_to(&d);
+	struct k3cache_error e;
+	assert_int_equal(k3cache_put_model(c, tiny, NULL, &e), 0);
+	k3cache_close(c);
+	uint32_t p = p_for(3u << 20);
+	int refused = 0;
+	long n;
+	for (n = 1; n < 2000; n++) {
+		int before = log_count(&d, "WAIT_MEMORY -> DISCARD");
+		int granted = log_count(&d, "WAIT_MEMORY -> READ_PAYLOAD");
+		unlink(hit);
+		FILE *f = fopen(arm, "w");
+		assert_non_null(f);
+		fprintf(f, "%ld %ld\n", n, n);
+		fclose(f);
+		int fd = daemonutil_connect_raw(d.sock);
+		assert_true(fd >= 0);
+		/* the header and 1.1 MiB: the trial window (1 MiB) filled, then
+		 * the receive window for the rest */
+		int sent = send_publish(fd, p, 7000, (uint64_t)n, (uint64_t)1100 << 10);
+		/* until the daemon has refused it, granted it both windows, or
+		 * answered or closed otherwise */
+		for (int i = 0; sent == 0 && i < 300; i++) {
+			struct pollfd pf = {.fd = fd, .events = POLLIN};
+			if (log_count(&d, "WAIT_MEMORY -> DISCARD") > before ||
+			    log_count(&d, "WAIT_MEMORY -> READ_PAYLOAD") >= granted + 2 ||
+			    poll(&pf, 1, 0) > 0)
+				break;
+			daemonutil_sleep_ms(5);
+		}
+		int was_hit = access(hit, F_OK) == 0;
+		unlink(arm);
+		if (sent == 0 && log_count(&d, "WAIT_MEMORY -> DISCARD") > before) {
+			refused++;
+			/* answered at once, 1.9 MiB of its payload still to come */
+			frame_response *r = daemonutil_read_response(fd, 3000);
+			if (!r)
+				fail_msg("allocation %ld failing: no answer while the payload is "
+				         "skipped",
+				         n);
+			assert_int_equal(r->code, STATUS_BUSY);
+			frame_response_free(r);
+			/* and holding nothing meanwhile */
+			assert_int_equal(counter(&d, "inflight_bytes"), 0);
+		}
+		close(fd);
+		if (!was_hit)
+			break; /* a round that failed nothing: every allocation was tried */
+	}
+	print_message("%ld allocations failed in turn, %d publishes refused for them\n", n - 1,
+	              refused);
+	assert_true(refused > 0);
+	assert_true(daemonutil_alive(&d));
+	daemonutil_cleanup(&d);
+#endif
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -514,6 +617,7 @@ int main(void)
 	        cmocka_unit_test(test_half_closed_publish_waiting_for_memory_is_answered),
 	        cmocka_unit_test(test_damage_reports_are_bounded),
 	        cmocka_unit_test(test_sigterm_stops_a_verify),
+	        cmocka_unit_test(test_publish_refused_for_memory_holds_nothing),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
