@@ -30,10 +30,21 @@ struct view_priv;
 
 /* Uses reported to the daemon in one Report. */
 #define REPORT_BATCH 256
+/* A Report is advisory: the reader waits at most this for the daemon's
+ * answer (a daemon stopped or hung would hold a restore for the client's
+ * 60 s), and after a failure tries again no sooner than REPORT_RETRY_MIN
+ * seconds, doubled after each failure up to REPORT_RETRY_MAX (a daemon
+ * restarted is found again; one that stays hung costs a wait that rarely). */
+#define REPORT_TIMEOUT_MS 500
+#define REPORT_RETRY_MIN  1.0
+#define REPORT_RETRY_MAX  60.0
 
 struct k3cache_direct {
 	struct store *s;
-	struct k3cache *daemon; /* where uses and damage are reported; NULL: gone */
+	struct k3cache *daemon; /* where uses and damage are reported; NULL: none now */
+	char *daemon_addr;      /* to connect again (NULL: the default socket) */
+	double retry_at;        /* when daemon is NULL: no connect before then */
+	double retry_wait;      /* the wait after the next failure */
 	uint8_t used[REPORT_BATCH][K3CACHE_KEY_LEN];
 	uint32_t n_used;
 	unsigned char ns[128]; /* the daemon's namespace for this process's salts */
@@ -48,12 +59,46 @@ struct k3cache_direct {
  * they are still in cache. */
 #define COPY_PIECE ((size_t)64 << 10)
 
+static double now(void);
+
+/* The daemon did not answer, or could not be reached: none until the wait,
+ * which doubles. */
+static void lost(struct k3cache_direct *d)
+{
+	k3cache_close(d->daemon);
+	d->daemon = NULL;
+	d->retry_at = now() + d->retry_wait;
+	d->retry_wait = d->retry_wait * 2 < REPORT_RETRY_MAX ? d->retry_wait * 2 : REPORT_RETRY_MAX;
+}
+
+/* The connection reports go down: connects again to a daemon that was lost
+ * once the wait after the failure has passed. 0, or -1 (none now). */
+static int report_conn(struct k3cache_direct *d)
+{
+	if (d->daemon)
+		return 0;
+	if (now() < d->retry_at)
+		return -1;
+	struct k3cache_error e;
+	if (k3cache_connect(d->daemon_addr, &d->daemon, &e) != 0) {
+		lost(d);
+		return -1;
+	}
+	k3cache_set_timeout(d->daemon, REPORT_TIMEOUT_MS);
+	return 0;
+}
+
 /* Sends the uses batched so far and a damaged key (or none) to the daemon,
- * one round trip. The daemon being gone stops reports, not reads. */
+ * one round trip of at most REPORT_TIMEOUT_MS. A daemon that cannot be
+ * reached or does not answer loses the report, not a read. */
 static void report(struct k3cache_direct *d, const uint8_t *damaged)
 {
-	if (!d->daemon || (!d->n_used && !damaged))
+	if (!d->n_used && !damaged)
 		return;
+	if (report_conn(d) != 0) {
+		d->n_used = 0;
+		return;
+	}
 	ProtobufCBinaryData used[REPORT_BATCH], bad = {K3CACHE_KEY_LEN, (uint8_t *)damaged};
 	for (uint32_t i = 0; i < d->n_used; i++)
 		used[i] = (ProtobufCBinaryData){K3CACHE_KEY_LEN, d->used[i]};
@@ -68,10 +113,10 @@ static void report(struct k3cache_direct *d, const uint8_t *damaged)
 	frame_response *resp;
 	struct k3cache_error e;
 	if (k3cache_call(d->daemon, &req, &resp, &e) != 0) {
-		k3cache_close(d->daemon); /* broken: no more reports */
-		d->daemon = NULL;
+		lost(d); /* broken or hung: connect again later */
 	} else {
 		k3cache_response_free(resp);
+		d->retry_wait = REPORT_RETRY_MIN;
 	}
 	d->n_used = 0;
 }
@@ -256,6 +301,14 @@ int k3cache_direct_open(const char *dir, const char *daemon_addr, struct k3cache
 		            "%s/data.mdb): give the address of the daemon that serves %s",
 		            dir, daemon_addr ? daemon_addr : "the default socket", dir, dir);
 	}
+	if (daemon_addr && !(d->daemon_addr = strdup(daemon_addr))) {
+		k3cache_close(d->daemon);
+		store_close(d->s);
+		free(d);
+		return fail(err, STATUS_INTERNAL, "out of memory");
+	}
+	k3cache_set_timeout(d->daemon, REPORT_TIMEOUT_MS);
+	d->retry_wait = REPORT_RETRY_MIN;
 	*out = d;
 	return 0;
 }
@@ -270,6 +323,7 @@ void k3cache_direct_close(struct k3cache_direct *d)
 		report(d, NULL);
 	k3cache_close(d->daemon); /* its socket closed in this process only */
 	store_close(d->s);
+	free(d->daemon_addr);
 	free(d);
 }
 

@@ -225,7 +225,9 @@ class _Recent(collections.OrderedDict):
 
 class Client(_Handle):
     """A connection to k3cached. addr: "unix:PATH", "tcp:HOST:PORT" or a
-    socket path; None: $K3CACHE_SOCKET, then the default socket."""
+    socket path; None: $K3CACHE_SOCKET, then the default socket.
+    timeout_ms: for each wait on the socket once connected, not for a whole
+    call (k3cache_set_timeout); None: 60000; 0: none."""
 
     def __init__(self, addr=None, timeout_ms=None):
         self._c = ctypes.c_void_p()

@@ -708,6 +708,77 @@ static void test_reader_follows_a_grown_store(void **state)
 	daemonutil_cleanup(&g);
 }
 
+/* n restores of key by dr, each checked; the slowest one's seconds. */
+static double restores_of(struct k3cache_direct *dr, const uint8_t *key, uint32_t p, uint32_t seed,
+                          int n)
+{
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
+	       *lens = calloc(twin->n_layers, sizeof(size_t));
+	void **bufs = buffers(p, caps);
+	struct k3cache_error e;
+	double worst = 0;
+	for (int i = 0; i < n; i++) {
+		double t0 = daemonutil_now();
+		uint32_t got = 0;
+		if (k3cache_direct_restore_into(dr, twin, key, bufs, caps, lens, &got, &e) != 0)
+			fail_msg("restore %d: %s", i, e.message);
+		double dt = daemonutil_now() - t0;
+		worst = dt > worst ? dt : worst;
+		assert_int_equal(got, p);
+	}
+	assert_layers(bufs, lens, p, seed);
+	free_buffers(bufs);
+	free(caps);
+	free(lens);
+	return worst;
+}
+
+/* Uses are reported in batches, one round trip each. A daemon stopped
+ * (SIGSTOP: hung) held the restore that sent a batch for the connection's
+ * 60 s, and after that failure the reader never reported again, even to the
+ * daemon restarted: its entries aged in the LRU as if unused. */
+static void test_reports_neither_block_nor_stop(void **state)
+{
+	(void)state;
+	struct daemonutil g;
+	struct k3cache *c;
+	struct k3cache_error e;
+	assert_int_equal(daemonutil_init(&g), 0);
+	assert_int_equal(daemonutil_start(&g, (char *)NULL), 0);
+	assert_int_equal(k3cache_connect(g.sock, &c, &e), 0);
+	assert_int_equal(k3cache_put_model(c, twin, NULL, &e), 0);
+	k3cache_close(c);
+	publish_to(g.sock, 100, 130000, 41);
+	struct k3cache_direct *dr;
+	if (k3cache_direct_open(g.db, g.sock, &dr, &e) != 0)
+		fail_msg("direct open: %s", e.message);
+	uint32_t t[101];
+	tokens_for(t, 101, 130000);
+	struct k3cache_lookup_result lr;
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 101, 0, &lr, &e),
+	                 0);
+	assert_int_equal(lr.prefix_len, 100);
+	/* the daemon hangs: a batch of 256 uses is sent, and not answered */
+	kill(g.pid, SIGSTOP);
+	double worst = restores_of(dr, lr.key, 100, 41, 300);
+	kill(g.pid, SIGCONT);
+	print_message("the slowest of 300 restores with the daemon stopped: %.2f s\n", worst);
+	assert_true(worst < 3.0);
+	/* the daemon restarted: the reader reports to it again */
+	assert_int_equal(daemonutil_stop(&g, SIGTERM), 0);
+	assert_int_equal(daemonutil_start(&g, (char *)NULL), 0);
+	daemonutil_sleep_ms(1100); /* the wait after the failure */
+	(void)restores_of(dr, lr.key, 100, 41, 300);
+	k3cache_direct_close(dr);
+	assert_int_equal(k3cache_connect(g.sock, &c, &e), 0);
+	uint64_t uses = 0;
+	assert_int_equal(k3cache_stat_counter(c, "reported_uses", &uses, &e), 0);
+	k3cache_close(c);
+	print_message("uses reported to the restarted daemon: %llu\n", (unsigned long long)uses);
+	assert_true(uses >= 256);
+	daemonutil_cleanup(&g);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -746,6 +817,7 @@ int main(void)
 	        cmocka_unit_test(test_second_handle_keeps_views),
 	        cmocka_unit_test(test_handle_refused_after_fork),
 	        cmocka_unit_test(test_reader_follows_a_grown_store),
+	        cmocka_unit_test(test_reports_neither_block_nor_stop),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -17,8 +17,11 @@
  * Restores and views made here reach the daemon as uses (LRU order, hit
  * counts) in batches of 256 and at close; an entry found damaged here is
  * reported at once, and the daemon checks it and quarantines it. Both go
- * over the connection opened at open; if the daemon is gone, reads go on
- * and reports stop. */
+ * over the connection opened at open, each waiting at most 0.5 s for the
+ * daemon's answer. Reads never depend on the daemon: while it cannot be
+ * reached or does not answer, reports are dropped, and it is connected to
+ * again 1 s after the failure, then 2 s, 4 s ... up to 60 s (a restarted
+ * daemon gets them again). */
 #ifndef K3CACHE_DIRECT_H
 #define K3CACHE_DIRECT_H
 

@@ -142,7 +142,13 @@ K3CACHE_API void k3cache_close(struct k3cache *c);
  * Writes into buf and returns it. */
 K3CACHE_API const char *k3cache_default_socket(char *buf, size_t bufsz);
 
-/* I/O timeout for each call in milliseconds (default 60000; 0: none). */
+/* Timeout in milliseconds for each wait on the socket (default 60000; 0:
+ * none): connecting, and each time a call waits to send or to receive, as
+ * hiredis's redisSetTimeout. It bounds a daemon that stops answering, not
+ * a whole call: a restore takes as long as its bytes take, and a peer that
+ * sends a byte within each timeout keeps a call going. Set after
+ * k3cache_connect, it applies from the next call (the connect itself waited
+ * at most the default). */
 K3CACHE_API void k3cache_set_timeout(struct k3cache *c, int ms);
 
 /* Hello: checks the daemon speaks our protocol. server (may be NULL) gets the
