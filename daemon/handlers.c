@@ -105,6 +105,8 @@ static void op_report(struct k3d_conn *c)
 		}
 		if (k3d_writer_check(srv->writer, key) == 0)
 			memcpy(srv->checks[srv->n_checks++], key, STORE_KEY_LEN);
+		else
+			srv->reports_dropped++; /* out of memory (logged) */
 	}
 	frame_response resp = K3CACHE__V1__RESPONSE__INIT;
 	resp.id = c->req->id;

@@ -91,7 +91,8 @@ void k3d_metrics_observe(struct k3d_server *srv, int op, double seconds)
 	X("reported_damaged", "reported_damaged_total", 1,                                         \
 	  "Entries reported damaged by direct readers.", srv->reported_damaged)                    \
 	X("reports_dropped", "reports_dropped_total", 1,                                           \
-	  "Damage reports not checked: as many checks were queued already.", srv->reports_dropped) \
+	  "Damage reports not checked: as many checks were queued already, or no memory.",         \
+	  srv->reports_dropped)                                                                    \
 	X("verify_done_bytes", "verify_done_bytes", 0,                                             \
 	  "Bytes of entries the running verify has checked (0: none running).",                    \
 	  atomic_load(&srv->verify_done))                                                          \

@@ -592,6 +592,77 @@ static void test_publish_refused_for_memory_holds_nothing(void **state)
 #endif
 }
 
+/* A Report whose check cannot be queued (out of memory) is counted in
+ * reports_dropped, as one over the checks' bound is. Before, it was only
+ * logged: every error path is counted. Each allocation of a Report's work
+ * is failed in turn (fault_alloc, LD_PRELOAD; not under ASan). */
+static void test_report_out_of_memory_is_counted(void **state)
+{
+	(void)state;
+#ifndef K3_FAULT_ALLOC
+	skip(); /* the sanitizers own malloc */
+#else
+	struct daemonutil d;
+	assert_int_equal(daemonutil_init(&d), 0);
+	char arm[1100], hit[1200];
+	snprintf(arm, sizeof(arm), "%s/arm", d.dir);
+	snprintf(hit, sizeof(hit), "%s.hit", arm);
+	setenv("LD_PRELOAD", K3_FAULT_ALLOC, 1);
+	setenv("K3FAULT_ALLOC_ARM", arm, 1);
+	int rc = daemonutil_start(&d, (char *)NULL);
+	unsetenv("LD_PRELOAD");
+	unsetenv("K3FAULT_ALLOC_ARM");
+	assert_int_equal(rc, 0);
+	struct k3cache *c = connect_to(&d);
+	struct k3cache_error e;
+	assert_int_equal(k3cache_put_model(c, tiny, NULL, &e), 0);
+	k3cache_close(c);
+	uint8_t key[K3CACHE_KEY_LEN];
+	publish(&d, 100, 3000, 5, key);
+	const char *lost = "a damaged entry stays unquarantined";
+	int counted = 0;
+	long n;
+	for (n = 1; n < 500; n++) {
+		int before = log_count(&d, lost);
+		uint64_t dropped = counter(&d, "reports_dropped");
+		unlink(hit);
+		FILE *f = fopen(arm, "w");
+		assert_non_null(f);
+		fprintf(f, "%ld %ld\n", n, n);
+		fclose(f);
+		int fd = daemonutil_connect_raw(d.sock);
+		assert_true(fd >= 0);
+		ProtobufCBinaryData bad = {K3CACHE_KEY_LEN, key};
+		K3cache__V1__Report rep = K3CACHE__V1__REPORT__INIT;
+		rep.n_damaged = 1;
+		rep.damaged = &bad;
+		frame_request req = K3CACHE__V1__REQUEST__INIT;
+		req.op_case = K3CACHE__V1__REQUEST__OP_REPORT;
+		req.report = &rep;
+		req.id = 1;
+		frame_response *r = NULL;
+		if (daemonutil_send_request(fd, &req) == 0)
+			r = daemonutil_read_response(fd, 5000); /* none: the daemon closed it */
+		frame_response_free(r);
+		close(fd);
+		daemonutil_sleep_ms(20); /* the check, if queued, done */
+		int was_hit = access(hit, F_OK) == 0;
+		unlink(arm);
+		if (log_count(&d, lost) > before) {
+			print_message("allocation %ld failing: the check not queued\n", n);
+			assert_int_equal(counter(&d, "reports_dropped"), dropped + 1);
+			counted++;
+		}
+		if (!was_hit)
+			break; /* a round that failed nothing: every allocation was tried */
+	}
+	print_message("%ld allocations failed in turn, %d checks not queued\n", n - 1, counted);
+	assert_true(counted > 0);
+	assert_int_equal(counter(&d, "entries"), 1); /* intact: nothing quarantined */
+	daemonutil_cleanup(&d);
+#endif
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -616,6 +687,7 @@ int main(void)
 	        cmocka_unit_test(test_damage_reports_are_bounded),
 	        cmocka_unit_test(test_sigterm_stops_a_verify),
 	        cmocka_unit_test(test_publish_refused_for_memory_holds_nothing),
+	        cmocka_unit_test(test_report_out_of_memory_is_counted),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
