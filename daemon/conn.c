@@ -684,8 +684,11 @@ static uint64_t payload_end(const struct k3d_conn *c)
 
 /* A streamed payload whose window is full backs its next stage, or waits
  * for the store to consume the first (K3D_WAIT_WINDOW). A window that
- * cannot grow for want of memory ends the publish: BUSY, the rest
- * discarded. */
+ * cannot grow for want of memory ends the publish: BUSY, answered at once
+ * (a streamed payload is over the stage size: refuse_payload), the rest
+ * discarded. Its window stays counted in --max-inflight until the writer
+ * hands the job back and it is freed (job->held), not while the rest is
+ * skipped. */
 static void window_next(struct k3d_conn *c)
 {
 	int rc = k3d_ingest_window(c);
@@ -699,10 +702,14 @@ static void window_next(struct k3d_conn *c)
 		/* the writer hands the job back later (k3d_conn_orphan_done);
 		 * this connection discards the rest and answers by itself */
 		c->ingest->orphaned = 1; /* still one of c->jobs_out */
+		c->ingest->held = c->reserved;
+		c->reserved = 0;
 		c->pending_id = c->ingest->req->id;
 		k3d_ingest_cancel(c);
 		status_set(&c->pending, STATUS_BUSY,
 		           "out of memory for a receive window; retry later");
+		k3d_conn_error(c, c->pending_id, &c->pending);
+		c->answered = 1;
 		k3d_conn_set_state(c, K3D_DISCARD);
 	}
 }

@@ -370,8 +370,10 @@ struct k3d_job {
 	double t_request;
 	/* a publish streamed into the store while its payload arrives (ingest.c) */
 	int streamed;
-	int orphaned; /* given up by the loop, which answers by itself: the
-	                 writer hands it back only to be freed */
+	int orphaned;  /* given up by the loop, which answers by itself: the
+	                  writer hands it back only to be freed */
+	uint64_t held; /* an orphan's in-flight bytes (its window): given back
+	                  to --max-inflight when it is freed */
 	struct k3d_ingest *ingest;
 	struct k3d_job *snext; /* the writer's list of streamed publishes */
 	int kicked;            /* under the writer's mutex */

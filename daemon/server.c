@@ -130,7 +130,8 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 			job = next;
 			continue;
 		}
-		if (job->orphaned) { /* its connection answered by itself */
+		if (job->orphaned) {                      /* its connection answered by itself */
+			srv->inflight_bytes -= job->held; /* its window, freed here */
 			k3d_job_free(job);
 			k3d_conn_orphan_done(c);
 			job = next;

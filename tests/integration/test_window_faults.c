@@ -155,25 +155,36 @@ static void test_window_that_cannot_open_is_busy(void **state)
 	daemonutil_cleanup(&d);
 }
 
-/* A stage cannot be moved in mid-upload: BUSY, the rest discarded, nothing
- * of it stored, the window's memory given back; the next publish goes
- * through. */
+/* A stage cannot be moved in mid-upload: BUSY, answered at once (the
+ * client stops sending), the rest discarded, nothing of it stored, the
+ * window's memory given back; the next publish goes through. Before, the
+ * answer came once the whole payload had been skipped, and the window's
+ * MiBs stayed counted in --max-inflight until then. */
 static void test_window_that_cannot_grow_is_busy(void **state)
 {
 	(void)state;
 	struct daemonutil d;
 	start(&d, "fixed:5");
 	struct k3cache_error e;
+	uint64_t payload = 0;
+	for (uint32_t i = 0; i < twin->n_layers; i++)
+		payload += model_layer_blob_size(&twin->layers[i], 2000);
+	uint64_t in0 = counter(&d, "bytes_in");
 	int rc = publish(&d, 2000, 4, &e);
 	if (rc != K3CACHE_BUSY) /* before: the daemon hung up mid-upload (broken pipe) */
 		fail_msg("publish: code %d: %s", rc, e.message);
 	assert_non_null(strstr(e.message, "out of memory for a receive window"));
+	uint64_t in1 = counter(&d, "bytes_in");
+	print_message("%llu of the payload's %llu bytes read\n", (unsigned long long)(in1 - in0),
+	              (unsigned long long)payload);
+	assert_true(in1 - in0 < payload);
 	assert_false(restores(&d, 2000, 4));
 	/* the answer goes out at once; the window goes once the writer hands
 	 * the cancelled job back */
 	for (int i = 0; i < 250 && counter(&d, "window_bytes") != 0; i++)
 		daemonutil_sleep_ms(20);
 	assert_int_equal(counter(&d, "window_bytes"), 0);
+	assert_int_equal(counter(&d, "inflight_bytes"), 0);
 	if (publish(&d, 2000, 4, &e) != 0)
 		fail_msg("publish after: %s", e.message);
 	assert_true(restores(&d, 2000, 4));
