@@ -80,11 +80,10 @@ static int report_conn(struct k3cache_direct *d)
 	if (now() < d->retry_at)
 		return -1;
 	struct k3cache_error e;
-	if (k3cache_connect(d->daemon_addr, &d->daemon, &e) != 0) {
+	if (k3cache_connect_within(d->daemon_addr, REPORT_TIMEOUT_MS, &d->daemon, &e) != 0) {
 		lost(d);
 		return -1;
 	}
-	k3cache_set_timeout(d->daemon, REPORT_TIMEOUT_MS);
 	return 0;
 }
 

@@ -773,6 +773,12 @@ const char *k3cache_default_socket(char *buf, size_t bufsz)
 
 int k3cache_connect(const char *addr, struct k3cache **out, struct k3cache_error *err)
 {
+	return k3cache_connect_within(addr, DEFAULT_TIMEOUT_MS, out, err);
+}
+
+int k3cache_connect_within(const char *addr, int timeout_ms, struct k3cache **out,
+                           struct k3cache_error *err)
+{
 	err_clear(err);
 	if (!out)
 		return FAIL(err, STATUS_INVALID, 0, "k3cache_connect: out is NULL");
@@ -784,7 +790,7 @@ int k3cache_connect(const char *addr, struct k3cache **out, struct k3cache_error
 	if (!c)
 		return FAIL(err, STATUS_INTERNAL, 0, "out of memory connecting to %s", addr);
 	c->fd = -1;
-	c->timeout_ms = DEFAULT_TIMEOUT_MS;
+	c->timeout_ms = timeout_ms;
 	int rc;
 	if (strncmp(addr, "tcp:", 4) == 0) {
 		snprintf(c->addr, sizeof(c->addr), "%s", addr);

@@ -16,6 +16,13 @@ int k3cache_call(struct k3cache *c, struct K3cache__V1__Request *req,
                  struct K3cache__V1__Response **resp, struct k3cache_error *err);
 void k3cache_response_free(struct K3cache__V1__Response *resp);
 
+/* k3cache_connect with timeout_ms (k3cache_set_timeout's, 0: none) from the
+ * start: the connect (a Unix socket waits while the daemon's listen queue
+ * is full; a TCP one for the handshake) and a Hello with a token wait at
+ * most that, where k3cache_connect's wait its default 60 s. */
+int k3cache_connect_within(const char *addr, int timeout_ms, struct k3cache **out,
+                           struct k3cache_error *err);
+
 /* The namespace the daemon puts before this peer's salts (a Hello, once per
  * connection): *len bytes into out, which holds cap. */
 int k3cache_namespace(struct k3cache *c, unsigned char *out, size_t cap, size_t *len,
