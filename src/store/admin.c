@@ -540,6 +540,44 @@ out:
 	return rc;
 }
 
+/* Repairs what the block check found, once every entry's uses are known:
+ * each count made again from the records and held rows, in one
+ * transaction (store_blocks_recount), and the totals with them. A record
+ * whose damage was found only after its blocks' counts lost it (it was
+ * removed, its map unreadable) left them counted for ever: their bytes
+ * were never freed, and every verify said so. */
+static enum status_code repair_blocks(struct store *s,
+                                      void (*fn)(const uint8_t *key, const char *why, void *ctx),
+                                      void *ctx, struct status *st)
+{
+	MDB_txn *txn;
+	int rc = store_txn_write(s, &txn);
+	if (rc)
+		return store_mdb_error(st, rc, "verify: repairing the shared blocks");
+	struct block_ref *refs = NULL;
+	size_t n = 0;
+	uint64_t fixed = 0, freed = 0;
+	struct store_totals t;
+	if ((rc = collect_block_refs(s, txn, &refs, &n)) == 0)
+		rc = store_blocks_recount(s, txn, (const unsigned char *)refs, n, &fixed, &freed);
+	free(refs);
+	if (!rc && fixed && (rc = store_totals_get(s, txn, &t)) == 0 &&
+	    (rc = store_entry_recount(s, txn, &t)) == 0)
+		rc = store_totals_put(s, txn, &t);
+	if ((rc = store_txn_end(txn, rc)) != 0)
+		return store_mdb_error(st, rc, "verify: repairing the shared blocks");
+	if (fn && fixed) {
+		char why[STATUS_MESSAGE_MAX];
+		snprintf(why, sizeof(why),
+		         "repaired: %" PRIu64
+		         " shared blocks counted again from the entries (%" PRIu64
+		         " bytes of blocks no entry uses freed)",
+		         fixed, freed);
+		fn(NULL, why, ctx);
+	}
+	return STATUS_OK;
+}
+
 /* Repairs what the index check found: the touches batched in memory go
  * out first, then the prefix and LRU indexes are made again from the
  * entries, in one transaction. */
@@ -751,6 +789,12 @@ enum status_code store_verify_step(struct store_verify *v, uint64_t budget,
 	int rc;
 	if ((rc = verify_blocks(s, fn, ctx, &problems)) != 0)
 		return store_mdb_error(st, rc, "verify: the shared blocks");
+	/* every entry's uses known (none unreadable), the counts can be made
+	 * again from them */
+	enum status_code code;
+	if (problems && !s->opt.read_only && !v->unreadable.n && !v->misnamed.n && !v->bad.n &&
+	    (code = repair_blocks(s, fn, ctx, st)) != STATUS_OK)
+		return code;
 	MDB_txn *txn;
 	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0)
 		return store_mdb_error(st, rc, "verify");

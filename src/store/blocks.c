@@ -305,3 +305,105 @@ int store_blocks_each_held(struct store *s, MDB_txn *txn,
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND ? 0 : rc;
 }
+
+/* How many of refs[0..n) (sorted) are rk. */
+static uint32_t uses_of(const unsigned char *refs, size_t n, const unsigned char *rk)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (memcmp(refs + mid * STORE_BLOCK_REF_LEN, rk, STORE_BLOCK_REF_LEN) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	uint32_t used = 0;
+	for (; lo < n && !memcmp(refs + lo * STORE_BLOCK_REF_LEN, rk, STORE_BLOCK_REF_LEN); lo++)
+		if (used < UINT32_MAX)
+			used++;
+	return used;
+}
+
+int store_blocks_recount(struct store *s, MDB_txn *txn, const unsigned char *refs, size_t n,
+                         uint64_t *fixed, uint64_t *freed)
+{
+	if (!s->has_blocks)
+		return 0;
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->blockrefs, &cur);
+	if (rc)
+		return rc;
+	MDB_val k, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		unsigned char rk[STORE_BLOCK_REF_LEN];
+		if (k.mv_size != STORE_BLOCK_REF_LEN) { /* not a count of ours */
+			(*fixed)++;
+			if ((rc = mdb_cursor_del(cur, 0)) != 0)
+				break;
+			continue;
+		}
+		memcpy(rk, k.mv_data, STORE_BLOCK_REF_LEN);
+		uint32_t used = uses_of(refs, n, rk);
+		if (v.mv_size == 4 && store_get_be32(v.mv_data) == used)
+			continue;
+		(*fixed)++;
+		if (used) {
+			unsigned char b[4];
+			store_be32(b, used);
+			MDB_val nv = {4, b};
+			if ((rc = mdb_cursor_put(cur, &k, &nv, MDB_CURRENT)) != 0)
+				break;
+			continue;
+		}
+		for (unsigned part = 0; part < 2 && !rc; part++) {
+			unsigned char bk[STORE_BLOCK_KEY_LEN];
+			memcpy(bk, rk, STORE_BLOCK_REF_LEN);
+			bk[STORE_BLOCK_REF_LEN] = (unsigned char)part;
+			MDB_val pk = {sizeof(bk), bk}, pv;
+			if ((rc = mdb_get(txn, s->blocks, &pk, &pv)) == MDB_NOTFOUND) {
+				rc = 0;
+				continue;
+			}
+			if (!rc) {
+				*freed += pv.mv_size >= 8 ? pv.mv_size - 8 : 0;
+				rc = mdb_del(txn, s->blocks, &pk, NULL);
+			}
+		}
+		if (rc || (rc = mdb_cursor_del(cur, 0)) != 0)
+			break;
+	}
+	mdb_cursor_close(cur);
+	if (rc != MDB_NOTFOUND)
+		return rc;
+	/* parts of no counted block */
+	if ((rc = mdb_cursor_open(txn, s->blocks, &cur)) != 0)
+		return rc;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		if (k.mv_size == STORE_BLOCK_KEY_LEN) {
+			MDB_val rk = {STORE_BLOCK_REF_LEN, k.mv_data}, cv;
+			if ((rc = mdb_get(txn, s->blockrefs, &rk, &cv)) == 0)
+				continue; /* counted above */
+			if (rc != MDB_NOTFOUND)
+				break;
+			uint32_t used = uses_of(refs, n, k.mv_data);
+			(*fixed)++;
+			if (used) {
+				unsigned char b[4];
+				store_be32(b, used);
+				MDB_val nv = {4, b};
+				if ((rc = mdb_put(txn, s->blockrefs, &rk, &nv, 0)) != 0)
+					break;
+				continue;
+			}
+		} else {
+			(*fixed)++; /* not a part of ours */
+		}
+		*freed += v.mv_size >= 8 ? v.mv_size - 8 : 0;
+		if ((rc = mdb_cursor_del(cur, 0)) != 0)
+			break;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}

@@ -84,6 +84,16 @@ int store_blocks_each_held(struct store *s, MDB_txn *txn,
                                      void *ctx),
                            void *ctx);
 
+/* Makes every count again from the uses: refs holds n sorted
+ * STORE_BLOCK_REF_LEN keys (node | layer), one per reference made (records
+ * and held rows). A block no one uses is deleted, a count that differs (or
+ * is damaged) is set to its uses, a part of no counted block is deleted, or
+ * given its count when the block is used. *fixed: the blocks changed, *freed
+ * the bytes deleted. For verify's repair, once every entry's uses are known
+ * (a record that does not decode names blocks no one can count). */
+int store_blocks_recount(struct store *s, MDB_txn *txn, const unsigned char *refs, size_t n,
+                         uint64_t *fixed, uint64_t *freed);
+
 /* A part of a block as stored (u64 sum, then the rows). */
 int store_blocks_get(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
                      unsigned part, MDB_val *v);

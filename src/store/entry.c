@@ -621,10 +621,7 @@ int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record 
 	return rc;
 }
 
-/* The totals counted again: each entry's own stream (for a record that does
- * not decode, the bytes of the chunks under its key) and every shared
- * block, stored; each entry whole, logical. */
-static int recount(struct store *s, MDB_txn *txn, struct store_totals *t)
+int store_entry_recount(struct store *s, MDB_txn *txn, struct store_totals *t)
 {
 	t->bytes = t->logical = 0;
 	MDB_cursor *cur;
@@ -672,7 +669,7 @@ int store_entry_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key
 	if (!rc && (rc = mdb_del(txn, s->entries, &k, NULL)) == MDB_NOTFOUND)
 		rc = 0;
 	if (!rc && totals)
-		rc = recount(s, txn, totals);
+		rc = store_entry_recount(s, txn, totals);
 	return rc;
 }
 int store_entry_each_use(struct store *s, MDB_txn *txn,

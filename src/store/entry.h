@@ -147,6 +147,11 @@ int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record 
 int store_entry_delete_damaged(struct store *s, MDB_txn *txn, const uint8_t *key,
                                struct store_totals *totals);
 
+/* The totals' bytes counted again: each entry's own stream (for a record
+ * that does not decode, the bytes of the chunks under its key) and every
+ * shared block, stored; each entry whole, logical. */
+int store_entry_recount(struct store *s, MDB_txn *txn, struct store_totals *t);
+
 /* Calls fn for every reference an entry makes to a shared block: its key,
  * the block's node and layer, inside txn. Entries whose record does not
  * decode, or whose tokens are missing, are skipped (verify reports them). A

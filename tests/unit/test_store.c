@@ -2715,9 +2715,17 @@ static void test_verify_checks_blocks(void **state)
 	assert_int_equal(store_verify(f->st, verify_log_cb, &log, &checked, &damaged, NULL),
 	                 STATUS_OK);
 	assert_int_equal(log.entries, 0);
-	assert_int_equal(log.blocks, 2);
+	assert_int_equal(log.blocks, 3);
 	assert_int_equal(damaged, 2);
-	assert_non_null(strstr(log.last_block, "belong to no counted block"));
+	/* and repaired: the count made again, the part of no block deleted */
+	assert_non_null(strstr(log.last_block, "repaired: 2 shared blocks counted again"));
+	memset(&log, 0, sizeof(log));
+	assert_int_equal(store_verify(f->st, verify_log_cb, &log, &checked, &damaged, NULL),
+	                 STATUS_OK);
+	assert_int_equal(damaged, 0);
+	assert_int_equal(log.blocks, 0);
+	expect_conv(f, a.key, 100, 1, 1);
+	expect_conv(f, b.key, 180, 1, 2);
 	/* block 0's k rows damaged: both entries use it, both are taken out */
 	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
 	unsigned char bk[STORE_BLOCK_KEY_LEN];
@@ -2742,6 +2750,64 @@ static void test_verify_checks_blocks(void **state)
 		assert_true(info->quarantined);
 		store_entry_info_free(info);
 	}
+}
+
+/* An entry whose record is damaged is removed without giving back its
+ * references to shared blocks (its map is in the record). Before, those
+ * blocks stayed for ever: their bytes counted against the capacity after
+ * every entry was evicted, and every verify reported their counts. Verify
+ * now makes the counts again from the entries once none is unreadable. */
+static void test_verify_repairs_counts_a_damaged_record_left(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[200];
+	seq(t, 200, 4400);
+	struct store_publish_res a, b;
+	assert_int_equal(conv_publish(f, t, 130, 1, 1, &a), STATUS_OK);
+	assert_int_equal(conv_publish(f, t, 180, 1, 2, &b), STATUS_OK); /* shares a's blocks */
+	struct store_stats before;
+	assert_int_equal(store_get_stats(f->st, &before, NULL), STATUS_OK);
+	assert_true(before.blocks > 0);
+	/* a's record damaged (its version word): restored, it is removed */
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	MDB_val k = {STORE_KEY_LEN, a.key}, v;
+	assert_int_equal(mdb_get(txn, f->st->entries, &k, &v), 0);
+	unsigned char *copy = malloc(v.mv_size);
+	memcpy(copy, v.mv_data, v.mv_size);
+	copy[0] = 9;
+	MDB_val nv = {v.mv_size, copy};
+	assert_int_equal(mdb_put(txn, f->st->entries, &k, &nv, 0), 0);
+	free(copy);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	struct store_snapshot *snap;
+	struct status st;
+	assert_int_equal(store_restore(f->st, a.key, &snap, &st), STATUS_CORRUPT);
+	assert_int_equal(store_quarantine(f->st, a.key), STORE_QUARANTINE_REMOVED);
+	/* b still restores, its blocks now counted once too many */
+	expect_conv(f, b.key, 180, 1, 2);
+	struct verify_log log = {0};
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, verify_log_cb, &log, &checked, &damaged, NULL),
+	                 STATUS_OK);
+	assert_true(damaged > 0);
+	assert_non_null(strstr(log.last_block, "repaired:"));
+	memset(&log, 0, sizeof(log));
+	assert_int_equal(store_verify(f->st, verify_log_cb, &log, &checked, &damaged, NULL),
+	                 STATUS_OK);
+	assert_int_equal(damaged, 0);
+	expect_conv(f, b.key, 180, 1, 2);
+	/* b evicted: nothing is left */
+	struct store_evict_req er = {.all = 1};
+	struct store_evict_res eres;
+	assert_int_equal(store_evict(f->st, &er, NULL, NULL, &eres, NULL), STATUS_OK);
+	struct store_stats after;
+	assert_int_equal(store_get_stats(f->st, &after, NULL), STATUS_OK);
+	assert_int_equal(after.entries, 0);
+	assert_int_equal(after.blocks, 0);
+	assert_int_equal(after.bytes, 0);
+	assert_int_equal(store_verify(f->st, NULL, NULL, &checked, &damaged, NULL), STATUS_OK);
+	assert_int_equal(damaged, 0);
 }
 
 /* A format-1 store made by the code before blocks (tests/fixtures/store-v1,
@@ -3321,6 +3387,8 @@ int main(void)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_block_refused, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_checks_blocks, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_verify_repairs_counts_a_damaged_record_left,
+	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_records_do_not_jam_eviction, setup,
 	                                        teardown),
