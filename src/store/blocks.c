@@ -349,10 +349,12 @@ int store_blocks_recount(struct store *s, MDB_txn *txn, const unsigned char *ref
 			continue;
 		(*fixed)++;
 		if (used) {
+			/* the key from rk: a put that resizes a damaged value moves
+			 * the page's nodes, k's bytes among them */
 			unsigned char b[4];
 			store_be32(b, used);
-			MDB_val nv = {4, b};
-			if ((rc = mdb_cursor_put(cur, &k, &nv, MDB_CURRENT)) != 0)
+			MDB_val ck = {STORE_BLOCK_REF_LEN, rk}, nv = {4, b};
+			if ((rc = mdb_cursor_put(cur, &ck, &nv, MDB_CURRENT)) != 0)
 				break;
 			continue;
 		}
