@@ -2752,6 +2752,59 @@ static void test_verify_checks_blocks(void **state)
 	}
 }
 
+/* Counts damaged in their length are repaired as well, among others changed
+ * in the same transaction: the first count wrong (changed in place), every
+ * other of 3 bytes (resized). Before, the resizing put took its key from the
+ * page it moved, so another block's key could be written in its place. */
+static void test_verify_repairs_damaged_counts(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t t[300];
+	seq(t, 300, 7700);
+	struct store_publish_res a, b;
+	assert_int_equal(conv_publish(f, t, 150, 1, 1, &a), STATUS_OK);
+	assert_int_equal(conv_publish(f, t, 290, 1, 2, &b), STATUS_OK);
+	MDB_txn *txn;
+	assert_int_equal(mdb_txn_begin(f->st->env, NULL, 0, &txn), 0);
+	MDB_cursor *cur;
+	assert_int_equal(mdb_cursor_open(txn, f->st->blockrefs, &cur), 0);
+	MDB_val k, v;
+	int n = 0;
+	for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT), n++) {
+		unsigned char wrong[4] = {0, 0, 0, 9}, shortv[3] = {0, 0, 1}, key[64];
+		assert_true(k.mv_size <= sizeof(key));
+		memcpy(key, k.mv_data, k.mv_size); /* a resizing put moves the page */
+		MDB_val ck = {k.mv_size, key};
+		MDB_val nv = n ? (MDB_val){3, shortv} : (MDB_val){4, wrong};
+		assert_int_equal(mdb_cursor_put(cur, &ck, &nv, MDB_CURRENT), 0);
+	}
+	mdb_cursor_close(cur);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	assert_true(n > 2);
+	struct verify_log log = {0};
+	uint64_t checked, damaged;
+	assert_int_equal(store_verify(f->st, verify_log_cb, &log, &checked, &damaged, NULL),
+	                 STATUS_OK);
+	assert_int_equal((int)damaged, n);
+	assert_non_null(strstr(log.last_block, "repaired:"));
+	memset(&log, 0, sizeof(log));
+	assert_int_equal(store_verify(f->st, verify_log_cb, &log, &checked, &damaged, NULL),
+	                 STATUS_OK);
+	if (damaged)
+		print_message("after the repair: %s\n", log.last_block);
+	assert_int_equal(damaged, 0);
+	expect_conv(f, a.key, 150, 1, 1);
+	expect_conv(f, b.key, 290, 1, 2);
+	struct store_evict_req er = {.all = 1};
+	struct store_evict_res eres;
+	assert_int_equal(store_evict(f->st, &er, NULL, NULL, &eres, NULL), STATUS_OK);
+	struct store_stats after;
+	assert_int_equal(store_get_stats(f->st, &after, NULL), STATUS_OK);
+	assert_int_equal(after.blocks, 0);
+	assert_int_equal(after.bytes, 0);
+}
+
 /* An entry whose record is damaged is removed without giving back its
  * references to shared blocks (its map is in the record). Before, those
  * blocks stayed for ever: their bytes counted against the capacity after
@@ -3389,6 +3442,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_verify_checks_blocks, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_verify_repairs_counts_a_damaged_record_left,
 	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_verify_repairs_damaged_counts, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_lru_order_and_capacity, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_damaged_records_do_not_jam_eviction, setup,
 	                                        teardown),
