@@ -514,6 +514,49 @@ static int log_count(const struct daemonutil *d, const char *text)
 		fclose(f);
 	return n;
 }
+
+/* A daemon whose allocations fault_alloc fails, one at a time (arm_at),
+ * with tiny's model put. */
+struct faulted {
+	struct daemonutil d;
+	char arm[1100], hit[1200];
+};
+
+static void start_faulted(struct faulted *f, const char *a1, const char *a2, const char *a3,
+                          const char *a4)
+{
+	assert_int_equal(daemonutil_init(&f->d), 0);
+	snprintf(f->arm, sizeof(f->arm), "%s/arm", f->d.dir);
+	snprintf(f->hit, sizeof(f->hit), "%s.hit", f->arm);
+	setenv("LD_PRELOAD", K3_FAULT_ALLOC, 1);
+	setenv("K3FAULT_ALLOC_ARM", f->arm, 1);
+	int rc = daemonutil_start(&f->d, a1, a2, a3, a4, (char *)NULL);
+	unsetenv("LD_PRELOAD");
+	unsetenv("K3FAULT_ALLOC_ARM");
+	assert_int_equal(rc, 0);
+	struct k3cache *c = connect_to(&f->d);
+	struct k3cache_error e;
+	assert_int_equal(k3cache_put_model(c, tiny, NULL, &e), 0);
+	k3cache_close(c);
+}
+
+/* From now, the daemon's n-th allocation fails (once). */
+static void arm_at(struct faulted *f, long n)
+{
+	unlink(f->hit);
+	FILE *a = fopen(f->arm, "w");
+	assert_non_null(a);
+	fprintf(a, "%ld %ld\n", n, n);
+	fclose(a);
+}
+
+/* Disarmed; whether the armed failure was given. */
+static int disarm(struct faulted *f)
+{
+	int hit = access(f->hit, F_OK) == 0;
+	unlink(f->arm);
+	return hit;
+}
 #endif
 
 /* A publish whose receive window (or payload buffer) cannot be allocated,
@@ -530,34 +573,17 @@ static void test_publish_refused_for_memory_holds_nothing(void **state)
 #ifndef K3_FAULT_ALLOC
 	skip(); /* the sanitizers own malloc */
 #else
-	struct daemonutil d;
-	assert_int_equal(daemonutil_init(&d), 0);
-	char arm[1100], hit[1200];
-	snprintf(arm, sizeof(arm), "%s/arm", d.dir);
-	snprintf(hit, sizeof(hit), "%s.hit", arm);
-	setenv("LD_PRELOAD", K3_FAULT_ALLOC, 1);
-	setenv("K3FAULT_ALLOC_ARM", arm, 1);
-	int rc = daemonutil_start(&d, "--stage-size", "64KiB", "--max-inflight", "4MiB",
-	                          (char *)NULL);
-	unsetenv("LD_PRELOAD");
-	unsetenv("K3FAULT_ALLOC_ARM");
-	assert_int_equal(rc, 0);
-	struct k3cache *c = connect_to(&d);
-	struct k3cache_error e;
-	assert_int_equal(k3cache_put_model(c, tiny, NULL, &e), 0);
-	k3cache_close(c);
+	struct faulted f;
+	start_faulted(&f, "--stage-size", "64KiB", "--max-inflight", "4MiB");
+	struct daemonutil *d = &f.d;
 	uint32_t p = p_for(3u << 20);
 	int refused = 0;
 	long n;
 	for (n = 1; n < 2000; n++) {
-		int before = log_count(&d, "-> DISCARD");
-		int granted = log_count(&d, "WAIT_MEMORY -> READ_PAYLOAD");
-		unlink(hit);
-		FILE *f = fopen(arm, "w");
-		assert_non_null(f);
-		fprintf(f, "%ld %ld\n", n, n);
-		fclose(f);
-		int fd = daemonutil_connect_raw(d.sock);
+		int before = log_count(d, "-> DISCARD");
+		int granted = log_count(d, "WAIT_MEMORY -> READ_PAYLOAD");
+		arm_at(&f, n);
+		int fd = daemonutil_connect_raw(d->sock);
 		assert_true(fd >= 0);
 		/* the header and 1.5 MiB: the trial window (1 MiB) filled, then
 		 * the receive window for the rest, grown a stage at a time */
@@ -569,15 +595,14 @@ static void test_publish_refused_for_memory_holds_nothing(void **state)
 			int unread = 1; /* what the daemon has not read of it */
 			if (ioctl(fd, SIOCOUTQ, &unread) != 0)
 				unread = 1;
-			if (log_count(&d, "-> DISCARD") > before || poll(&pf, 1, 0) > 0 ||
-			    (log_count(&d, "WAIT_MEMORY -> READ_PAYLOAD") >= granted + 2 &&
+			if (log_count(d, "-> DISCARD") > before || poll(&pf, 1, 0) > 0 ||
+			    (log_count(d, "WAIT_MEMORY -> READ_PAYLOAD") >= granted + 2 &&
 			     unread == 0))
 				break;
 			daemonutil_sleep_ms(5);
 		}
-		int was_hit = access(hit, F_OK) == 0;
-		unlink(arm);
-		if (sent == 0 && log_count(&d, "-> DISCARD") > before) {
+		int was_hit = disarm(&f);
+		if (sent == 0 && log_count(d, "-> DISCARD") > before) {
 			refused++;
 			print_message("allocation %ld failing: the publish refused\n", n);
 			/* answered at once, 1.5 MiB of its payload still to come */
@@ -588,7 +613,7 @@ static void test_publish_refused_for_memory_holds_nothing(void **state)
 			/* and holding nothing meanwhile (a window, once the writer
 			 * has handed it back) */
 			uint64_t held = 1;
-			for (int i = 0; i < 100 && (held = counter(&d, "inflight_bytes")) != 0; i++)
+			for (int i = 0; i < 100 && (held = counter(d, "inflight_bytes")) != 0; i++)
 				daemonutil_sleep_ms(10);
 			assert_int_equal(held, 0);
 		}
@@ -599,8 +624,8 @@ static void test_publish_refused_for_memory_holds_nothing(void **state)
 	print_message("%ld allocations failed in turn, %d publishes refused for them\n", n - 1,
 	              refused);
 	assert_true(refused > 0);
-	assert_true(daemonutil_alive(&d));
-	daemonutil_cleanup(&d);
+	assert_true(daemonutil_alive(d));
+	daemonutil_cleanup(d);
 #endif
 }
 
@@ -614,35 +639,19 @@ static void test_report_out_of_memory_is_counted(void **state)
 #ifndef K3_FAULT_ALLOC
 	skip(); /* the sanitizers own malloc */
 #else
-	struct daemonutil d;
-	assert_int_equal(daemonutil_init(&d), 0);
-	char arm[1100], hit[1200];
-	snprintf(arm, sizeof(arm), "%s/arm", d.dir);
-	snprintf(hit, sizeof(hit), "%s.hit", arm);
-	setenv("LD_PRELOAD", K3_FAULT_ALLOC, 1);
-	setenv("K3FAULT_ALLOC_ARM", arm, 1);
-	int rc = daemonutil_start(&d, (char *)NULL);
-	unsetenv("LD_PRELOAD");
-	unsetenv("K3FAULT_ALLOC_ARM");
-	assert_int_equal(rc, 0);
-	struct k3cache *c = connect_to(&d);
-	struct k3cache_error e;
-	assert_int_equal(k3cache_put_model(c, tiny, NULL, &e), 0);
-	k3cache_close(c);
+	struct faulted f;
+	start_faulted(&f, NULL, NULL, NULL, NULL);
+	struct daemonutil *d = &f.d;
 	uint8_t key[K3CACHE_KEY_LEN];
-	publish(&d, 100, 3000, 5, key);
+	publish(d, 100, 3000, 5, key);
 	const char *lost = "a damaged entry stays unquarantined";
 	int counted = 0;
 	long n;
 	for (n = 1; n < 500; n++) {
-		int before = log_count(&d, lost);
-		uint64_t dropped = counter(&d, "reports_dropped");
-		unlink(hit);
-		FILE *f = fopen(arm, "w");
-		assert_non_null(f);
-		fprintf(f, "%ld %ld\n", n, n);
-		fclose(f);
-		int fd = daemonutil_connect_raw(d.sock);
+		int before = log_count(d, lost);
+		uint64_t dropped = counter(d, "reports_dropped");
+		arm_at(&f, n);
+		int fd = daemonutil_connect_raw(d->sock);
 		assert_true(fd >= 0);
 		ProtobufCBinaryData bad = {K3CACHE_KEY_LEN, key};
 		K3cache__V1__Report rep = K3CACHE__V1__REPORT__INIT;
@@ -658,11 +667,10 @@ static void test_report_out_of_memory_is_counted(void **state)
 		frame_response_free(r);
 		close(fd);
 		daemonutil_sleep_ms(20); /* the check, if queued, done */
-		int was_hit = access(hit, F_OK) == 0;
-		unlink(arm);
-		if (log_count(&d, lost) > before) {
+		int was_hit = disarm(&f);
+		if (log_count(d, lost) > before) {
 			print_message("allocation %ld failing: the check not queued\n", n);
-			assert_int_equal(counter(&d, "reports_dropped"), dropped + 1);
+			assert_int_equal(counter(d, "reports_dropped"), dropped + 1);
 			counted++;
 		}
 		if (!was_hit)
@@ -670,8 +678,8 @@ static void test_report_out_of_memory_is_counted(void **state)
 	}
 	print_message("%ld allocations failed in turn, %d checks not queued\n", n - 1, counted);
 	assert_true(counted > 0);
-	assert_int_equal(counter(&d, "entries"), 1); /* intact: nothing quarantined */
-	daemonutil_cleanup(&d);
+	assert_int_equal(counter(d, "entries"), 1); /* intact: nothing quarantined */
+	daemonutil_cleanup(d);
 #endif
 }
 

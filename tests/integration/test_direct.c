@@ -638,6 +638,43 @@ static void test_handle_refused_after_fork(void **state)
 	k3cache_direct_close(dr);
 }
 
+/* n restores of key by dr, each checked; the slowest one's seconds. */
+static double restores_of(struct k3cache_direct *dr, const uint8_t *key, uint32_t p, uint32_t seed,
+                          int n)
+{
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
+	       *lens = calloc(twin->n_layers, sizeof(size_t));
+	void **bufs = buffers(p, caps);
+	struct k3cache_error e;
+	double worst = 0;
+	for (int i = 0; i < n; i++) {
+		double t0 = daemonutil_now();
+		uint32_t got = 0;
+		if (k3cache_direct_restore_into(dr, twin, key, bufs, caps, lens, &got, &e) != 0)
+			fail_msg("restore %d: %s", i, e.message);
+		double dt = daemonutil_now() - t0;
+		worst = dt > worst ? dt : worst;
+		assert_int_equal(got, p);
+	}
+	assert_layers(bufs, lens, p, seed);
+	free_buffers(bufs);
+	free(caps);
+	free(lens);
+	return worst;
+}
+
+/* A daemon of the test's own (arguments: a1 a2, or NULL), twin's model put. */
+static void start_own(struct daemonutil *g, const char *a1, const char *a2)
+{
+	struct k3cache *c;
+	struct k3cache_error e;
+	assert_int_equal(daemonutil_init(g), 0);
+	assert_int_equal(daemonutil_start(g, a1, a2, (char *)NULL), 0);
+	assert_int_equal(k3cache_connect(g->sock, &c, &e), 0);
+	assert_int_equal(k3cache_put_model(c, twin, NULL, &e), 0);
+	k3cache_close(c);
+}
+
 static uint64_t snapshot_bytes(uint32_t p)
 {
 	uint64_t n = 0;
@@ -654,13 +691,8 @@ static void test_reader_follows_a_grown_store(void **state)
 {
 	(void)state;
 	struct daemonutil g;
-	struct k3cache *c;
 	struct k3cache_error e;
-	assert_int_equal(daemonutil_init(&g), 0);
-	assert_int_equal(daemonutil_start(&g, "--max-bytes", "4MiB", (char *)NULL), 0);
-	assert_int_equal(k3cache_connect(g.sock, &c, &e), 0);
-	assert_int_equal(k3cache_put_model(c, twin, NULL, &e), 0);
-	k3cache_close(c);
+	start_own(&g, "--max-bytes", "4MiB");
 	publish_to(g.sock, 100, 120000, 21);
 	struct k3cache_direct *dr;
 	setenv("K3CACHE_DIRECT_VIEW_SECONDS", "0", 1); /* the view lives through the restart */
@@ -696,43 +728,9 @@ static void test_reader_follows_a_grown_store(void **state)
 	if (k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, p + 1, 0, &lr, &e) != 0)
 		fail_msg("lookup after the store grew: %s", e.message);
 	assert_int_equal(lr.prefix_len, p);
-	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
-	       *lens = calloc(twin->n_layers, sizeof(size_t));
-	void **bufs = buffers(p, caps);
-	uint32_t got = 0;
-	if (k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, &got, &e) != 0)
-		fail_msg("restore after the store grew: %s", e.message);
-	assert_layers(bufs, lens, p, 30 + n);
-	free_buffers(bufs);
-	free(caps);
-	free(lens);
+	(void)restores_of(dr, lr.key, p, 30 + n, 1);
 	k3cache_direct_close(dr);
 	daemonutil_cleanup(&g);
-}
-
-/* n restores of key by dr, each checked; the slowest one's seconds. */
-static double restores_of(struct k3cache_direct *dr, const uint8_t *key, uint32_t p, uint32_t seed,
-                          int n)
-{
-	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
-	       *lens = calloc(twin->n_layers, sizeof(size_t));
-	void **bufs = buffers(p, caps);
-	struct k3cache_error e;
-	double worst = 0;
-	for (int i = 0; i < n; i++) {
-		double t0 = daemonutil_now();
-		uint32_t got = 0;
-		if (k3cache_direct_restore_into(dr, twin, key, bufs, caps, lens, &got, &e) != 0)
-			fail_msg("restore %d: %s", i, e.message);
-		double dt = daemonutil_now() - t0;
-		worst = dt > worst ? dt : worst;
-		assert_int_equal(got, p);
-	}
-	assert_layers(bufs, lens, p, seed);
-	free_buffers(bufs);
-	free(caps);
-	free(lens);
-	return worst;
 }
 
 /* Uses are reported in batches, one round trip each. A daemon stopped
@@ -745,11 +743,7 @@ static void test_reports_neither_block_nor_stop(void **state)
 	struct daemonutil g;
 	struct k3cache *c;
 	struct k3cache_error e;
-	assert_int_equal(daemonutil_init(&g), 0);
-	assert_int_equal(daemonutil_start(&g, (char *)NULL), 0);
-	assert_int_equal(k3cache_connect(g.sock, &c, &e), 0);
-	assert_int_equal(k3cache_put_model(c, twin, NULL, &e), 0);
-	k3cache_close(c);
+	start_own(&g, NULL, NULL);
 	publish_to(g.sock, 100, 130000, 41);
 	struct k3cache_direct *dr;
 	if (k3cache_direct_open(g.db, g.sock, &dr, &e) != 0)
