@@ -200,6 +200,8 @@ static void expire_old(struct k3cache_direct *d)
 __attribute__((format(printf, 3, 4))) static int fail(struct k3cache_error *err,
                                                       enum status_code code, const char *fmt, ...)
 {
+	if (code == STATUS_OK) /* a failure is never success */
+		code = STATUS_INTERNAL;
 	if (err) {
 		memset(err, 0, sizeof(*err));
 		err->code = (enum k3cache_code)code;
@@ -219,6 +221,9 @@ __attribute__((format(printf, 3, 4))) static int fail(struct k3cache_error *err,
  * with a larger --max-bytes writes beyond the map size it had at our open). */
 static int begin_call(struct k3cache_direct *d, struct k3cache_error *err)
 {
+	if (!d)
+		return fail(err, STATUS_INVALID,
+		            "no direct reader (NULL): open one with k3cache_direct_open");
 	if (d->pid != getpid())
 		return fail(err, STATUS_INVALID,
 		            "this direct reader was opened by process %ld: after fork() a child "
@@ -331,7 +336,8 @@ int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_
                           uint32_t n_tokens, uint32_t limit, struct k3cache_lookup_result *out,
                           struct k3cache_error *err)
 {
-	memset(out, 0, sizeof(*out));
+	if (out) /* optional, as k3cache_lookup's */
+		memset(out, 0, sizeof(*out));
 	int begun = begin_call(d, err);
 	if (!begun)
 		begun = k3cache_lookup_args(fp, salt, salt_len, tokens, n_tokens, err);
@@ -350,10 +356,12 @@ int k3cache_direct_lookup(struct k3cache_direct *d, const uint8_t fp[K3CACHE_FP_
 	struct status st;
 	if (store_lookup(d->s, &req, &res, &st) != STATUS_OK)
 		return fail(err, st.code, "%s", st.message);
-	out->prefix_len = res.prefix_len;
-	out->hint = res.hint;
-	out->bytes = res.bytes;
-	memcpy(out->key, res.key, K3CACHE_KEY_LEN);
+	if (out) {
+		out->prefix_len = res.prefix_len;
+		out->hint = res.hint;
+		out->bytes = res.bytes;
+		memcpy(out->key, res.key, K3CACHE_KEY_LEN);
+	}
 	return 0;
 }
 
@@ -521,54 +529,66 @@ static int check_layer(void *arg, uint32_t i, struct k3cache_error *err)
 	return layer_verdict(&bs, l, i, err);
 }
 
-/* Opens entry key for reading: the snapshot (its views, unchecked), or an
- * error; the model must be the entry's. */
-static int open_entry(struct k3cache_direct *d, const struct k3cache_model *model,
-                      const uint8_t key[K3CACHE_KEY_LEN], struct store_snapshot **out,
-                      struct k3cache_error *err)
+/* Opens entry key for reading: the snapshot (its views, unchecked), or NULL
+ * with the error in *rc (never 0) and err; the model must be the entry's. */
+static struct store_snapshot *open_entry(struct k3cache_direct *d,
+                                         const struct k3cache_model *model,
+                                         const uint8_t key[K3CACHE_KEY_LEN], int *rc,
+                                         struct k3cache_error *err)
 {
-	int begun = begin_call(d, err);
-	if (begun)
-		return begun;
+	if ((*rc = begin_call(d, err)))
+		return NULL;
+	if (!model || model->n_layers == 0 || !model->layers) {
+		*rc = fail(err, STATUS_INVALID, "restore: no model spec (or one without layers)");
+		return NULL;
+	}
+	if (!key) {
+		*rc = fail(err, STATUS_INVALID, "restore: the entry's key is required");
+		return NULL;
+	}
 	struct status st;
+	struct store_snapshot *snap = NULL;
 	/* no chunk sums now: each layer's checksum, checked after, covers its bytes */
-	if (store_restore_opt(d->s, key, STORE_RESTORE_DEFER, out, &st) != STATUS_OK)
-		return fail(err, st.code, "%s", st.message);
-	int rc = 0;
-	if (memcmp((*out)->fingerprint, model->fingerprint, MODEL_FINGERPRINT_LEN) != 0)
-		rc = fail(err, STATUS_INVALID, "the entry is of another model than %s",
-		          model->name);
-	else if ((*out)->n_layers != model->n_layers)
-		rc = fail(err, STATUS_CORRUPT,
-		          "stored entry damaged: %" PRIu32 " layers, model %s has %" PRIu32,
-		          (*out)->n_layers, model->name, model->n_layers);
-	for (uint32_t i = 0; i < (*out)->n_layers && !rc; i++) {
+	if (store_restore_opt(d->s, key, STORE_RESTORE_DEFER, &snap, &st) != STATUS_OK) {
+		*rc = fail(err, st.code, "%s", st.message);
+		return NULL;
+	}
+	if (memcmp(snap->fingerprint, model->fingerprint, MODEL_FINGERPRINT_LEN) != 0)
+		*rc = fail(err, STATUS_INVALID, "the entry is of another model than %s",
+		           model->name);
+	else if (snap->n_layers != model->n_layers)
+		*rc = fail(err, STATUS_CORRUPT,
+		           "stored entry damaged: %" PRIu32 " layers, model %s has %" PRIu32,
+		           snap->n_layers, model->name, model->n_layers);
+	for (uint32_t i = 0; i < snap->n_layers && !*rc; i++) {
 		/* the pieces must make the layer, no more: a view hands them on */
-		const struct store_layer *l = &(*out)->layers[i];
+		const struct store_layer *l = &snap->layers[i];
 		uint64_t sum = 0;
 		for (uint32_t j = 0; j < l->n_segments; j++)
 			sum += l->segments[j].len;
 		if (sum != l->size)
-			rc = fail(err, STATUS_CORRUPT,
-			          "stored entry damaged: layer %" PRIu32 " is %" PRIu64
-			          " bytes in pieces, its record says %" PRIu64,
-			          i, sum, l->size);
+			*rc = fail(err, STATUS_CORRUPT,
+			           "stored entry damaged: layer %" PRIu32 " is %" PRIu64
+			           " bytes in pieces, its record says %" PRIu64,
+			           i, sum, l->size);
 	}
-	if (rc) {
-		store_snapshot_release(*out);
-		*out = NULL;
+	if (*rc) {
+		store_snapshot_release(snap);
+		return NULL;
 	}
-	return rc;
+	return snap;
 }
 
 int k3cache_direct_view(struct k3cache_direct *d, const struct k3cache_model *model,
                         const uint8_t key[K3CACHE_KEY_LEN], struct k3cache_direct_view **out,
                         struct k3cache_error *err)
 {
+	if (!out)
+		return fail(err, STATUS_INVALID, "view: out is required");
 	*out = NULL;
-	struct store_snapshot *snap;
-	int rc = open_entry(d, model, key, &snap, err);
-	if (rc)
+	int rc = 0;
+	struct store_snapshot *snap = open_entry(d, model, key, &rc, err);
+	if (!snap)
 		return rc;
 	size_t n_pieces = 0;
 	for (uint32_t i = 0; i < snap->n_layers; i++)
@@ -639,9 +659,13 @@ int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_m
                                 const size_t *caps, size_t *lens, uint32_t *prefix_len,
                                 struct k3cache_error *err)
 {
-	struct store_snapshot *snap;
-	int rc = open_entry(d, model, key, &snap, err);
-	if (rc)
+	if (prefix_len) /* lens and prefix_len are optional, as k3cache_restore_into's */
+		*prefix_len = 0;
+	if (!bufs || !caps)
+		return fail(err, STATUS_INVALID, "restore_into: key, bufs and caps are required");
+	int rc = 0;
+	struct store_snapshot *snap = open_entry(d, model, key, &rc, err);
+	if (!snap)
 		return rc;
 	for (uint32_t i = 0; i < snap->n_layers && !rc; i++)
 		if (snap->layers[i].size > caps[i])
@@ -655,9 +679,9 @@ int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_m
 		struct copy_ctx cc = {snap, model, bufs, NULL};
 		rc = each_layer(d, snap, copy_layer, &cc, err);
 	}
-	for (uint32_t i = 0; i < snap->n_layers && !rc; i++)
+	for (uint32_t i = 0; lens && i < snap->n_layers && !rc; i++)
 		lens[i] = (size_t)snap->layers[i].size;
-	if (!rc)
+	if (!rc && prefix_len)
 		*prefix_len = snap->prefix_len;
 	store_snapshot_release(snap);
 	settle(d, key, rc);
@@ -669,13 +693,17 @@ int k3cache_direct_restore_arrays(struct k3cache_direct *d, const struct k3cache
                                   const struct k3cache_arrays_out *layers, uint32_t n_layers,
                                   uint32_t *prefix_len, struct k3cache_error *err)
 {
+	if (prefix_len)
+		*prefix_len = 0;
+	if (!model || !layers)
+		return fail(err, STATUS_INVALID, "restore_arrays: model and layers are required");
 	if (n_layers != model->n_layers)
 		return fail(err, STATUS_INVALID,
 		            "restore_arrays: %" PRIu32 " layers given, model %s has %" PRIu32,
 		            n_layers, model->name, model->n_layers);
-	struct store_snapshot *snap;
-	int rc = open_entry(d, model, key, &snap, err);
-	if (rc)
+	int rc = 0;
+	struct store_snapshot *snap = open_entry(d, model, key, &rc, err);
+	if (!snap)
 		return rc;
 	rc = k3cache_arrays_fit(model, snap->prefix_len, layers, err);
 	if (!rc) {

@@ -1742,24 +1742,37 @@ static int receive_snapshot(struct k3cache *c, const struct k3cache_model *model
 	return rc;
 }
 
-/* Calls fn for each layer of the validated snapshot in c->snap. */
+/* Calls fn for each layer of the validated snapshot in c->snap. The buffer
+ * is taken from the handle meanwhile: a restore that fn makes on the same
+ * handle receives into a buffer of its own, not over the bytes still being
+ * handed over. The larger of the two is kept for the next restore. */
 static int deliver(struct k3cache *c, const frame_response *r, k3cache_layer_fn fn, void *ctx,
                    struct k3cache_error *err)
 {
+	uint8_t *snap = c->snap;
+	size_t cap = c->snap_cap;
+	c->snap = NULL;
+	c->snap_cap = 0;
+	int rc = 0;
 	size_t off = 0;
-	for (size_t i = 0; i < r->n_layers; i++) {
+	for (size_t i = 0; i < r->n_layers && !rc; i++) {
 		size_t len = (size_t)r->layers[i]->size;
-		int rc = fn((uint32_t)i, c->snap + off, len, ctx);
-		if (rc) {
+		rc = fn((uint32_t)i, snap + off, len, ctx);
+		if (rc)
 			set_error(err, STATUS_INTERNAL, 0,
 			          "the layer callback stopped the restore at layer %zu "
 			          "(it returned %d): the state is not whole",
 			          i, rc);
-			return rc;
-		}
 		off += len;
 	}
-	return 0;
+	if (c->snap_cap > cap) {
+		free(snap);
+	} else {
+		free(c->snap);
+		c->snap = snap;
+		c->snap_cap = cap;
+	}
+	return rc;
 }
 
 static int check_model_arg(const struct k3cache_model *model, struct k3cache_error *err)

@@ -208,6 +208,89 @@ static void test_lookup_restore_one_round_trip(void **state)
 	k3cache_close(c);
 }
 
+/* A callback that restores another entry on the same handle (a prefetch,
+ * say) gets that entry's bytes in its own call, and the outer restore goes
+ * on delivering its own entry's. Before, both restores shared the handle's
+ * buffer: the outer one went on to hand over the inner entry's layers 1 to
+ * N-1 as its own and answered success. */
+struct nested {
+	struct k3cache *c;
+	const uint8_t *other_key; /* restored from layer 0's call */
+	uint32_t p, seed, other_p, other_seed;
+	int wrong, inner_rc, inner_wrong, outer_calls;
+};
+
+static int check_layer_of(uint32_t index, const void *blob, size_t len, uint32_t p, uint32_t seed)
+{
+	struct k3cache_buf want = snaputil_layer(twin, index, p, seed);
+	int same = want.len == len && memcmp(want.data, blob, len) == 0;
+	free((void *)want.data);
+	return same;
+}
+
+static int inner_layer(uint32_t index, const void *blob, size_t len, void *ctx)
+{
+	struct nested *x = ctx;
+	x->inner_wrong += !check_layer_of(index, blob, len, x->other_p, x->other_seed);
+	return 0;
+}
+
+static int outer_layer(uint32_t index, const void *blob, size_t len, void *ctx)
+{
+	struct nested *x = ctx;
+	x->outer_calls++;
+	if (index == 0) {
+		struct k3cache_error e;
+		uint32_t p = 0;
+		x->inner_rc =
+		        k3cache_restore_each(x->c, twin, x->other_key, inner_layer, x, &p, &e);
+		if (x->inner_rc)
+			print_message("inner restore: %s\n", e.message);
+	}
+	x->wrong += !check_layer_of(index, blob, len, x->p, x->seed);
+	return 0;
+}
+
+static void test_restore_from_a_layer_callback(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result a, b, big;
+	assert_int_equal(publish(c, 40, 61000, 17, &a), 0);
+	assert_int_equal(publish(c, 40, 62000, 18, &b), 0);    /* the same size */
+	assert_int_equal(publish(c, 300, 63000, 19, &big), 0); /* a larger one */
+	const uint8_t *others[] = {b.key, big.key};
+	const uint32_t other_p[] = {40, 300}, other_seed[] = {18, 19};
+	for (int k = 0; k < 2; k++) {
+		struct k3cache_error e;
+		struct nested x = {c, others[k], 40, 17, other_p[k], other_seed[k], 0, -1, 0, 0};
+		uint32_t p = 0;
+		int rc = k3cache_restore_each(c, twin, a.key, outer_layer, &x, &p, &e);
+		if (rc)
+			fail_msg("restore_each: %s", e.message);
+		assert_int_equal(p, 40);
+		assert_int_equal(x.outer_calls, (int)twin->n_layers);
+		assert_int_equal(x.inner_rc, 0);
+		assert_int_equal(x.inner_wrong, 0);
+		assert_int_equal(x.wrong, 0); /* before: all 8 layers the other entry's */
+		/* the same through lookup_restore */
+		x = (struct nested){c, others[k], 40, 17, other_p[k], other_seed[k], 0, -1, 0, 0};
+		uint32_t t[41];
+		tokens_for(t, 41, 61000);
+		struct k3cache_lookup_result lr;
+		rc = k3cache_lookup_restore(c, twin, "", 0, t, 41, 0, outer_layer, &x, &lr, &e);
+		if (rc)
+			fail_msg("lookup_restore: %s", e.message);
+		assert_int_equal(lr.prefix_len, 40);
+		assert_int_equal(x.inner_rc, 0);
+		assert_int_equal(x.inner_wrong, 0);
+		assert_int_equal(x.wrong, 0);
+	}
+	/* the handle goes on as before */
+	expect_restore(c, 40, 61000, 17);
+	k3cache_close(c);
+}
+
 /* The C4 mutant at the client: bytes that a faulty daemon (here, a test hook)
  * hands over with a KDA tag in the MLA slot, or a swapped MLA row, are
  * refused and nothing reaches the worker. */
@@ -1630,6 +1713,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_publish_in_one_process_restore_in_another),
 	        cmocka_unit_test(test_lookup_restore_one_round_trip),
+	        cmocka_unit_test(test_restore_from_a_layer_callback),
 	        cmocka_unit_test(test_client_refuses_tampered_restore),
 	        cmocka_unit_test(test_large_restore_checked_while_received),
 	        cmocka_unit_test(test_pipelined_request_after_large_restore),

@@ -313,6 +313,71 @@ static void test_direct_refuses_bad_requests_and_damage(void **state)
 	k3cache_direct_close(dr);
 }
 
+/* What the socket's calls take as optional (lens, prefix_len, the lookup's
+ * result) is optional here too, and what they require is refused INVALID,
+ * not dereferenced: before, a NULL lens, prefix_len or lookup result was
+ * written through (SIGSEGV), as was a NULL model, key, bufs or caps. */
+static void test_direct_arguments_as_the_socket_takes_them(void **state)
+{
+	(void)state;
+	publish(60, 52000, 9);
+	struct k3cache_direct *dr = open_direct();
+	uint32_t t[61];
+	tokens_for(t, 61, 52000);
+	struct k3cache_lookup_result lr;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 61, 0, NULL, &e),
+	                 0);
+	assert_int_equal(k3cache_direct_lookup(dr, twin->fingerprint, "", 0, t, 61, 0, &lr, &e), 0);
+	assert_int_equal(lr.prefix_len, 60);
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t)),
+	       *lens = calloc(twin->n_layers, sizeof(size_t));
+	void **bufs = buffers(60, caps);
+	uint32_t p = 0;
+	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, NULL, &p, &e),
+	                 0);
+	assert_int_equal(p, 60);
+	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, caps, lens, NULL, &e),
+	                 0);
+	assert_layers(bufs, lens, 60, 9);
+	assert_int_equal(k3cache_direct_restore_into(dr, NULL, lr.key, bufs, caps, lens, &p, &e),
+	                 K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "model"));
+	assert_int_equal(k3cache_direct_restore_into(dr, twin, NULL, bufs, caps, lens, &p, &e),
+	                 K3CACHE_INVALID);
+	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, NULL, caps, lens, &p, &e),
+	                 K3CACHE_INVALID);
+	assert_int_equal(k3cache_direct_restore_into(dr, twin, lr.key, bufs, NULL, lens, &p, &e),
+	                 K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "required"));
+	struct k3cache_arrays_out *arr = new_arrays(60);
+	assert_int_equal(
+	        k3cache_direct_restore_arrays(dr, NULL, lr.key, arr, twin->n_layers, &p, &e),
+	        K3CACHE_INVALID);
+	assert_int_equal(
+	        k3cache_direct_restore_arrays(dr, twin, lr.key, NULL, twin->n_layers, &p, &e),
+	        K3CACHE_INVALID);
+	assert_int_equal(k3cache_direct_restore_arrays(dr, twin, NULL, arr, twin->n_layers, &p, &e),
+	                 K3CACHE_INVALID);
+	free_arrays(arr);
+	struct k3cache_direct_view *v = NULL;
+	assert_int_equal(k3cache_direct_view(dr, NULL, lr.key, &v, &e), K3CACHE_INVALID);
+	assert_int_equal(k3cache_direct_view(dr, twin, NULL, &v, &e), K3CACHE_INVALID);
+	assert_int_equal(k3cache_direct_view(dr, twin, lr.key, NULL, &e), K3CACHE_INVALID);
+	assert_null(v);
+	struct k3cache_lookup_result no;
+	assert_int_equal(k3cache_direct_lookup(NULL, twin->fingerprint, "", 0, t, 61, 0, &no, &e),
+	                 K3CACHE_INVALID);
+	assert_non_null(strstr(e.message, "k3cache_direct_open"));
+	/* and the reader goes on */
+	assert_int_equal(k3cache_direct_view(dr, twin, lr.key, &v, &e), 0);
+	k3cache_direct_view_release(v);
+	free_buffers(bufs);
+	free(caps);
+	free(lens);
+	k3cache_direct_close(dr);
+}
+
 /* An entry over 32 MiB is checked on several threads: the same bytes, and
  * of two damaged layers the first is named, as one thread would. */
 static void test_large_entry_checked_on_threads(void **state)
@@ -826,6 +891,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_direct_restores_what_was_published),
 	        cmocka_unit_test(test_direct_refuses_bad_requests_and_damage),
+	        cmocka_unit_test(test_direct_arguments_as_the_socket_takes_them),
 	        cmocka_unit_test(test_killed_reader_slot_is_reclaimed),
 	        cmocka_unit_test(test_view_held_too_long_expires),
 	        cmocka_unit_test(test_large_entry_checked_on_threads),

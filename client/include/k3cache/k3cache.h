@@ -236,7 +236,9 @@ K3CACHE_API int k3cache_restore_into(struct k3cache *c, const struct k3cache_mod
 
 /* Form 2: a callback per layer, called only after every layer has been
  * received and validated; the data is valid during the call. A non-zero
- * return stops and is returned. */
+ * return stops and is returned. The callback may call the library on the
+ * same handle, another restore included: that restore's bytes are its own
+ * and leave the ones being handed over untouched. */
 typedef int (*k3cache_layer_fn)(uint32_t index, const void *blob, size_t len, void *ctx);
 K3CACHE_API int k3cache_restore_each(struct k3cache *c, const struct k3cache_model *model,
                                      const uint8_t key[K3CACHE_KEY_LEN], k3cache_layer_fn fn,
