@@ -109,6 +109,9 @@
 	  "Copies cut short by a stop (SIGKILL, a crash), undone from the ledger's journal.")      \
 	X(deleted, "tier2_deleted_total",                                                          \
 	  "Entries this daemon deleted from the cluster to stay within its budget.")               \
+	X(cleanup_failed, "tier2_cleanup_failed_total",                                            \
+	  "Deletes from the cluster (making room, undoing a copy cut short) and ledger updates "   \
+	  "that failed, tried again later; the log says why.")                                     \
 	X(bytes_in, "tier2_received_bytes_total", "Value bytes read from the cluster.")            \
 	X(bytes_out, "tier2_sent_bytes_total", "Value bytes written to the cluster.")              \
 	X(node_errors, "tier2_node_errors_total",                                                  \

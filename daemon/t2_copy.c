@@ -169,6 +169,7 @@ static void undo_left(struct copier *c, size_t most)
 			if (st == TIER2_MISSING)
 				st = TIER2_OK;
 			if (st != TIER2_OK) {
+				atomic_fetch_add(&t->n.cleanup_failed, 1);
 				hexutil_encode(o->key, TIER2_KEY_LEN, hex);
 				t2_warn(c, "tier2: undoing the copy of %.16s cut short: %s: %s",
 				        hex, tier2_status_name(st), err);
@@ -268,12 +269,14 @@ static void make_room(struct copier *c)
 		/* MISSING: gone or re-published by another; DAMAGED: not a record
 		 * of ours to delete. Either way it is off the ledger. */
 		if (st != TIER2_OK && st != TIER2_MISSING && st != TIER2_DAMAGED) {
+			atomic_fetch_add(&t->n.cleanup_failed, 1);
 			t2_warn(c, "tier2: making room: %s", err);
 			return; /* again after the next copy */
 		}
 		enum tier2_status rs =
 		        tier2_ledger_remove(c->r, t->cfg.ns, t->owner, &o, err, sizeof(err));
 		if (rs != TIER2_OK && rs != TIER2_MISSING) {
+			atomic_fetch_add(&t->n.cleanup_failed, 1);
 			t2_warn(c, "tier2: making room: %s", err);
 			return;
 		}
@@ -385,18 +388,25 @@ static void copy_one(struct copier *c, const uint8_t *key)
 		                                    * the ledger missed it: this daemon deletes it
 		                                    * in turn all the same (a restart forgets it,
 		                                    * and Redis's own eviction is then its end) */
-		if (tier2_ledger_add(c->r, t->cfg.ns, t->owner, &o, err, sizeof(err)) != TIER2_OK)
+		if (tier2_ledger_add(c->r, t->cfg.ns, t->owner, &o, err, sizeof(err)) != TIER2_OK) {
+			atomic_fetch_add(&t->n.cleanup_failed, 1);
 			t2_warn(c, "tier2: ledger: %s", err);
-		if (ledger_append(c, &o) != 0)
+		}
+		if (ledger_append(c, &o) != 0) {
+			atomic_fetch_add(&t->n.cleanup_failed, 1);
 			t2_warn(c, "tier2: ledger: out of memory");
+		}
 	}
 	/* the journal's member goes once the copy is whole, found there or
 	 * undone; a failure whose undo did not finish keeps it, to undo later */
 	if (ts != TIER2_OK && res.undo_left) {
-		if (left_add(c, &pending) != 0)
+		if (left_add(c, &pending) != 0) {
+			atomic_fetch_add(&t->n.cleanup_failed, 1);
 			t2_warn(c, "tier2: ledger: out of memory");
+		}
 	} else if (tier2_ledger_remove(c->r, t->cfg.ns, t->owner, &pending, err, sizeof(err)) !=
 	           TIER2_OK) {
+		atomic_fetch_add(&t->n.cleanup_failed, 1);
 		t2_warn(c, "tier2: ledger: %s", err);
 	}
 	if (ts == TIER2_OK && !res.existed)

@@ -250,6 +250,26 @@ out=$("$ctl" --socket "$dir/a.sock" --json ls --tier2)
 ok "budget: the other daemons' entries stay ($(python3 -c 'import json,sys; print(len(json.load(sys.stdin)["entries"]))' <<<"$out") listed)" $(python3 -c 'import json,sys; sys.exit(0 if len(json.load(sys.stdin)["entries"]) >= '"$n"' else 1)' <<<"$out"; echo $?)
 stop_daemons bud
 
+# ---- deletes the cluster refuses: counted, and the budget kept later -------------------------
+# The daemons' user loses DEL after the daemon started (an operator's ACL
+# change): making room fails with an error reply, which is no node error.
+# Before, nothing but a rate-limited warning said so, while the daemon stayed
+# over its budget.
+start_daemon nodel --tier2-owner nodel --tier2-max-bytes 200000
+for i in 0 1 2; do redis-cli -p "${port[$i]}" ACL SETUSER k3 -del >/dev/null; done
+: > "$dir/nodel"
+for k in 1 2 3; do turn nodel "$k" "$dir/nodel" nodel; done
+wait_copies nodel 4; ok "refused deletes: the copies made" $?
+failed=$(stat_of nodel tier2_cleanup_failed) used=$(stat_of nodel tier2_used_bytes)
+ok "refused deletes: counted ($failed tier2_cleanup_failed, $used bytes held of 200000)" $([ "$failed" -ge 1 ] && [ "$used" -gt 200000 ]; echo $?)
+grep -q "making room: .*NOPERM" "$dir/nodel.log"; ok "refused deletes: the log says why" $?
+for i in 0 1 2; do redis-cli -p "${port[$i]}" ACL SETUSER k3 +del >/dev/null; done
+turn nodel 4 "$dir/nodel" nodel
+wait_copies nodel 5; ok "refused deletes: DEL given back, the next copy made" $?
+used=$(stat_of nodel tier2_used_bytes)
+ok "refused deletes: once they pass, the budget is kept ($used bytes of 200000)" $([ "$used" -le 200000 ]; echo $?)
+stop_daemons nodel
+
 # ---- a daemon SIGKILLed mid-copy: the copy undone at its next start ---------------------------
 # A copy is journaled in the ledger (a member of negative score) before it
 # writes; killed part-way, its parts and chunks have no record and no budget
