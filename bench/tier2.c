@@ -573,7 +573,7 @@ static struct cluster_cmd get_cmd(struct get_cmd *c, size_t name_len)
 	c->argv[1] = c->name;
 	c->len[0] = 3;
 	c->len[1] = name_len;
-	return (struct cluster_cmd){c->name, name_len, 2, c->argv, c->len, NULL};
+	return (struct cluster_cmd){c->name, name_len, 2, c->argv, c->len, NULL, 0};
 }
 
 /* A block part of the entry: where it goes, and its name's pieces. */

@@ -28,12 +28,14 @@ struct node {
 	char last_err[200]; /* why it failed last */
 	int used;           /* 0: a free entry (an address no map names any more) */
 	unsigned gen;       /* bumped when the entry is reused for another address */
+	int timeout_ms;     /* the socket's timeouts now (shortened near a deadline) */
 };
 
 struct cluster_router {
 	char *user, *password;
 	int connect_ms, command_ms, backoff_min_ms, backoff_max_ms;
-	size_t n_seeds; /* nodes[0..n_seeds) */
+	size_t max_reply; /* bytes of a reply whose command sets no bound */
+	size_t n_seeds;   /* nodes[0..n_seeds) */
 	struct node *nodes;
 	size_t n_nodes;
 	uint16_t slot[CLUSTER_SLOTS];       /* index into nodes, or CLUSTER_NO_NODE */
@@ -190,16 +192,121 @@ static void node_io_fail(struct cluster_router *r, struct node *n, const char *w
 	node_fail(r, n, what, reason, timed_out);
 }
 
-/* One round trip on a connected node; NULL after node_io_fail. */
+/* Replies are read a buffer at a time (hiredis reads 16 KiB a call): what a
+ * reply may have buffered beyond its bound before it is refused. */
+#define READ_SLACK (64u << 10)
+
+/* The deadline of a round trip on n begun now: command_ms from now, the
+ * socket's timeouts back at command_ms. */
+static uint64_t round_begin(struct cluster_router *r, struct node *n)
+{
+	if (n->ctx && n->timeout_ms != r->command_ms &&
+	    redisSetTimeout(n->ctx, tv_ms(r->command_ms)) == REDIS_OK)
+		n->timeout_ms = r->command_ms;
+	return now_ms() + (uint64_t)r->command_ms;
+}
+
+/* Before a read or write of a round trip: its socket's timeouts cut to what
+ * is left before deadline, so that no system call outlasts it. 0, or -1
+ * (node failed, timed out) once the deadline has passed. */
+static int time_left(struct cluster_router *r, struct node *n, const char *what, uint64_t deadline)
+{
+	uint64_t now = now_ms();
+	if (now >= deadline) {
+		char reason[80];
+		snprintf(reason, sizeof(reason), "timed out after %d ms", r->command_ms);
+		node_fail(r, n, what, reason, 1);
+		return -1;
+	}
+	uint64_t left = deadline - now;
+	if (left < (uint64_t)n->timeout_ms) {
+		if (redisSetTimeout(n->ctx, tv_ms((int)left)) != REDIS_OK) {
+			node_fail(r, n, what, "cannot set the socket timeouts", 0);
+			return -1;
+		}
+		n->timeout_ms = (int)left;
+	}
+	return 0;
+}
+
+/* Writes what is appended to n's connection by deadline: 0, or -1 after
+ * the node's failure is recorded. */
+static int flush_node(struct cluster_router *r, struct node *n, const char *what, uint64_t deadline)
+{
+	int done = 0;
+	while (!done) {
+		if (time_left(r, n, what, deadline) != 0)
+			return -1;
+		errno = 0;
+		if (redisBufferWrite(n->ctx, &done) != REDIS_OK) {
+			node_io_fail(r, n, what, errno);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The next reply on n's connection, whole by deadline and buffered to at
+ * most max bytes (a peer may announce any length: hiredis buffers all of
+ * it); NULL after the node's failure is recorded. Its commands must have
+ * been written (flush_node). */
+static redisReply *read_reply(struct cluster_router *r, struct node *n, const char *what,
+                              uint64_t deadline, size_t max)
+{
+	redisContext *c = n->ctx;
+	for (;;) {
+		void *rep = NULL;
+		if (redisGetReplyFromReader(c, &rep) != REDIS_OK) {
+			node_io_fail(r, n, what, 0);
+			return NULL;
+		}
+		if (rep)
+			return rep;
+		if (c->reader->len - c->reader->pos > max + READ_SLACK) {
+			char reason[120];
+			snprintf(reason, sizeof(reason), "reply refused: longer than %zu bytes",
+			         max);
+			node_fail(r, n, what, reason, 0);
+			return NULL;
+		}
+		if (time_left(r, n, what, deadline) != 0)
+			return NULL;
+		errno = 0;
+		if (redisBufferRead(c) != REDIS_OK) {
+			node_io_fail(r, n, what, errno);
+			return NULL;
+		}
+	}
+}
+
+/* One round trip on a connected node (ASKING first when asking), within one
+ * deadline; NULL after the node's failure is recorded. */
+static redisReply *roundtrip_max(struct cluster_router *r, struct node *n, const char *what,
+                                 int asking, int argc, const char **argv, const size_t *argvlen,
+                                 size_t max)
+{
+	uint64_t deadline = round_begin(r, n);
+	errno = 0;
+	if ((asking && redisAppendCommand(n->ctx, "ASKING") != REDIS_OK) ||
+	    redisAppendCommandArgv(n->ctx, argc, argv, argvlen) != REDIS_OK) {
+		node_io_fail(r, n, what, errno);
+		return NULL;
+	}
+	if (flush_node(r, n, what, deadline) != 0)
+		return NULL;
+	if (asking) {
+		redisReply *ok = read_reply(r, n, "ASKING", deadline, max);
+		if (!ok)
+			return NULL;
+		freeReplyObject(ok);
+	}
+	return read_reply(r, n, what, deadline, max);
+}
+
 static redisReply *roundtrip(struct cluster_router *r, struct node *n, const char *what, int argc,
                              const char **argv, const size_t *argvlen)
 {
-	errno = 0;
-	redisReply *rep = redisCommandArgv(n->ctx, argc, argv, argvlen);
-	int err_no = errno;
-	if (!rep)
-		node_io_fail(r, n, what, err_no);
-	return rep;
+	return roundtrip_max(r, n, what, 0, argc, argv, argvlen, r->max_reply);
 }
 
 /* The node's connection, opened (and authenticated) when it has none; NULL
@@ -242,6 +349,7 @@ static redisContext *node_ready(struct cluster_router *r, int idx)
 		node_fail(r, n, "connect", "cannot set the socket timeouts", 0);
 		return NULL;
 	}
+	n->timeout_ms = r->command_ms;
 	cluster_reader_bound(n->ctx->reader);
 	if (r->password) {
 		const char *argv[3] = {"AUTH", r->user, r->password};
@@ -316,6 +424,7 @@ struct cluster_router *cluster_router_new(const char *seeds, const struct cluste
 	r->command_ms = opt->command_timeout_ms ? opt->command_timeout_ms : 1000;
 	r->backoff_min_ms = opt->backoff_min_ms ? opt->backoff_min_ms : 100;
 	r->backoff_max_ms = opt->backoff_max_ms ? opt->backoff_max_ms : 5000;
+	r->max_reply = opt->max_reply_bytes ? opt->max_reply_bytes : CLUSTER_REPLY_MAX_BYTES;
 	if (r->backoff_max_ms < r->backoff_min_ms) {
 		snprintf(err, errsz, "cluster: backoff_max_ms %d is below backoff_min_ms %d",
 		         r->backoff_max_ms, r->backoff_min_ms);
@@ -478,6 +587,9 @@ static int maybe_refresh(struct cluster_router *r)
 static int slot_target(struct cluster_router *r, unsigned slot)
 {
 	if (r->slot[slot] == CLUSTER_NO_NODE) {
+		/* a map read while the slot had none (a cluster being made, a
+		 * master failing over): read again, within the refresh limit */
+		r->map_stale = 1;
 		seterr(r, "cluster: slot %u has no known master", slot);
 		return -1;
 	}
@@ -616,20 +728,8 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 			resent = 1;
 			continue;
 		}
-		errno = 0;
-		if (asking && redisAppendCommand(n->ctx, "ASKING") != REDIS_OK) {
-			node_io_fail(r, n, "ASKING", errno);
-			return -1;
-		}
-		if (asking) {
-			redisReply *ok = NULL;
-			if (redisGetReply(n->ctx, (void **)&ok) != REDIS_OK) {
-				node_io_fail(r, n, "ASKING", errno);
-				return -1;
-			}
-			freeReplyObject(ok);
-		}
-		redisReply *rep = roundtrip(r, n, name, argc, argv, argvlen);
+		redisReply *rep =
+		        roundtrip_max(r, n, name, asking, argc, argv, argvlen, r->max_reply);
 		if (!rep) {
 			if (asking || resent ||
 			    (target = failed_over(r, slot, target, r->nodes[target].gen)) < 0)
@@ -681,13 +781,15 @@ static void pipeline_lost(struct pstate *st, int t, unsigned gen, int timed_out)
 	st->sent = -1;
 }
 
-/* Appends every command of node t this round; on failure none of them gets a
- * reply. */
+/* Appends every command of node t this round and writes them by deadline;
+ * on failure none of them gets a reply. */
 static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd *cmds,
-                            struct pstate *st, size_t n)
+                            struct pstate *st, size_t n, uint64_t deadline)
 {
 	struct node *nd = &r->nodes[t];
 	int ok = node_ready(r, t) != NULL;
+	if (ok)
+		(void)round_begin(r, nd);
 	for (size_t i = 0; ok && i < n; i++) {
 		if (st[i].target != t)
 			continue;
@@ -702,7 +804,10 @@ static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd 
 		else
 			node_io_fail(r, nd, "pipeline", errno);
 	}
-	if (!ok) { /* nothing was written to the node: the buffer went with it */
+	/* written now, so that every node of the round works at once */
+	if (ok)
+		ok = flush_node(r, nd, "pipeline", deadline) == 0;
+	if (!ok) { /* its connection is closed: no command of it gets a reply */
 		int timed_out = r->fail_timed_out;
 		for (size_t i = 0; i < n; i++)
 			if (st[i].target == t)
@@ -710,9 +815,10 @@ static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd 
 	}
 }
 
-/* Reads the replies of node t's commands, in the order they were appended. */
+/* Reads the replies of node t's commands, in the order they were appended,
+ * all by deadline. */
 static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *cmds,
-                          struct pstate *st, size_t n)
+                          struct pstate *st, size_t n, uint64_t deadline)
 {
 	struct node *nd = &r->nodes[t];
 	char name[40];
@@ -722,21 +828,21 @@ static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *c
 			continue;
 		st[i].sent = -1;
 		cmd_name(cmds[i].argv[0], cmds[i].argvlen[0], name, sizeof(name));
+		size_t max = cmds[i].max_reply ? cmds[i].max_reply : r->max_reply;
 		redisReply *rep = NULL;
-		int ok = nd->ctx != NULL; /* NULL: failed on an earlier reply */
-		errno = 0;
-		if (ok && st[i].asking) {
-			ok = redisGetReply(nd->ctx, (void **)&rep) == REDIS_OK && rep;
-			freeReplyObject(rep);
-			rep = NULL;
-		}
-		if (ok)
-			ok = redisGetReply(nd->ctx, (void **)&rep) == REDIS_OK && rep;
-		if (!ok) {
-			if (nd->ctx) {
-				node_io_fail(r, nd, name, errno);
-				timed_out = r->fail_timed_out;
+		if (nd->ctx) { /* NULL: failed on an earlier reply */
+			int ok = 1;
+			if (st[i].asking) {
+				redisReply *a = read_reply(r, nd, "ASKING", deadline, max);
+				ok = a != NULL;
+				freeReplyObject(a);
 			}
+			if (ok)
+				rep = read_reply(r, nd, name, deadline, max);
+			if (!rep)
+				timed_out = r->fail_timed_out;
+		}
+		if (!rep) {
 			pipeline_lost(&st[i], t, nd->gen, timed_out);
 			continue;
 		}
@@ -795,11 +901,13 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 		}
 		if (k == 0)
 			break;
-		/* everything written first, so that the nodes work at once */
+		/* everything written first, so that the nodes work at once: one
+		 * deadline for the round */
+		uint64_t deadline = now_ms() + (uint64_t)r->command_ms;
 		for (size_t j = 0; j < k; j++)
-			pipeline_append(r, order[j], cmds, st, n);
+			pipeline_append(r, order[j], cmds, st, n, deadline);
 		for (size_t j = 0; j < k; j++)
-			pipeline_read(r, order[j], cmds, st, n);
+			pipeline_read(r, order[j], cmds, st, n, deadline);
 		/* every connection is drained: the map may be read now */
 		if (r->pause)
 			tryagain_pause(r, round);

@@ -13,10 +13,18 @@
  *   moved) sends it again, routed anew, after a pause of 10 ms doubling to
  *   160 ms. A command is redirected at most CLUSTER_MAX_REDIRECTS times.
  * - One blocking hiredis connection per node, opened on first use, with AUTH
- *   [user] password when a password is set. Every connect, write and read has
- *   a deadline (connect_timeout_ms, command_timeout_ms: hiredis's socket
- *   timeouts, per system call); a timeout is an error, never a hang. Host
+ *   [user] password when a password is set. A connect has connect_timeout_ms;
+ *   a round trip (a command, or a pipeline's round: its commands written to
+ *   every node, every reply read) has command_timeout_ms in all, however the
+ *   node paces its bytes (each system call's socket timeout is cut to what is
+ *   left). A reply is buffered to at most its command's max_reply bytes (the
+ *   router's max_reply_bytes otherwise), refused as it arrives beyond that.
+ *   A timeout or a refused reply is the node's failure, never a hang. Host
  *   names are resolved by the system resolver, which has no deadline here.
+ * - A command for a slot the map gives no master fails at once, and makes the
+ *   map stale: it is read again before a later command (within the
+ *   backoff_min_ms limit), so a map read while a cluster was being made, or
+ *   a master failing over, does not stay.
  * - A node that failed (connect, AUTH, I/O, timeout, protocol) is not tried
  *   again before its backoff passes: backoff_min_ms after the first failure,
  *   doubling to backoff_max_ms; a good round trip resets it. Meanwhile the
@@ -59,7 +67,10 @@
 #define CLUSTER_MAX_SEEDS          64
 #define CLUSTER_MAX_NODES          1024 /* distinct masters in one slot map */
 #define CLUSTER_REPLY_MAX_ELEMENTS (1 << 20)
-#define CLUSTER_NO_NODE            UINT16_MAX
+/* The bytes a reply may take, unless its command or the router says less: a
+ * peer announces a string's length, and hiredis buffers it all. */
+#define CLUSTER_REPLY_MAX_BYTES ((size_t)64 << 20)
+#define CLUSTER_NO_NODE         UINT16_MAX
 
 /* A node's address: a host name, IPv4 or IPv6 address (no brackets), and a
  * port 1..65535. */
@@ -161,6 +172,8 @@ struct cluster_options {
 	int command_timeout_ms; /* 0: 1000 */
 	int backoff_min_ms;     /* 0: 100 */
 	int backoff_max_ms;     /* 0: 5000 */
+	size_t max_reply_bytes; /* a reply's bytes, when its command sets no
+	                           bound: 0: CLUSTER_REPLY_MAX_BYTES */
 };
 
 struct cluster_stats {
@@ -208,8 +221,9 @@ int cluster_refresh(struct cluster_router *r);
 int cluster_command_argv(struct cluster_router *r, const char *key, size_t keylen, int argc,
                          const char **argv, const size_t *argvlen, redisReply **reply);
 
-/* One command of a pipeline: the caller fills key to argvlen; the router sets
- * reply (NULL when that command failed). */
+/* One command of a pipeline: the caller fills key to argvlen, and max_reply
+ * (0: the router's max_reply_bytes) when it knows how long the reply can
+ * be; the router sets reply (NULL when that command failed). */
 struct cluster_cmd {
 	const char *key;
 	size_t keylen;
@@ -217,6 +231,7 @@ struct cluster_cmd {
 	const char **argv;
 	const size_t *argvlen;
 	redisReply *reply;
+	size_t max_reply;
 };
 
 /* Sends n commands grouped by node, each node's commands in one write and

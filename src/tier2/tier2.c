@@ -78,7 +78,7 @@ void tier2_io_cmd2(struct cluster_cmd *cmd, struct tier2_cmd2 *c, const char *ve
 	c->len[0] = strlen(verb);
 	c->argv[1] = c->name;
 	c->len[1] = name_len;
-	*cmd = (struct cluster_cmd){c->name, name_len, 2, c->argv, c->len, NULL};
+	*cmd = (struct cluster_cmd){c->name, name_len, 2, c->argv, c->len, NULL, 0};
 }
 
 void tier2_io_free_replies(struct cluster_cmd *cmds, size_t n)

@@ -24,7 +24,7 @@ static void cmd3(struct cluster_cmd *cmd, struct cmd3 *c, const char *verb, size
 	c->len[1] = name_len;
 	c->argv[2] = field;
 	c->len[2] = field_len;
-	*cmd = (struct cluster_cmd){c->name, name_len, field ? 3 : 2, c->argv, c->len, NULL};
+	*cmd = (struct cluster_cmd){c->name, name_len, field ? 3 : 2, c->argv, c->len, NULL, 0};
 }
 
 /* Runs n commands whose replies must be integers; adds to *ones those that

@@ -414,9 +414,12 @@ enum tier2_status tier2_read_next(struct tier2_reader *rd, unsigned char *dst, u
 	while (k < GETS_PER_TRIP && rd->next + k < rd->n_gets && bytes < TRIP_BYTES &&
 	       rd->gets[rd->next + k].first < limit) {
 		const struct rd_get *q = &rd->gets[rd->next + k];
-		bytes += q->is_part ? rd->refs[q->index].size : rd->rec.chunk_size;
+		uint64_t want = q->is_part ? rd->refs[q->index].size : rd->rec.chunk_size;
+		bytes += want;
 		name_of(rd, q, cb[k].name);
 		tier2_io_cmd2(&cmds[k], &cb[k], "GET", strlen(cb[k].name));
+		/* a longer reply is refused as it arrives, not buffered whole */
+		cmds[k].max_reply = (size_t)want + 64;
 		k++;
 	}
 	enum tier2_status st = TIER2_OK;

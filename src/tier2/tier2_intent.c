@@ -94,7 +94,7 @@ static enum tier2_status intent_int(struct cluster_router *r, const char *name, 
 {
 	argv[1] = name;
 	lens[1] = nl;
-	struct cluster_cmd cmd = {name, nl, argc, argv, lens, NULL};
+	struct cluster_cmd cmd = {name, nl, argc, argv, lens, NULL, 0};
 	enum tier2_status st = tier2_io_pipeline(r, &cmd, 1, what, err, errsz);
 	if (st == TIER2_OK)
 		st = tier2_io_want_int(cmd.reply, argv[0], name, err, errsz);
@@ -246,7 +246,7 @@ static enum tier2_status undo_parts(struct cluster_router *r, const char *ns, co
 		                  (unsigned long long)(start + INTENT_PAGE - 1));
 		const char *argv[4] = {"LRANGE", name, from, to};
 		size_t lens[4] = {6, nl, (size_t)fl, (size_t)tl};
-		struct cluster_cmd cmd = {name, nl, 4, argv, lens, NULL};
+		struct cluster_cmd cmd = {name, nl, 4, argv, lens, NULL, 0};
 		if ((st = tier2_io_pipeline(r, &cmd, 1, "undo: reading the intent", err, errsz)) !=
 		    TIER2_OK)
 			break;

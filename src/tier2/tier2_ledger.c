@@ -30,7 +30,7 @@ static enum tier2_status ledger_int(struct cluster_router *r, const char *name, 
 {
 	argv[1] = name;
 	lens[1] = name_len;
-	struct cluster_cmd cmd = {name, name_len, argc, argv, lens, NULL};
+	struct cluster_cmd cmd = {name, name_len, argc, argv, lens, NULL, 0};
 	enum tier2_status st = tier2_io_pipeline(r, &cmd, 1, "ledger", err, errsz);
 	if (st == TIER2_OK)
 		st = tier2_io_want_int(cmd.reply, argv[0], name, err, errsz);
@@ -156,7 +156,7 @@ enum tier2_status tier2_ledger_load(struct cluster_router *r, const char *ns, co
 		int tl = snprintf(to, sizeof(to), "%zu", start + TIER2_LEDGER_PAGE - 1);
 		const char *argv[5] = {"ZRANGE", name, from, to, "WITHSCORES"};
 		size_t lens[5] = {6, nl, (size_t)fl, (size_t)tl, 10};
-		struct cluster_cmd cmd = {name, nl, 5, argv, lens, NULL};
+		struct cluster_cmd cmd = {name, nl, 5, argv, lens, NULL, 0};
 		if ((st = tier2_io_pipeline(r, &cmd, 1, "ledger", err, errsz)) != TIER2_OK)
 			break;
 		if (cmd.reply->type == REDIS_REPLY_ERROR) {

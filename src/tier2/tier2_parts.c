@@ -138,7 +138,7 @@ enum tier2_status tier2_parts_unref(struct cluster_router *r, const char *ns,
 			c->len[4] = ql;
 			c->argv[5] = (const char *)member;
 			c->len[5] = TIER2_MEMBER_LEN;
-			cmds[j] = (struct cluster_cmd){c->part, pl, 6, c->argv, c->len, NULL};
+			cmds[j] = (struct cluster_cmd){c->part, pl, 6, c->argv, c->len, NULL, 0};
 		}
 		char msg[512] = "";
 		enum tier2_status st =

@@ -88,7 +88,7 @@ static void cmd_of(struct cluster_cmd *cmd, struct cmdbuf *c, size_t name_len, i
 {
 	c->argv[1] = c->name;
 	c->len[1] = name_len;
-	*cmd = (struct cluster_cmd){c->name, name_len, argc, c->argv, c->len, NULL};
+	*cmd = (struct cluster_cmd){c->name, name_len, argc, c->argv, c->len, NULL, 0};
 }
 
 /* Runs a window of commands and checks every reply with want. */
@@ -387,7 +387,7 @@ static enum tier2_status run_refs(struct stream *s, const uint32_t *idx, uint32_
 		int send = mode[0] == '1';
 		eval_args(e, pl, ql, s->p, s->member, send ? e->buf : NULL, (size_t)ref->size,
 		          mode);
-		s->pcmds[j] = (struct cluster_cmd){e->part, pl, 9, e->argv, e->len, NULL};
+		s->pcmds[j] = (struct cluster_cmd){e->part, pl, 9, e->argv, e->len, NULL, 0};
 		if (send && s->p->stats)
 			s->p->stats->bytes_out += ref->size;
 	}
@@ -705,8 +705,8 @@ static enum tier2_status put_index(struct put *p, const uint8_t *fingerprint, co
 				size_t len[7] = {4, strlen(node_script), 1, nl, fl, vl, p->ttl_len};
 				memcpy(c->argv, argv, sizeof(argv));
 				memcpy(c->len, len, sizeof(len));
-				cmds[j] =
-				        (struct cluster_cmd){c->name, nl, 7, c->argv, c->len, NULL};
+				cmds[j] = (struct cluster_cmd){c->name, nl,   7, c->argv,
+				                               c->len,  NULL, 0};
 				continue;
 			}
 			c->argv[0] = "HSET";

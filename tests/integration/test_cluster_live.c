@@ -128,8 +128,8 @@ static void test_set_get_spread(void **state)
 		argv[i][1] = keys[i];
 		lens[i][0] = 3;
 		lens[i][1] = strlen(keys[i]);
-		cmds[i] = (struct cluster_cmd){keys[i], lens[i][1], i < 200 ? 2 : 3,
-		                               argv[i], lens[i],    NULL};
+		cmds[i] = (struct cluster_cmd){
+		        keys[i], lens[i][1], i < 200 ? 2 : 3, argv[i], lens[i], NULL, 0};
 	}
 	assert_int_equal(cluster_pipeline(r, cmds, 210), 0);
 	for (int i = 0; i < 210; i++) {
@@ -256,7 +256,8 @@ static void test_ask_and_moved(void **state)
 	const size_t lens[3][2] = {{3, strlen(key2)}, {3, strlen(key)}, {3, strlen(key2)}};
 	struct cluster_cmd cmds[3];
 	for (int i = 0; i < 3; i++)
-		cmds[i] = (struct cluster_cmd){argv[i][1], lens[i][1], 2, argv[i], lens[i], NULL};
+		cmds[i] =
+		        (struct cluster_cmd){argv[i][1], lens[i][1], 2, argv[i], lens[i], NULL, 0};
 	assert_int_equal(cluster_pipeline(r2, cmds, 3), 0);
 	want_str(cmds[0].reply, "second");
 	want_str(cmds[1].reply, "moved-value");
@@ -360,7 +361,7 @@ static void test_tryagain(void **state)
 	                    cl.port[from], k1) != 0)
 		fail_msg("MIGRATE %s back", k1);
 	uint64_t before = cluster_stats(r).tryagains;
-	struct cluster_cmd c = {k1, strlen(k1), 5, argv, lens, NULL};
+	struct cluster_cmd c = {k1, strlen(k1), 5, argv, lens, NULL, 0};
 	assert_int_equal(cluster_pipeline(r, &c, 1), 1);
 	assert_true(cluster_stats(r).tryagains > before);
 	if (clusterutil_cmd(&cl, to, ok, sizeof(ok), "MIGRATE 127.0.0.1 %d %s 0 5000",
@@ -428,7 +429,7 @@ static void test_stopped_and_killed_node(void **state)
 		const size_t pl[2][2] = {{3, strlen(keys[0])}, {3, strlen(keys[2])}};
 		struct cluster_cmd pc[2];
 		for (int i = 0; i < 2; i++)
-			pc[i] = (struct cluster_cmd){pa[i][1], pl[i][1], 2, pa[i], pl[i], NULL};
+			pc[i] = (struct cluster_cmd){pa[i][1], pl[i][1], 2, pa[i], pl[i], NULL, 0};
 		assert_int_equal(cluster_pipeline(r, pc, 2), 1);
 		want_str(pc[0].reply, "here");
 		assert_null(pc[1].reply);
@@ -450,7 +451,7 @@ static void test_stopped_and_killed_node(void **state)
 	{
 		const char *pa[2] = {"GET", keys[0]};
 		const size_t pl[2] = {3, strlen(keys[0])};
-		struct cluster_cmd pc = {pa[1], pl[1], 2, pa, pl, NULL};
+		struct cluster_cmd pc = {pa[1], pl[1], 2, pa, pl, NULL, 0};
 		uint64_t refreshes = cluster_stats(r).map_refreshes;
 		size_t failed = cluster_pipeline(r, &pc, 1);
 		for (int i = 0; i < cl.n; i++)
@@ -518,8 +519,8 @@ static void test_stopped_and_killed_node(void **state)
 	        {3, strlen(keys[0])}, {3, strlen(keys[2])}, {3, strlen(keys[1])}};
 	struct cluster_cmd cmds[3];
 	for (int i = 0; i < 3; i++)
-		cmds[i] =
-		        (struct cluster_cmd){pargv[i][1], plens[i][1], 2, pargv[i], plens[i], NULL};
+		cmds[i] = (struct cluster_cmd){pargv[i][1], plens[i][1], 2, pargv[i],
+		                               plens[i],    NULL,        0};
 	assert_int_equal(cluster_pipeline(r, cmds, 3), 1);
 	want_str(cmds[0].reply, "here");
 	assert_null(cmds[1].reply);
@@ -535,8 +536,40 @@ struct fake {
 	const char *reply;         /* NULL: never answers */
 	const char *const *script; /* else these, one per command, the last repeated */
 	size_t n_script, at;
+	long delay_ms;   /* a pause before each reply */
+	long trickle_ms; /* replies other than maps sent a byte at a time, this apart */
+	size_t flood;    /* after each reply other than a map, this many bytes of 'x' */
 	pthread_t thread;
 };
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+static void fake_send(struct fake *f, int c, const char *reply)
+{
+	int map = reply[0] == '*';
+	if (f->trickle_ms && !map) {
+		for (size_t i = 0; reply[i]; i++) {
+			if (send(c, reply + i, 1, MSG_NOSIGNAL) != 1)
+				return;
+			sleep_ms(f->trickle_ms);
+		}
+	} else {
+		(void)send(c, reply, strlen(reply), MSG_NOSIGNAL);
+	}
+	static char block[1 << 16];
+	memset(block, 'x', sizeof(block));
+	for (size_t left = map ? 0 : f->flood; left;) {
+		ssize_t w =
+		        send(c, block, left < sizeof(block) ? left : sizeof(block), MSG_NOSIGNAL);
+		if (w <= 0)
+			return;
+		left -= (size_t)w;
+	}
+}
 
 static void *fake_run(void *arg)
 {
@@ -550,8 +583,10 @@ static void *fake_run(void *arg)
 			const char *reply = f->reply;
 			if (f->n_script)
 				reply = f->script[f->at < f->n_script ? f->at++ : f->n_script - 1];
+			if (f->delay_ms)
+				sleep_ms(f->delay_ms);
 			if (reply)
-				(void)send(c, reply, strlen(reply), MSG_NOSIGNAL);
+				fake_send(f, c, reply);
 		}
 		close(c);
 	}
@@ -723,6 +758,174 @@ static void test_fake_moving_nodes(void **state)
 	fake_stop(&f);
 }
 
+/* A map of every slot on one node of port, in out. */
+static void one_node_map(char *out, size_t cap, int port)
+{
+	snprintf(out, cap, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", port);
+}
+
+static struct cluster_router *router_at(int port, const struct cluster_options *o)
+{
+	char seeds[64], err[256] = "";
+	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", port);
+	struct cluster_router *r = cluster_router_new(seeds, o, err, sizeof(err));
+	if (!r)
+		fail_msg("router: %s", err);
+	return r;
+}
+
+/* A map read while a slot had no master (a cluster still being made) is
+ * read again once a command meets that slot: before, nothing made it stale
+ * (no MOVED, no node failure), so the slot's commands failed for the
+ * router's life. */
+static void test_fake_partial_map_read_again(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_listen(&f);
+	unsigned s = cluster_key_slot("k", 1);
+	char partial[160], full[160];
+	snprintf(partial, sizeof(partial),
+	         "*1\r\n*3\r\n:0\r\n:%u\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", s - 1, f.port);
+	one_node_map(full, sizeof(full), f.port);
+	const char *script[] = {partial, full, "$1\r\nv\r\n"};
+	f.script = script;
+	f.n_script = 3;
+	fake_go(&f);
+	struct cluster_options o = {.command_timeout_ms = 500, .backoff_min_ms = 50};
+	struct cluster_router *r = router_at(f.port, &o);
+	const char *argv[] = {"GET", "k"};
+	const size_t lens[] = {3, 1};
+	redisReply *rep = NULL;
+	assert_int_equal(cluster_command_argv(r, "k", 1, 2, argv, lens, &rep), -1);
+	assert_non_null(strstr(cluster_error(r), "no known master"));
+	int ok = 0;
+	for (int i = 0; i < 10 && !ok; i++) {
+		sleep_ms(60); /* past backoff_min_ms, the refreshes' limit */
+		ok = cluster_command_argv(r, "k", 1, 2, argv, lens, &rep) == 0;
+	}
+	if (!ok)
+		fail_msg("the slot is still not served: %s", cluster_error(r));
+	want_str(rep, "v");
+	assert_int_equal(cluster_stats(r).map_refreshes, 2);
+	cluster_router_free(r);
+	fake_stop(&f);
+}
+
+/* A node that sends its reply a byte at a time, each byte well within the
+ * socket's timeout: the round trip still ends at command_timeout_ms. Before,
+ * the timeout bounded each system call, and this 47-byte reply took 9 s. */
+static void test_fake_trickle_meets_the_deadline(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_listen(&f);
+	char full[160];
+	one_node_map(full, sizeof(full), f.port);
+	const char *script[] = {full, "$40\r\n0123456789012345678901234567890123456789\r\n"};
+	f.script = script;
+	f.n_script = 2;
+	f.trickle_ms = 200;
+	fake_go(&f);
+	struct cluster_options o = {.command_timeout_ms = 500};
+	struct cluster_router *r = router_at(f.port, &o);
+	assert_int_equal(cluster_refresh(r), 0);
+	const char *argv[] = {"GET", "k"};
+	const size_t lens[] = {3, 1};
+	redisReply *rep = NULL;
+	double t0 = now_s();
+	assert_int_equal(cluster_command_argv(r, "k", 1, 2, argv, lens, &rep), -1);
+	double took = now_s() - t0;
+	print_message("a trickled reply, 500 ms deadline: failed after %.2f s: %s\n", took,
+	              cluster_error(r));
+	assert_non_null(strstr(cluster_error(r), "timed out after 500 ms"));
+	assert_true(took < 0.75);
+	assert_int_equal(cluster_stats(r).timeouts, 1);
+	cluster_router_free(r);
+	fake_stop(&f);
+}
+
+/* A reply longer than its command's bound (or the router's) is refused as
+ * it arrives, the connection dropped: a peer announcing 512 MiB for a GET is
+ * not buffered whole (it was, then refused for its content). */
+static void test_fake_long_reply_refused(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_listen(&f);
+	char full[160];
+	one_node_map(full, sizeof(full), f.port);
+	const char *script[] = {full, "$536870912\r\n", full, "$536870912\r\n"};
+	f.script = script;
+	f.n_script = 4;
+	f.flood = (size_t)512 << 20;
+	fake_go(&f);
+	struct cluster_options o = {.command_timeout_ms = 5000, .max_reply_bytes = (size_t)4 << 20};
+	struct cluster_router *r = router_at(f.port, &o);
+	assert_int_equal(cluster_refresh(r), 0);
+	const char *argv[] = {"GET", "k"};
+	const size_t lens[] = {3, 1};
+	redisReply *rep = NULL;
+	assert_int_equal(cluster_command_argv(r, "k", 1, 2, argv, lens, &rep), -1);
+	if (!strstr(cluster_error(r), "reply refused: longer than 4194304 bytes"))
+		fail_msg("\"%s\" does not say the reply was too long", cluster_error(r));
+	cluster_router_free(r);
+	/* a pipelined command's own bound */
+	r = router_at(f.port, &o);
+	assert_int_equal(cluster_refresh(r), 0);
+	struct cluster_cmd c = {"k", 1, 2, argv, lens, NULL, 1 << 20};
+	assert_int_equal(cluster_pipeline(r, &c, 1), 1);
+	assert_null(c.reply);
+	if (!strstr(cluster_error(r), "reply refused: longer than 1048576 bytes"))
+		fail_msg("\"%s\" does not say the reply was too long", cluster_error(r));
+	cluster_router_free(r);
+	fake_stop(&f);
+}
+
+/* A pipeline's commands reach every node before any reply is read, so that
+ * the nodes work at once: two nodes taking 400 ms each answer in about
+ * 400 ms. Before, hiredis wrote a node's commands only when its first reply
+ * was read, and the nodes ran one after the other (800 ms). */
+static void test_fake_pipeline_nodes_at_once(void **state)
+{
+	(void)state;
+	struct fake a, b;
+	fake_listen(&a);
+	fake_listen(&b);
+	char map[256];
+	snprintf(map, sizeof(map),
+	         "*2\r\n*3\r\n:0\r\n:8191\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n"
+	         "*3\r\n:8192\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
+	         a.port, b.port);
+	const char *sa[] = {map, "$1\r\na\r\n"};
+	const char *sb[] = {"$1\r\nb\r\n"};
+	a.script = sa;
+	a.n_script = 2;
+	b.script = sb;
+	b.n_script = 1;
+	fake_go(&a);
+	fake_go(&b);
+	struct cluster_options o = {.command_timeout_ms = 2000};
+	struct cluster_router *r = router_at(a.port, &o);
+	assert_int_equal(cluster_refresh(r), 0);
+	a.delay_ms = b.delay_ms = 400;
+	assert_true(cluster_key_slot("k", 1) < 8192 && cluster_key_slot("a", 1) >= 8192);
+	const char *argv0[] = {"GET", "k"}, *argv1[] = {"GET", "a"};
+	const size_t lens[] = {3, 1};
+	struct cluster_cmd cmds[2] = {{"k", 1, 2, argv0, lens, NULL, 0},
+	                              {"a", 1, 2, argv1, lens, NULL, 0}};
+	double t0 = now_s();
+	assert_int_equal(cluster_pipeline(r, cmds, 2), 0);
+	double took = now_s() - t0;
+	print_message("a pipeline over 2 nodes of 400 ms each: %.2f s\n", took);
+	want_str(cmds[0].reply, "a");
+	want_str(cmds[1].reply, "b");
+	assert_true(took < 0.7);
+	cluster_router_free(r);
+	fake_stop(&a);
+	fake_stop(&b);
+}
+
 static int cluster_up(void **state)
 {
 	(void)state;
@@ -742,6 +945,10 @@ int main(void)
 	        cmocka_unit_test(test_fake_nodes),
 	        cmocka_unit_test(test_fake_lost_slot),
 	        cmocka_unit_test(test_fake_moving_nodes),
+	        cmocka_unit_test(test_fake_partial_map_read_again),
+	        cmocka_unit_test(test_fake_trickle_meets_the_deadline),
+	        cmocka_unit_test(test_fake_long_reply_refused),
+	        cmocka_unit_test(test_fake_pipeline_nodes_at_once),
 	};
 	int rc = cmocka_run_group_tests_name("fake nodes", fakes, NULL, NULL);
 	if (rc != 0)

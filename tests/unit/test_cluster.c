@@ -595,8 +595,8 @@ static void test_router_refusals(void **state)
 	assert_int_equal(st.backoff_skips, 1);
 	assert_int_equal(cluster_command_argv(r, "foo", 3, 0, argv, lens, &rep), -1);
 	assert_non_null(strstr(cluster_error(r), "no arguments"));
-	struct cluster_cmd cmds[2] = {{"foo", 3, 2, argv, lens, NULL},
-	                              {"bar", 3, 2, argv, lens, NULL}};
+	struct cluster_cmd cmds[2] = {{"foo", 3, 2, argv, lens, NULL, 0},
+	                              {"bar", 3, 2, argv, lens, NULL, 0}};
 	assert_int_equal(cluster_pipeline(r, cmds, 2), 2);
 	assert_null(cmds[0].reply);
 	assert_int_equal(cluster_pipeline(r, cmds, 0), 0);
