@@ -28,12 +28,22 @@ static int cmd_evict_exec(const struct ctl_cmd_entry *self, const struct ctl_glo
 		case 'm':
 			model = optarg;
 			break;
-		case 'i':
-			if (units_parse_duration(optarg, &idle) || !idle)
+		case 'i': {
+			int prc = units_parse_duration_nonzero(optarg, &idle);
+			if (prc == UNITS_ZERO) {
+				char why[160];
+				return ctl_cmd_usage_error(
+				        self,
+				        "--idle %s: %s; --idle takes a duration such as 30m or 2d",
+				        optarg,
+				        units_zero_reason(optarg, "seconds", why, sizeof(why)));
+			}
+			if (prc)
 				return ctl_cmd_usage_error(
 				        self, "--idle takes a duration such as 30m or 2d");
 			have_idle = 1;
 			break;
+		}
 		case 's':
 			if (units_parse_size(optarg, &to_size))
 				return ctl_cmd_usage_error(self,

@@ -140,6 +140,19 @@ static int bad(const char *flag, const char *val, const char *want)
 	return 2;
 }
 
+/* A size or duration flag that needs more than 0, refused with rc (-1 or
+ * UNITS_ZERO from a _nonzero parser): says so when the value came to 0. */
+static int bad_nonzero(const char *flag, const char *val, int rc, const char *unit,
+                       const char *want)
+{
+	char why[160];
+	if (rc != UNITS_ZERO)
+		return bad(flag, val, want);
+	fprintf(stderr, "k3cached: %s %s: %s; expected %s\n", flag, val,
+	        units_zero_reason(val, unit, why, sizeof(why)), want);
+	return 2;
+}
+
 /* The largest --max-bytes: the store maps twice the capacity (and 64 MiB), a
  * size that must not wrap around 2^64. */
 #define MAX_CAPACITY (UINT64_C(1) << 60)
@@ -295,7 +308,7 @@ int main(int argc, char **argv)
 	const char *env = getenv("K3CACHE_SOCKET"); /* paths_default_socket() takes it */
 	if (env && *env)
 		cfg.socket_origin = "$K3CACHE_SOCKET";
-	int c;
+	int c, rc; /* rc: a _nonzero parser's answer */
 	uint64_t v;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
@@ -316,18 +329,20 @@ int main(int argc, char **argv)
 				return 2;
 			break;
 		case O_MAXB:
-			if (units_parse_size(optarg, &cfg.max_bytes) || cfg.max_bytes == 0 ||
+			if ((rc = units_parse_size_nonzero(optarg, &cfg.max_bytes)) ||
 			    cfg.max_bytes > MAX_CAPACITY)
-				return bad("--max-bytes", optarg,
-				           "a size such as 64GiB, at most 1048576TiB");
+				return bad_nonzero("--max-bytes", optarg, rc, "bytes",
+				                   "a size such as 64GiB, at most 1048576TiB");
 			break;
 		case O_MAXP:
-			if (units_parse_size(optarg, &cfg.max_payload) || cfg.max_payload == 0)
-				return bad("--max-payload", optarg, "a size such as 1GiB");
+			if ((rc = units_parse_size_nonzero(optarg, &cfg.max_payload)))
+				return bad_nonzero("--max-payload", optarg, rc, "bytes",
+				                   "a size such as 1GiB");
 			break;
 		case O_STAGE:
-			if (units_parse_size(optarg, &cfg.stage_bytes) || cfg.stage_bytes == 0)
-				return bad("--stage-size", optarg, "a size such as 32MiB");
+			if ((rc = units_parse_size_nonzero(optarg, &cfg.stage_bytes)))
+				return bad_nonzero("--stage-size", optarg, rc, "bytes",
+				                   "a size such as 32MiB");
 			break;
 		case O_ROWB: {
 			uint64_t v;
@@ -343,8 +358,9 @@ int main(int argc, char **argv)
 				           "a size per second such as 1GiB, or 0");
 			break;
 		case O_INFL:
-			if (units_parse_size(optarg, &cfg.max_inflight) || cfg.max_inflight == 0)
-				return bad("--max-inflight", optarg, "a size such as 2GiB");
+			if ((rc = units_parse_size_nonzero(optarg, &cfg.max_inflight)))
+				return bad_nonzero("--max-inflight", optarg, rc, "bytes",
+				                   "a size such as 2GiB");
 			break;
 		case O_MAXR:
 			if (units_parse_uint(optarg, 1, 100000, &v))
@@ -358,16 +374,19 @@ int main(int argc, char **argv)
 			cfg.max_restores_per_tenant = (uint32_t)v;
 			break;
 		case O_IDLE:
-			if (units_parse_duration(optarg, &cfg.idle_timeout) || !cfg.idle_timeout)
-				return bad("--idle-timeout", optarg, "a duration such as 5m");
+			if ((rc = units_parse_duration_nonzero(optarg, &cfg.idle_timeout)))
+				return bad_nonzero("--idle-timeout", optarg, rc, "seconds",
+				                   "a duration such as 5m");
 			break;
 		case O_STALL:
-			if (units_parse_duration(optarg, &cfg.stall_timeout) || !cfg.stall_timeout)
-				return bad("--stall-timeout", optarg, "a duration such as 30s");
+			if ((rc = units_parse_duration_nonzero(optarg, &cfg.stall_timeout)))
+				return bad_nonzero("--stall-timeout", optarg, rc, "seconds",
+				                   "a duration such as 30s");
 			break;
 		case O_SYNC:
-			if (units_parse_duration(optarg, &cfg.sync_interval) || !cfg.sync_interval)
-				return bad("--sync-interval", optarg, "a duration such as 1s");
+			if ((rc = units_parse_duration_nonzero(optarg, &cfg.sync_interval)))
+				return bad_nonzero("--sync-interval", optarg, rc, "seconds",
+				                   "a duration such as 1s");
 			break;
 		case O_DUR:
 			if (store_durability_parse(optarg, &cfg.durability))
@@ -446,8 +465,9 @@ int main(int argc, char **argv)
 			t2_flag = "--tier2-password-file";
 			break;
 		case O_T2_MAXB:
-			if (units_parse_size(optarg, &cfg.t2.max_bytes) || cfg.t2.max_bytes == 0)
-				return bad("--tier2-max-bytes", optarg, "a size such as 64GiB");
+			if ((rc = units_parse_size_nonzero(optarg, &cfg.t2.max_bytes)))
+				return bad_nonzero("--tier2-max-bytes", optarg, rc, "bytes",
+				                   "a size such as 64GiB");
 			t2_flag = "--tier2-max-bytes";
 			break;
 		case O_T2_MODE:

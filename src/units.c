@@ -1,6 +1,7 @@
 #include "units.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 /* A number as people write it: decimal digits, optionally a '.' and more
@@ -71,6 +72,43 @@ int units_parse_duration(const char *s, uint64_t *out)
 	static const char *const suf[] = {"s", "m", "h", "d", "sec", "min"};
 	static const uint64_t sc[] = {1, 60, 3600, 86400, 1, 60};
 	return parse_scaled(s, suf, sc, sizeof(sc) / sizeof(sc[0]), out);
+}
+
+/* v, parsed with rc, as a _nonzero parser returns it */
+static int nonzero(int rc, uint64_t v, uint64_t *out)
+{
+	if (rc)
+		return -1;
+	if (v == 0)
+		return UNITS_ZERO;
+	*out = v;
+	return 0;
+}
+
+int units_parse_size_nonzero(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	int rc = units_parse_size(s, &v);
+	return nonzero(rc, v, out);
+}
+
+int units_parse_duration_nonzero(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	int rc = units_parse_duration(s, &v);
+	return nonzero(rc, v, out);
+}
+
+const char *units_zero_reason(const char *s, const char *unit, char *buf, size_t bufsz)
+{
+	/* written as 0 when no digit but 0 comes before the unit */
+	size_t digits = strspn(s, "0123456789.");
+	int written_as_zero = strspn(s, "0.") >= digits;
+	if (written_as_zero)
+		snprintf(buf, bufsz, "must be more than 0");
+	else
+		snprintf(buf, bufsz, "must be more than 0 (%s counts as 0 whole %s)", s, unit);
+	return buf;
 }
 
 int units_parse_ms(const char *s, uint64_t *out)

@@ -16,6 +16,22 @@ int units_parse_size(const char *s, uint64_t *out);
  * Returns 0 or -1. */
 int units_parse_duration(const char *s, uint64_t *out);
 
+/* What the _nonzero parsers return for a size or duration that comes to 0. */
+#define UNITS_ZERO (-2)
+
+/* units_parse_size and units_parse_duration for a value that must be more
+ * than 0: return 0, -1 when s is not a size (a duration) at all, or
+ * UNITS_ZERO when it is one that comes to 0 ("0", "0s", or "0.4s", a
+ * fraction dropped); *out is set only on 0. */
+int units_parse_size_nonzero(const char *s, uint64_t *out);
+int units_parse_duration_nonzero(const char *s, uint64_t *out);
+
+/* Why s was refused with UNITS_ZERO, for the flag's message: "must be more
+ * than 0", and for a value written as more that came to 0, what it counts
+ * as: "must be more than 0 (0.4s counts as 0 whole seconds)", `unit` being
+ * "bytes" or "seconds". Written into buf (cut to bufsz), which it returns. */
+const char *units_zero_reason(const char *s, const char *unit, char *buf, size_t bufsz);
+
 /* Milliseconds: the same syntax with an optional ms, s/sec or m/min suffix;
  * a bare number is milliseconds ("20", "20ms", "1.5s", "2m"). Returns 0 or
  * -1. */

@@ -108,6 +108,19 @@ refuse '1 to 100000' --max-restores 2K
 refuse 'is over --max-restores' --max-restores 4 --max-restores-per-tenant 5
 refuse '1 to --max-restores' --max-restores-per-tenant 0
 refuse 'at most' --max-bytes 8388609T
+# 0 where more is needed: the message says 0 is the trouble, and still what
+# the flag takes
+refuse 'max-bytes 0: must be more than 0; expected a size such as 64GiB' --max-bytes 0
+refuse 'must be more than 0; expected a size such as 1GiB' --max-payload 0KiB
+refuse 'must be more than 0; expected a size such as 32MiB' --stage-size 0
+refuse 'must be more than 0; expected a size such as 2GiB' --max-inflight 0.0G
+refuse 'must be more than 0; expected a duration such as 5m' --idle-timeout 0m
+refuse 'stall-timeout 0s: must be more than 0; expected a duration such as 30s' --stall-timeout 0s
+refuse 'must be more than 0 (0.5s counts as 0 whole seconds)' --stall-timeout 0.5s
+refuse 'must be more than 0; expected a duration such as 1s' --sync-interval 0
+refuse 'must be more than 0; expected a size such as 64GiB' --tier2-max-bytes 0
+# not a number at all: no word of 0
+refuse 'stall-timeout soon: expected a duration such as 30s' --stall-timeout soon
 refuse 'a size per second' --min-download-rate fast
 refuse 'a size per second' --min-upload-rate slow
 refuse 'multiple of 16' --row-block 17

@@ -72,6 +72,16 @@ for s in 1e3 0x10 inf " 1h" 1.h; do
   "$ctl" --socket /nonexistent/k3.sock evict --idle "$s" >/dev/null 2>&1; rc=$?
   [ $rc = 2 ]; check "evict --idle '$s' is a usage error (rc $rc)" $?
 done
+for s in 0 0s 0.0m; do
+  err=$("$ctl" --socket /nonexistent/k3.sock evict --idle "$s" --dry-run 2>&1 >/dev/null); rc=$?
+  [ $rc = 2 ] && grep -qF -- "--idle $s: must be more than 0; --idle takes a duration such as 30m or 2d" <<<"$err"
+  check "evict --idle '$s' says it must be more than 0 (rc $rc: $err)" $?
+done
+err=$("$ctl" --socket /nonexistent/k3.sock evict --idle 0.5s --dry-run 2>&1 >/dev/null)
+grep -qF '0.5s counts as 0 whole seconds' <<<"$err"; check "evict --idle 0.5s: rounded down to 0 ($err)" $?
+err=$("$ctl" --socket /nonexistent/k3.sock evict --idle soon --dry-run 2>&1 >/dev/null)
+! grep -q 'more than 0' <<<"$err" && grep -q -- '--idle takes a duration' <<<"$err"
+check "evict --idle soon: not a duration, no word of 0 ($err)" $?
 "$ctl" --socket /nonexistent/k3.sock evict --to-size 1.5GiB >/dev/null 2>&1
 [ $? = 3 ]; check "evict --to-size 1.5GiB is a size (then: no daemon)" $?
 # whole-number flags: digits only (no space, sign, fraction or hex)

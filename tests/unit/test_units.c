@@ -210,12 +210,54 @@ static void test_uint(void **state)
 	assert_int_equal(v, 1);
 }
 
+/* a flag that needs more than 0: 0 is told apart from what is not a number,
+ * and the message says that 0 is the trouble */
+static void test_nonzero(void **state)
+{
+	(void)state;
+	uint64_t v = 12345;
+	static const char *const zero_sizes[] = {"0", "0B", "0KiB", "0.0G", "0.4"};
+	for (size_t i = 0; i < sizeof(zero_sizes) / sizeof(zero_sizes[0]); i++) {
+		if (units_parse_size_nonzero(zero_sizes[i], &v) != UNITS_ZERO)
+			fail_msg("\"%s\" should be UNITS_ZERO", zero_sizes[i]);
+		assert_int_equal(v, 12345);
+	}
+	static const char *const zero_durations[] = {"0", "0s", "0m", "0.0h", "0.4s"};
+	for (size_t i = 0; i < sizeof(zero_durations) / sizeof(zero_durations[0]); i++) {
+		if (units_parse_duration_nonzero(zero_durations[i], &v) != UNITS_ZERO)
+			fail_msg("\"%s\" should be UNITS_ZERO", zero_durations[i]);
+		assert_int_equal(v, 12345);
+	}
+	assert_int_equal(units_parse_size_nonzero("lots", &v), -1);
+	assert_int_equal(units_parse_size_nonzero("-0", &v), -1);
+	assert_int_equal(units_parse_duration_nonzero("0w", &v), -1);
+	assert_int_equal(units_parse_duration_nonzero(NULL, &v), -1);
+	assert_int_equal(v, 12345);
+	assert_int_equal(units_parse_size_nonzero("1", &v), 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(units_parse_duration_nonzero("1.5m", &v), 0);
+	assert_int_equal(v, 90);
+
+	char why[128];
+	assert_string_equal(units_zero_reason("0", "bytes", why, sizeof(why)),
+	                    "must be more than 0");
+	assert_string_equal(units_zero_reason("0s", "seconds", why, sizeof(why)),
+	                    "must be more than 0");
+	assert_string_equal(units_zero_reason("0.00GiB", "bytes", why, sizeof(why)),
+	                    "must be more than 0");
+	assert_string_equal(units_zero_reason("0.4s", "seconds", why, sizeof(why)),
+	                    "must be more than 0 (0.4s counts as 0 whole seconds)");
+	/* cut to the buffer, never past it */
+	char small[8];
+	assert_string_equal(units_zero_reason("0", "bytes", small, sizeof(small)), "must be");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_size_accepts), cmocka_unit_test(test_size_refuses),
 	        cmocka_unit_test(test_duration),     cmocka_unit_test(test_uint),
-	        cmocka_unit_test(test_ms),
+	        cmocka_unit_test(test_ms),           cmocka_unit_test(test_nonzero),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
