@@ -584,7 +584,7 @@ int k3cache_direct_view(struct k3cache_direct *d, const struct k3cache_model *mo
                         struct k3cache_error *err)
 {
 	if (!out)
-		return fail(err, STATUS_INVALID, "view: out is required");
+		return fail(err, STATUS_INVALID, "k3cache_direct_view: out is required");
 	*out = NULL;
 	int rc = 0;
 	struct store_snapshot *snap = open_entry(d, model, key, &rc, err);
@@ -662,7 +662,8 @@ int k3cache_direct_restore_into(struct k3cache_direct *d, const struct k3cache_m
 	if (prefix_len) /* lens and prefix_len are optional, as k3cache_restore_into's */
 		*prefix_len = 0;
 	if (!bufs || !caps)
-		return fail(err, STATUS_INVALID, "restore_into: key, bufs and caps are required");
+		return fail(err, STATUS_INVALID,
+		            "k3cache_direct_restore_into: key, bufs and caps are required");
 	int rc = 0;
 	struct store_snapshot *snap = open_entry(d, model, key, &rc, err);
 	if (!snap)
@@ -696,10 +697,12 @@ int k3cache_direct_restore_arrays(struct k3cache_direct *d, const struct k3cache
 	if (prefix_len)
 		*prefix_len = 0;
 	if (!model || !layers)
-		return fail(err, STATUS_INVALID, "restore_arrays: model and layers are required");
+		return fail(err, STATUS_INVALID,
+		            "k3cache_direct_restore_arrays: model and layers are required");
 	if (n_layers != model->n_layers)
 		return fail(err, STATUS_INVALID,
-		            "restore_arrays: %" PRIu32 " layers given, model %s has %" PRIu32,
+		            "k3cache_direct_restore_arrays: %" PRIu32
+		            " layers given, model %s has %" PRIu32,
 		            n_layers, model->name, model->n_layers);
 	int rc = 0;
 	struct store_snapshot *snap = open_entry(d, model, key, &rc, err);

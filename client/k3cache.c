@@ -935,7 +935,7 @@ int k3cache_put_model(struct k3cache *c, const struct k3cache_model *spec,
 	if (rc)
 		return rc;
 	if (!spec || (spec->n_layers && !spec->layers))
-		return FAIL(err, STATUS_INVALID, 0, "put_model: no model spec");
+		return FAIL(err, STATUS_INVALID, 0, "k3cache_put_model: no model spec");
 	K3cache__V1__LayerSpec *ls = calloc(spec->n_layers ? spec->n_layers : 1, sizeof(*ls));
 	K3cache__V1__LayerSpec **lp =
 	        calloc(spec->n_layers ? spec->n_layers : 1, sizeof(K3cache__V1__LayerSpec *));
@@ -1524,8 +1524,8 @@ static int check_layer_list(const struct k3cache_model *model, const frame_respo
 		if (caps && caps[i] < want)
 			return FAIL(err, STATUS_INVALID, 0,
 			            "layer %u: its buffer holds %zu bytes, the blob is %" PRIu64
-			            " (model_layer_blob_size at P=%u)",
-			            i, caps[i], want, p);
+			            " (k3cache_model_blob_size(model, %u, %u))",
+			            i, caps[i], want, i, p);
 		if (sum + want < sum)
 			return FAIL(err, STATUS_INVALID, 0, "the layer sizes overflow 64 bits");
 		sum += want;
@@ -1859,7 +1859,7 @@ int k3cache_restore_into(struct k3cache *c, const struct k3cache_model *model,
 		return rc;
 	if (!key || !bufs || !caps)
 		return FAIL(err, STATUS_INVALID, 0,
-		            "restore_into: key, bufs and caps are required");
+		            "k3cache_restore_into: key, bufs and caps are required");
 	struct restore_dest d = {.bufs = bufs, .caps = caps};
 	return restore_to(c, model, key, &d, lens, prefix_len, err);
 }
@@ -1873,10 +1873,11 @@ int k3cache_restore_arrays(struct k3cache *c, const struct k3cache_model *model,
 	if (rc)
 		return rc;
 	if (!key || !layers)
-		return FAIL(err, STATUS_INVALID, 0, "restore_arrays: key and layers are required");
+		return FAIL(err, STATUS_INVALID, 0,
+		            "k3cache_restore_arrays: key and layers are required");
 	if (n_layers != model->n_layers)
 		return FAIL(err, STATUS_INVALID, 0,
-		            "restore_arrays: %u layers given, model %s has %u", n_layers,
+		            "k3cache_restore_arrays: %u layers given, model %s has %u", n_layers,
 		            model->name ? model->name : "", model->n_layers);
 	struct restore_dest d = {.arrays = layers};
 	return restore_to(c, model, key, &d, NULL, prefix_len, err);
@@ -1890,7 +1891,8 @@ int k3cache_restore_each(struct k3cache *c, const struct k3cache_model *model,
 	if (rc)
 		return rc;
 	if (!key || !fn)
-		return FAIL(err, STATUS_INVALID, 0, "restore_each: key and fn are required");
+		return FAIL(err, STATUS_INVALID, 0,
+		            "k3cache_restore_each: key and fn are required");
 	frame_response *r = NULL;
 	if ((rc = do_restore(c, key, &r, err)))
 		return rc;
@@ -1916,7 +1918,7 @@ int k3cache_lookup_restore(struct k3cache *c, const struct k3cache_model *model,
 	if (rc || (rc = check_model_arg(model, err)))
 		return rc;
 	if (!fn)
-		return FAIL(err, STATUS_INVALID, 0, "lookup_restore: fn is required");
+		return FAIL(err, STATUS_INVALID, 0, "k3cache_lookup_restore: fn is required");
 	if ((rc = k3cache_lookup_args(model->fingerprint, salt, salt_len, tokens, n_tokens, err)))
 		return rc;
 	if (n_tokens == 0)
@@ -2007,11 +2009,11 @@ int k3cache_read_payload(struct k3cache *c, void *buf, size_t len, struct k3cach
 		return rc;
 	if (len > c->pending)
 		return FAIL(err, STATUS_INVALID, 0,
-		            "read_payload: %zu bytes asked, %" PRIu64
+		            "k3cache_read_payload: %zu bytes asked, %" PRIu64
 		            " pending from the last answer",
 		            len, c->pending);
 	if (len && !buf)
-		return FAIL(err, STATUS_INVALID, 0, "read_payload: buf is NULL");
+		return FAIL(err, STATUS_INVALID, 0, "k3cache_read_payload: buf is NULL");
 	return read_payload(c, buf, len, err);
 }
 
@@ -2098,15 +2100,16 @@ int k3cache_publish_record(struct k3cache *c, const uint8_t fp[MODEL_FINGERPRINT
 	if (res)
 		memset(res, 0, sizeof(*res));
 	if (!r)
-		return FAIL(err, STATUS_INVALID, 0, "publish_record: no record (NULL)");
+		return FAIL(err, STATUS_INVALID, 0, "k3cache_publish_record: no record (NULL)");
 	if (r->tainted)
-		return FAIL(
-		        err, STATUS_INVALID, 0,
-		        "publish_record: the record is tainted (the live state no longer equals "
-		        "the prefill of its tokens): reset the state and the record, prefill "
-		        "again, then publish");
+		return FAIL(err, STATUS_INVALID, 0,
+		            "k3cache_publish_record: the record is tainted (the live state no "
+		            "longer equals "
+		            "the prefill of its tokens): reset the state and the record, prefill "
+		            "again, then publish");
 	if (r->n == 0 || !r->tokens)
 		return FAIL(err, STATUS_INVALID, 0,
-		            "publish_record: the record is empty: no token was fed to the state");
+		            "k3cache_publish_record: the record is empty: no token was fed to the "
+		            "state");
 	return k3cache_publish(c, fp, salt, salt_len, r->tokens, r->n, blobs, n_blobs, res, err);
 }

@@ -432,7 +432,7 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 	}
 	if ((rc = mdb_env_create(&s->env)) != 0) {
 		s->env = NULL;
-		code = store_mdb_error(st, rc, "mdb_env_create");
+		code = store_mdb_error(st, rc, "creating the LMDB environment");
 		goto fail;
 	}
 	if (store_envshare_add((uint64_t)sb.st_dev, (uint64_t)sb.st_ino, s->env,

@@ -858,6 +858,51 @@ static void test_restore_into_aliased_buffers(void **state)
 	k3cache_close(c);
 }
 
+/* A buffer too small is refused naming the public call that gives the size
+ * (k3cache_model_blob_size with the layer and P), not an internal one; a
+ * call's missing arguments are refused under the call's public name. */
+static void test_restore_into_small_buffer_names_public_calls(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	struct k3cache_publish_result res;
+	assert_int_equal(publish(c, 32, 9400000, 5, &res), 0);
+	void **bufs = calloc(twin->n_layers, sizeof(void *));
+	size_t *caps = calloc(twin->n_layers, sizeof(size_t));
+	for (uint32_t i = 0; i < twin->n_layers; i++) {
+		caps[i] = k3cache_model_blob_size(twin, i, 32);
+		bufs[i] = malloc(caps[i]);
+	}
+	caps[3]--;
+	uint32_t p = 0;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_restore_into(c, twin, res.key, bufs, caps, NULL, &p, &e),
+	                 STATUS_INVALID);
+	char want[128];
+	snprintf(want, sizeof(want),
+	         "layer 3: its buffer holds %zu bytes, the blob is %zu "
+	         "(k3cache_model_blob_size(model, 3, 32))",
+	         caps[3], caps[3] + 1);
+	if (!strstr(e.message, want))
+		fail_msg("want \"%s\" in: %s", want, e.message);
+	assert_null(strstr(e.message, "model_layer_blob_size"));
+	assert_int_equal(k3cache_restore_into(c, twin, res.key, NULL, caps, NULL, &p, &e),
+	                 STATUS_INVALID);
+	assert_non_null(strstr(e.message, "k3cache_restore_into: key, bufs and caps"));
+	assert_int_equal(k3cache_restore_arrays(c, twin, res.key, NULL, 0, &p, &e), STATUS_INVALID);
+	assert_non_null(strstr(e.message, "k3cache_restore_arrays: key and layers"));
+	assert_int_equal(k3cache_restore_each(c, twin, res.key, NULL, NULL, &p, &e),
+	                 STATUS_INVALID);
+	assert_non_null(strstr(e.message, "k3cache_restore_each: key and fn"));
+	assert_int_equal(k3cache_put_model(c, NULL, NULL, &e), STATUS_INVALID);
+	assert_non_null(strstr(e.message, "k3cache_put_model: no model spec"));
+	for (uint32_t i = 0; i < twin->n_layers; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(caps);
+	k3cache_close(c);
+}
+
 /* Announces a header of hlen bytes and sends `some` of them (zeros). */
 static int raw_header_begun(uint32_t hlen, size_t some)
 {
@@ -1724,6 +1769,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_publish_of_stored_entry_sends_nothing),
 	        cmocka_unit_test(test_refused_publish_is_not_uploaded),
 	        cmocka_unit_test(test_restore_into_aliased_buffers),
+	        cmocka_unit_test(test_restore_into_small_buffer_names_public_calls),
 	        cmocka_unit_test(test_large_headers_are_charged),
 	        cmocka_unit_test(test_delta_publish),
 	        cmocka_unit_test(test_streamed_delta_through_window),

@@ -220,7 +220,7 @@ static void test_publish_refuses_empty_or_null_record(void **state)
 	struct k3cache_error err;
 	assert_int_equal(k3cache_publish_record(NULL, fp, "", 0, NULL, bufs, 1, NULL, &err),
 	                 K3CACHE_INVALID);
-	assert_non_null(strstr(err.message, "no record"));
+	assert_non_null(strstr(err.message, "k3cache_publish_record: no record"));
 	struct k3cache_record r;
 	k3cache_record_init(&r);
 	assert_int_equal(k3cache_publish_record(NULL, fp, "", 0, &r, bufs, 1, NULL, &err),
