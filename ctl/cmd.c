@@ -188,6 +188,128 @@ int ctl_cmd_usage_error(const struct ctl_cmd_entry *self, const char *fmt, ...)
 	return CTL_EXIT_USAGE;
 }
 
+/* The global options (k3cachectl.c parses them, before the command), with
+ * their argument; a command that takes one of them too (--json) never gets
+ * here for it. */
+static const struct {
+	const char *name, *arg;
+	int alone; /* the program's whole work: no command goes with it */
+} global_opts[] = {
+        {"socket", "PATH", 0},
+        {"db", "DIR", 0},
+        {"json", NULL, 0},
+        {"version", NULL, 1},
+};
+
+/* The option of opts that --NAME (len bytes) names: its exact name, else the
+ * one it is a prefix of; NULL when none or several (*several set). */
+static const struct option *long_match(const struct option *opts, const char *name, size_t len,
+                                       int *several)
+{
+	const struct option *found = NULL;
+	*several = 0;
+	for (const struct option *o = opts; o && o->name; o++) {
+		if (strncmp(o->name, name, len) != 0)
+			continue;
+		if (strlen(o->name) == len)
+			return o;
+		*several |= found != NULL;
+		found = o;
+	}
+	return *several ? NULL : found;
+}
+
+/* When --NAME (len bytes, a prefix of the option's name) is a global
+ * option: says that it goes before the command, and how, with val (the
+ * user's, or NULL) as its value. Returns CTL_EXIT_USAGE, or 0 when NAME is
+ * no global option. */
+static int global_option_error(const struct ctl_cmd_entry *self, const char *name, size_t len,
+                               const char *val)
+{
+	for (size_t i = 0; i < sizeof(global_opts) / sizeof(global_opts[0]); i++) {
+		const char *g = global_opts[i].name, *arg = global_opts[i].arg;
+		if (len == 0 || strncmp(g, name, len) != 0)
+			continue;
+		if (global_opts[i].alone)
+			return ctl_cmd_usage_error(self, "--%s is a global option: k3cachectl --%s",
+			                           g, g);
+		if (arg && val)
+			arg = val;
+		return ctl_cmd_usage_error(self,
+		                           "--%s is a global option: it goes before the command: "
+		                           "k3cachectl --%s%s%s %s",
+		                           g, g, arg ? " " : "", arg ? arg : "", self->name);
+	}
+	return 0;
+}
+
+/* A global option that no command takes (--socket, --db, --version) among
+ * the command's arguments, before any "--": refused as global_option_error
+ * says (before the checks of --db, which it would confuse). Returns 0 when
+ * there is none. */
+static int misplaced_global(const struct ctl_cmd_entry *self, int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+		if (strncmp(argv[i], "--", 2) != 0)
+			continue;
+		const char *name = argv[i] + 2, *eq = strchr(name, '=');
+		size_t len = eq ? (size_t)(eq - name) : strlen(name);
+		if (len == 4 && !strncmp(name, "json", 4))
+			continue; /* most commands take it: their getopt decides */
+		/* its value: after '=', else the next argument unless an option */
+		const char *val = eq ? eq + 1 : argv[i + 1];
+		if (val && !eq && val[0] == '-')
+			val = NULL;
+		for (size_t k = 0; k < sizeof(global_opts) / sizeof(global_opts[0]); k++)
+			if (strlen(global_opts[k].name) == len &&
+			    !strncmp(global_opts[k].name, name, len))
+				return global_option_error(self, name, len, val);
+	}
+	return 0;
+}
+
+int ctl_cmd_option_error(const struct ctl_cmd_entry *self, char **argv, const struct option *opts,
+                         const char *shortopts)
+{
+	/* getopt_long has moved optind past the argument it refused */
+	const char *arg = optind > 0 ? argv[optind - 1] : "";
+	if (strncmp(arg, "--", 2) != 0 || !arg[2]) {
+		const char *at = optopt ? strchr(shortopts, optopt) : NULL;
+		if (at && at[1] == ':')
+			return ctl_cmd_usage_error(self, "-%c needs a value", optopt);
+		return ctl_cmd_usage_error(self, "unknown option -%c", optopt ? optopt : '?');
+	}
+	const char *name = arg + 2, *eq = strchr(name, '=');
+	size_t len = eq ? (size_t)(eq - name) : strlen(name);
+	int several = 0;
+	const struct option *o = long_match(opts, name, len, &several);
+	if (o && o->has_arg == required_argument && !eq)
+		return ctl_cmd_usage_error(self, "--%s needs a value", o->name);
+	if (o && o->has_arg == no_argument && eq)
+		return ctl_cmd_usage_error(self, "--%s takes no value", o->name);
+	if (several)
+		return ctl_cmd_usage_error(
+		        self, "--%.*s is ambiguous: give the option's whole name", (int)len, name);
+	/* the value the user gave, if any, else the argument's name */
+	const char *val = eq                                       ? eq + 1
+	                  : argv[optind] && argv[optind][0] != '-' ? argv[optind]
+	                                                           : NULL;
+	int rc = global_option_error(self, name, len, val);
+	if (rc)
+		return rc;
+	return ctl_cmd_usage_error(self, "unknown option --%.*s", (int)len, name);
+}
+
+int ctl_cmd_operands(const struct ctl_cmd_entry *self, int argc, char **argv, int *first)
+{
+	static const struct option none[] = {{NULL, 0, NULL, 0}};
+	optind = 0;
+	if (getopt_long(argc, argv, "", none, NULL) != -1)
+		return ctl_cmd_option_error(self, argv, none, "");
+	*first = optind;
+	return 0;
+}
+
 int ctl_cmd_open(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                  char **argv, int *json, struct ctl_backend *b)
 {
@@ -197,7 +319,7 @@ int ctl_cmd_open(const struct ctl_cmd_entry *self, const struct ctl_globals *g, 
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (c != 'j')
-			return ctl_cmd_usage_error(self, "unknown option");
+			return ctl_cmd_option_error(self, argv, opts, "");
 		*json = 1;
 	}
 	if (optind != argc)
@@ -283,6 +405,9 @@ int ctl_cmd_dispatch(const struct ctl_globals *g, int argc, char **argv)
 			return CTL_EXIT_OK;
 		}
 	}
+	int rc = misplaced_global(e, argc, argv);
+	if (rc)
+		return rc;
 	if (g->db && changes_store(e)) {
 		fprintf(stderr,
 		        "k3cachectl %s: changes the store: it needs the daemon (--db opens the "
@@ -293,5 +418,6 @@ int ctl_cmd_dispatch(const struct ctl_globals *g, int argc, char **argv)
 	}
 	if (!g->db && needs_db(e))
 		return ctl_cmd_usage_error(e, "works on a store directory: name it with --db DIR");
+	opterr = 0; /* a command's refused option: ctl_cmd_option_error says why */
 	return e->exec(e, g, argc, argv);
 }

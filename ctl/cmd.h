@@ -14,6 +14,7 @@
 #ifndef K3_CTL_CMD_H
 #define K3_CTL_CMD_H
 
+#include <getopt.h>
 #include <stdio.h>
 
 #include "ctl.h"
@@ -57,6 +58,22 @@ void ctl_cmd_print_list(FILE *out);
  * Returns CTL_EXIT_USAGE. */
 __attribute__((format(printf, 2, 3))) int ctl_cmd_usage_error(const struct ctl_cmd_entry *self,
                                                               const char *fmt, ...);
+
+/* After the command's getopt_long (opterr is 0 under ctl_cmd_dispatch)
+ * returned '?': says which argument and why, in k3cachectl's words, with the
+ * usage line: an option of the command without its value ("--idle needs a
+ * value"), one given a value it takes none of, an unknown option, or a global
+ * option, which goes before the command ("--socket is a global option: it
+ * goes before the command: k3cachectl --socket PATH stat"). opts and
+ * shortopts are what getopt_long was given. Returns CTL_EXIT_USAGE. */
+int ctl_cmd_option_error(const struct ctl_cmd_entry *self, char **argv, const struct option *opts,
+                         const char *shortopts);
+
+/* The start of a command that takes operands only (FILE): refuses any
+ * option as ctl_cmd_option_error says (the operands may come in any order
+ * around "--"). Returns 0 with *first the index of the first operand in
+ * argv, or the exit code. */
+int ctl_cmd_operands(const struct ctl_cmd_entry *self, int argc, char **argv, int *first);
 
 /* The start of a command that takes no arguments but --json: parses them
  * (*json starts as the global --json) and opens the backend the global

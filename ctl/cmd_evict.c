@@ -63,7 +63,7 @@ static int cmd_evict_exec(const struct ctl_cmd_entry *self, const struct ctl_glo
 			json = 1;
 			break;
 		default:
-			return ctl_cmd_usage_error(self, "unknown option");
+			return ctl_cmd_option_error(self, argv, opts, "");
 		}
 	}
 	int nkeys = argc - optind;

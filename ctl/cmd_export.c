@@ -168,7 +168,7 @@ static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 		if (c == 'o') {
 			out = optarg;
 		} else {
-			return ctl_cmd_usage_error(self, "unknown option");
+			return ctl_cmd_option_error(self, argv, opts, "o:");
 		}
 	}
 	if (optind + 1 != argc || !out)

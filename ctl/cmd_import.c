@@ -61,16 +61,19 @@ static int check_file(const char *path, const char *name, const struct ctl_file 
 static int cmd_import_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                            char **argv)
 {
-	if (argc != 2)
+	int first = 0, rc = ctl_cmd_operands(self, argc, argv, &first);
+	if (rc)
+		return rc;
+	if (argc - first != 1)
 		return ctl_cmd_usage_error(self, "expects exactly one FILE");
-	const char *path = argv[1];
+	const char *path = argv[first];
 	char err[512];
 	struct ctl_file f;
 	if (ctl_file_open(path, &f, err, sizeof(err)) != 0) {
 		fprintf(stderr, "k3cachectl import: %s\n", err);
 		return CTL_EXIT_ERROR;
 	}
-	int rc = CTL_EXIT_ERROR;
+	rc = CTL_EXIT_ERROR;
 	struct snapfile snap;
 	struct k3cache_buf *bufs = NULL;
 	struct ctl_backend b = {0};

@@ -95,7 +95,7 @@ static int cmd_inspect_exec(const struct ctl_cmd_entry *self, const struct ctl_g
 			json = 1;
 			break;
 		default:
-			return ctl_cmd_usage_error(self, "unknown option");
+			return ctl_cmd_option_error(self, argv, opts, "");
 		}
 	}
 	if (optind + 1 != argc)

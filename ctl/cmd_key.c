@@ -37,7 +37,7 @@ static int cmd_key_exec(const struct ctl_cmd_entry *self, const struct ctl_globa
 			json = 1;
 			break;
 		default:
-			return ctl_cmd_usage_error(self, "unknown option");
+			return ctl_cmd_option_error(self, argv, opts, "");
 		}
 	}
 	if (!model_path || !tokens || optind != argc)

@@ -10,16 +10,19 @@
 static int cmd_model_add_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g,
                               int argc, char **argv)
 {
-	if (argc != 2)
+	int first = 0, rc = ctl_cmd_operands(self, argc, argv, &first);
+	if (rc)
+		return rc;
+	if (argc - first != 1)
 		return ctl_cmd_usage_error(self, "expects exactly one FILE.json");
 	char err[MODEL_ERROR_MAX];
-	struct k3cache_model *m = model_load_file(argv[1], err);
+	struct k3cache_model *m = model_load_file(argv[first], err);
 	if (!m) {
 		fprintf(stderr, "k3cachectl %s: %s\n", self->name, err);
 		return CTL_EXIT_ERROR;
 	}
 	struct ctl_backend b;
-	int rc = ctl_backend_open(g, &b, self->name);
+	rc = ctl_backend_open(g, &b, self->name);
 	if (rc) {
 		model_free(m);
 		return rc;

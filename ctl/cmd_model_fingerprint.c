@@ -10,10 +10,13 @@
 static int cmd_model_fingerprint_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g,
                                       int argc, char **argv)
 {
-	if (argc != 2)
+	int first = 0, rc = ctl_cmd_operands(self, argc, argv, &first);
+	if (rc)
+		return rc;
+	if (argc - first != 1)
 		return ctl_cmd_usage_error(self, "expects exactly one SPEC.json");
 	char err[MODEL_ERROR_MAX];
-	struct k3cache_model *m = model_load_file(argv[1], err);
+	struct k3cache_model *m = model_load_file(argv[first], err);
 	if (!m) {
 		fprintf(stderr, "k3cachectl %s: %s\n", self->name, err);
 		return CTL_EXIT_ERROR;

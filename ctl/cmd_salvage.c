@@ -45,7 +45,7 @@ static int cmd_salvage_exec(const struct ctl_cmd_entry *self, const struct ctl_g
 		else if (c == 'j')
 			json = 1;
 		else
-			return ctl_cmd_usage_error(self, "unknown option");
+			return ctl_cmd_option_error(self, argv, opts, "");
 	}
 	if (!to)
 		return ctl_cmd_usage_error(self, "name the new store with --to NEWDIR");

@@ -164,7 +164,7 @@ static int cmd_stat_exec(const struct ctl_cmd_entry *self, const struct ctl_glob
 				        self, "--count: a number of lines, at least 1");
 			break;
 		default:
-			return ctl_cmd_usage_error(self, "unknown option");
+			return ctl_cmd_option_error(self, argv, opts, "");
 		}
 	}
 	if (optind != argc)

@@ -12,7 +12,7 @@ static void usage(FILE *out)
 	fputs("usage: k3cachectl [--socket PATH | --db DIR] [--json] COMMAND [ARGS]\n\n", out);
 	ctl_cmd_print_list(out);
 	fputs("\n"
-	      "Global options:\n"
+	      "Global options (before COMMAND):\n"
 	      "  --socket PATH  unix:PATH, tcp:HOST:PORT or a path (default $K3CACHE_SOCKET,\n"
 	      "                 else the daemon's default socket)\n"
 	      "  --db DIR       read a store directly, read-only (after a crash, say)\n"

@@ -53,7 +53,7 @@ done
 c=$(render "$man/k3cachectl.1")
 cmds_section=$(sed -n '/^COMMANDS$/,/^EXIT STATUS$/p' <<<"$c")
 help=$("$ctl" --help)
-cmds=$(sed -n '/^Commands/,/^Global options:/p' <<<"$help" | grep '^  [a-z-]' |
+cmds=$(sed -n '/^Commands/,/^Global options/p' <<<"$help" | grep '^  [a-z-]' |
        sed -E 's/^  (--db DIR )?//' | awk '$1 == "model" { print $1 " " $2; next } { print $1 }')
 [ "$(wc -l <<<"$cmds")" -ge 14 ]; ok "k3cachectl --help lists its commands ($(tr '\n' ' ' <<<"$cmds"))" $?
 flags=$(grep -o -- '--[a-z][a-z0-9-]*' <<<"$help")

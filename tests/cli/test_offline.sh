@@ -62,6 +62,51 @@ out=$("$ctl" --jsn ping 2>&1); rc=$?
 [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 2 ] && grep -q "k3cachectl --help" <<<"$out"
 check "an unknown option: getopt's line and where the help is, not the whole help ($out)" $?
 "$ctl" key --model "$shared/models/tiny-hybrid.json" --tokens 1,x >/dev/null 2>&1; [ $? = 2 ]; check "bad token list" $?
+# a global option after the command: refused (exit 2, before any daemon is
+# asked), saying that it goes before the command and how; every global option
+# of --help (but --help, which any command takes), after every command
+globals=$("$ctl" --help | sed -n '/^Global options/,/^[^ G]/p' | grep -oE '^  --[a-z-]+( [A-Z]+)?' | sed 's/^  //')
+ok_globals=0
+while read -r opt meta; do
+  [ "$opt" = --help ] && continue
+  ok_globals=$((ok_globals + 1))
+  val=${meta:+/tmp/x}
+  for cmd in ping stat ls "inspect|0123456789abcdef" "evict|--all" verify models \
+    "export|0123456789abcdef -o -" "model add|m.json" "import|f.k3snap" "blob|f.bin" \
+    "model fingerprint|m.json" "key|--tokens 1" "salvage|--to d"; do
+    name=${cmd%%|*} args=; [ "$name" != "$cmd" ] && args=${cmd#*|}
+    # shellcheck disable=SC2086
+    err=$("$ctl" $name $args $opt $val 2>&1 >/dev/null); rc=$?
+    # --json is an option of most commands too: the ones without it refuse it
+    case "$opt:$name" in
+      --json:export|"--json:model add"|--json:import|"--json:model fingerprint") ;;
+      --json:*) ! head -1 <<<"$err" | grep -q -- --json
+        check "$name takes --json after it ($err)" $?
+        continue ;;
+    esac
+    if [ "$opt" = --version ]; then
+      want="k3cachectl $name: --version is a global option: k3cachectl --version"
+    else
+      want="k3cachectl $name: $opt is a global option: it goes before the command: k3cachectl $opt${val:+ $val} $name"
+    fi
+    [ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "$want" ]
+    check "$name $args $opt${val:+ $val}: a global option, before the command (rc $rc: $err)" $?
+  done
+done <<<"$globals"
+[ "$ok_globals" -ge 4 ]; check "--help lists the global options (--socket --db --json --version): $ok_globals" $?
+# a command's own option misused: which one and why, in k3cachectl's words
+# (not getopt's "evict: option '--idle' requires an argument")
+err=$("$ctl" --socket /nonexistent/k3.sock evict --idle 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "k3cachectl evict: --idle needs a value" ]; check "evict --idle without a value (rc $rc: $err)" $?
+err=$("$ctl" --socket /nonexistent/k3.sock stat --bogus 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "k3cachectl stat: unknown option --bogus" ]; check "stat --bogus names it (rc $rc: $err)" $?
+err=$("$ctl" --socket /nonexistent/k3.sock ping --json=1 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "k3cachectl ping: --json takes no value" ]; check "ping --json=1 (rc $rc: $err)" $?
+err=$("$ctl" export 0123456789abcdef -x 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "k3cachectl export: unknown option -x" ]; check "export -x (rc $rc: $err)" $?
+err=$("$ctl" export 0123456789abcdef -o 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "k3cachectl export: -o needs a value" ]; check "export -o without a value (rc $rc: $err)" $?
+
 # sizes and durations: decimal with an optional fraction and unit, nothing
 # else (refused before any daemon is asked, so these need none)
 for s in 0x10KiB 1e3 inf nan " 1K" -1K +1K 1.5.5G "1 K"; do
