@@ -405,6 +405,19 @@ static int number_flag(const char *flag, const char *val, uint64_t min, uint64_t
 	return -1;
 }
 
+/* --print-spec: the spec the worker puts, as k3cachectl model add reads it.
+ * Returns the exit code. */
+static int print_model_spec(const struct k3cache_model *spec)
+{
+	char *json = model_to_json(spec);
+	int rc = json && printf("%s\n", json) >= 0 && fflush(stdout) == 0 ? 0 : 1;
+	if (rc)
+		fprintf(stderr, "k3worker: --print-spec: %s\n",
+		        json ? "cannot write to stdout" : "out of memory");
+	free(json);
+	return rc;
+}
+
 /* The longest reply --max-new allows: a --replies line of that many ids
  * (up to 11 bytes each) fits read_replies' 64 KiB line. */
 #define MAX_NEW_LIMIT 4096u
@@ -429,6 +442,9 @@ static void usage(FILE *f)
 	        "                     --replies FILE (this turn's reply is appended to it),\n"
 	        "                     or without it are regenerated quietly through the cache\n"
 	        "  --quiet            no [CACHE] lines for publishes\n"
+	        "  --print-spec       print the model spec of --model and --seed (JSON) and\n"
+	        "                     exit: what an admin adds, k3cachectl model add FILE,\n"
+	        "                     before workers that are not admins can use the cache\n"
 	        "FILE: turns separated by blank lines; a first turn starting with \"System:\"\n"
 	        "is the system prompt.\n");
 }
@@ -449,6 +465,7 @@ int main(int argc, char **argv)
 		O_PROMPT,
 		O_QUIET,
 		O_MUTANT,
+		O_PRINT_SPEC,
 		O_HELP
 	};
 	static const struct option opts[] = {
@@ -464,6 +481,7 @@ int main(int argc, char **argv)
 	        {"replies", required_argument, NULL, O_REPLIES},
 	        {"prompt", required_argument, NULL, O_PROMPT},
 	        {"quiet", no_argument, NULL, O_QUIET},
+	        {"print-spec", no_argument, NULL, O_PRINT_SPEC},
 #ifdef K3WORKER_MUTANTS
 	        {"mutant", required_argument, NULL, O_MUTANT},
 #endif
@@ -474,7 +492,7 @@ int main(int argc, char **argv)
 	           *prompt_text = NULL;
 	struct worker w = {.salt = "", .chunk = 64, .max_new = 8};
 	/* --no-cache: the reference; it keeps no live state between turns either */
-	int no_cache = 0, c;
+	int no_cache = 0, print_spec = 0, c;
 	uint64_t turn = 0, seed = 1, num;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
@@ -486,6 +504,11 @@ int main(int argc, char **argv)
 			w.no_live = 1;
 			break;
 		case O_MODEL:
+			if (!worker_geometry(optarg)) {
+				fprintf(stderr, "k3worker: --model is %s, not \"%s\"\n",
+				        worker_geometry_choices(), optarg);
+				return 2;
+			}
 			geom = optarg;
 			break;
 		case O_SEED:
@@ -522,6 +545,9 @@ int main(int argc, char **argv)
 		case O_QUIET:
 			w.quiet = 1;
 			break;
+		case O_PRINT_SPEC:
+			print_spec = 1;
+			break;
 		case O_MUTANT:
 			w.mutant = !strcmp(optarg, "slot") ? 1 : !strcmp(optarg, "row") ? 2 : 0;
 			if (!w.mutant) {
@@ -539,25 +565,61 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	const struct worker_geometry *g = worker_geometry(geom);
-	if (!g || (!conv && !prompt_text) || (conv && prompt_text) || optind != argc ||
-	    w.max_new == 0) {
-		usage(stderr);
+	if (optind != argc) {
+		fprintf(stderr,
+		        "k3worker: unexpected argument \"%s\" (a prompt with spaces is one "
+		        "quoted --prompt)\n",
+		        argv[optind]);
 		return 2;
 	}
-	struct worker_model *model = worker_model_new(g, seed);
+	if (print_spec && (conv || prompt_text)) {
+		fprintf(stderr, "k3worker: --print-spec runs no prompt: give it without "
+		                "--conversation and --prompt\n");
+		return 2;
+	}
+	if (!print_spec && !conv && !prompt_text) {
+		fprintf(stderr, "k3worker: give --conversation FILE or --prompt TEXT (k3worker "
+		                "--help for the rest)\n");
+		return 2;
+	}
+	if (conv && prompt_text) {
+		fprintf(stderr,
+		        "k3worker: --conversation and --prompt both give the prompt: give one\n");
+		return 2;
+	}
+	struct worker_model *model = worker_model_new(worker_geometry(geom), seed);
 	w.m = model;
 	w.spec = model ? worker_model_spec(model) : NULL;
 	if (!model || !w.spec) {
 		fprintf(stderr, "k3worker: out of memory\n");
 		return 1;
 	}
+	if (print_spec) {
+		int prc = print_model_spec(w.spec);
+		model_free(w.spec);
+		worker_model_free(model);
+		return prc;
+	}
 	k3cache_record_init(&w.record);
 	if (!no_cache) {
 		struct k3cache_error err;
-		if (k3cache_connect(sock, &w.cache, &err) != 0 ||
-		    k3cache_put_model(w.cache, w.spec, NULL, &err) != 0) {
+		if (k3cache_connect(sock, &w.cache, &err) != 0) {
 			warn(&w, "%s; recomputing without the cache", err.message);
+			k3cache_close(w.cache);
+			w.cache = NULL;
+		} else if (k3cache_put_model(w.cache, w.spec, NULL, &err) != 0) {
+			/* a worker that is no admin of a daemon that lacks its model:
+			 * say how an admin adds it */
+			if (err.code == K3CACHE_DENIED)
+				warn(&w,
+				     "%s; recomputing without the cache. An admin adds this model "
+				     "with: k3worker --model %s --seed %llu --print-spec > "
+				     "%s-seed%llu.json && k3cachectl model add %s-seed%llu.json",
+				     err.message, geom, (unsigned long long)seed, w.spec->name,
+				     (unsigned long long)seed, w.spec->name,
+				     (unsigned long long)seed);
+			else
+				warn(&w, "%s; recomputing without the cache", err.message);
 			k3cache_close(w.cache);
 			w.cache = NULL;
 		}

@@ -40,6 +40,21 @@ const struct worker_geometry *worker_geometry(const char *name)
 	return NULL;
 }
 
+const char *worker_geometry_choices(void)
+{
+	static char list[64];
+	if (!list[0]) {
+		size_t n = sizeof(geometries) / sizeof(geometries[0]), at = 0;
+		for (size_t i = 0; i < n; i++)
+			at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s",
+			                       i == 0       ? ""
+			                       : i + 1 == n ? " or "
+			                                    : ", ",
+			                       geometries[i].name);
+	}
+	return list;
+}
+
 static int is_mla(uint32_t layer)
 {
 	return layer == 3 || layer == 7;

@@ -46,6 +46,9 @@ struct worker_geometry {
 /* "tiny" or "twin"; NULL when unknown. */
 const struct worker_geometry *worker_geometry(const char *name);
 
+/* The geometries' names as a message lists them: "tiny or twin". */
+const char *worker_geometry_choices(void);
+
 struct worker_model;
 
 /* Builds a model with weights from `seed`. NULL on allocation failure. */

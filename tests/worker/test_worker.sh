@@ -32,6 +32,24 @@ run_turns() {
 }
 
 start
+# --print-spec is the spec the worker puts: added first (as an admin does for
+# workers that are not admins), the worker's run adds no other model
+"$worker" --model twin --seed 77 --print-spec > "$dir/twin77.json"
+out=$("$ctl" model add "$dir/twin77.json")
+ok "model add of k3worker --print-spec ($out)" $(grep -q '^added [0-9a-f]\{64\} (k3worker-twin)$' <<<"$out"; echo $?)
+"$worker" --model twin --seed 77 --prompt "a prompt" > "$dir/twin77.out" 2>&1
+out=$("$ctl" models)
+ok "the worker's own model is the one added, not another ($out)" \
+  $([ "$(grep -c '^k3worker-' <<<"$out")" = 1 ] && grep -q '^k3worker-twin  *seed-77 ' <<<"$out" && ! grep -q 'warning' "$dir/twin77.out"; echo $?)
+# a worker that is no admin, its model not in the store: the warning says how
+# an admin adds it (as root only: it runs the worker as nobody)
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  chmod 755 "$dir"; chmod 666 "$sock"
+  err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$worker" --model tiny --seed 78 --prompt hi 2>&1 >/dev/null)
+  chmod 700 "$dir"
+  ok "a worker that is no admin is told how its model is added ($err)" \
+    $(grep -qF 'An admin adds this model with: k3worker --model tiny --seed 78 --print-spec > k3worker-tiny-seed78.json && k3cachectl model add k3worker-tiny-seed78.json' <<<"$err"; echo $?)
+fi
 "$worker" --conversation "$conv" --no-cache > "$dir/ref" 2>"$dir/ref.err"; ok "reference run" $?
 ok "reference recomputes every turn" $([ "$(grep -c 'reusing 0 of' "$dir/ref")" = 4 ]; echo $?)
 
