@@ -29,14 +29,11 @@ test: build asan fuzz-build
 
 # Runs the daemon in the foreground on its default store and socket
 # (root: /var/lib/k3cache and /run/k3cache; a user: XDG directories).
-# RUN_ARGS adds flags, e.g. make run RUN_ARGS="--max-bytes 8GiB".
+# RUN_ARGS adds flags, e.g. make run RUN_ARGS="--max-bytes 8GiB"; the
+# commands it prints for another terminal export a --socket of RUN_ARGS as
+# K3CACHE_SOCKET (scripts/run).
 run: build
-	@echo "k3cached runs in the foreground; Ctrl-C stops it cleanly. In another terminal:"
-	@echo "  build/client/k3cachectl ping"
-	@echo "  build/tools/k3worker --conversation tools/demo-conversation.txt --turn 1"
-	@echo "  build/tools/k3worker --conversation tools/demo-conversation.txt --turn 2   # a new process: reuses turn 1"
-	@echo "  build/client/k3cachectl ls"
-	@exec build/daemon/k3cached $(RUN_ARGS)
+	@exec bash scripts/run build $(RUN_ARGS)
 
 # A three-turn conversation, each turn in a new worker process, on a
 # temporary store; shows k3cachectl ls and stops the daemon.
