@@ -16,6 +16,7 @@ from one thread at a time.
 import array
 import collections
 import ctypes
+import functools
 import json
 import operator
 import os
@@ -223,34 +224,86 @@ class _Recent(collections.OrderedDict):
             self.popitem(last=False)
 
 
+def _marks_lost(method):
+    """A Client's call that notes a lost connection: an error with
+    .unreachable set (the library closed the connection) makes the next
+    call connect again. The error is raised as it is; nothing is retried."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Error as e:
+            if e.unreachable:
+                self._lost = True
+            raise
+    return call
+
+
 class Client(_Handle):
     """A connection to k3cached. addr: "unix:PATH", "tcp:HOST:PORT" or a
-    socket path; None: $K3CACHE_SOCKET, then the default socket.
-    timeout_ms: for each wait on the socket once connected, not for a whole
-    call (k3cache_set_timeout); None: 60000; 0: none."""
+    socket path; None: $K3CACHE_SOCKET, then the default socket (resolved
+    once, here: the address .addr says). timeout_ms: for each wait on the
+    socket once connected, not for a whole call (k3cache_set_timeout);
+    None: 60000; 0: none.
+
+    A Client lives longer than a connection. When a call fails with
+    .unreachable set (the daemon stopped or restarted, a timeout, a publish
+    refused TOO_LARGE, on which the daemon hangs up), the library has
+    closed the connection: that call raises, and is not sent again (a
+    publish or restore is never retried behind the caller's back). The next
+    call connects again to the same address, with the same timeout, as this
+    constructor did (a new connection asks the daemon's namespace anew, and
+    sends $K3CACHE_TOKEN on TCP), then makes its request. If that connect
+    fails, the call raises the library's error (unreachable, "cannot connect
+    to ADDR: ..."), and the call after it tries again. Models put stay known
+    to the Client; the daemon keeps them in its store."""
 
     def __init__(self, addr=None, timeout_ms=None):
         self._c = ctypes.c_void_p()
         self._models = {}
         self._p = _Recent()  # key -> P, from lookups and publishes, for early size checks
-        err = _lib.error_t()
-        a = None if addr is None else os.fsencode(addr)
-        _check(_lib.connect(a, ctypes.byref(self._c), ctypes.byref(err)), err)
-        if timeout_ms is not None:
-            _lib.set_timeout(self._c, int(timeout_ms))
+        self._lost = False  # a call lost the connection: the next connects again
+        if addr is None:
+            buf = ctypes.create_string_buffer(4096)
+            addr = _lib.default_socket(buf, len(buf))
+        self._addr = os.fsencode(addr)
+        self._timeout_ms = None if timeout_ms is None else int(timeout_ms)
+        self._c = self._connect()
+
+    @property
+    def addr(self):
+        """The address this Client connects (and connects again) to."""
+        return os.fsdecode(self._addr)
 
     # ---- lifetime ----
+    def _connect(self):
+        """A new connection, set up as every connection of this Client is."""
+        c, err = ctypes.c_void_p(), _lib.error_t()
+        _check(_lib.connect(self._addr, ctypes.byref(c), ctypes.byref(err)), err)
+        if self._timeout_ms is not None:
+            _lib.set_timeout(c, self._timeout_ms)
+        return c
+
     def _release(self):
         if self._c:
             _lib.close(self._c)
             self._c = ctypes.c_void_p()
 
-    def _conn(self):
+    def _open(self):
         if not self._c:
             raise InvalidError("the Client is closed")
+
+    def _conn(self):
+        """The connection for a call: a new one when the last was lost."""
+        self._open()
+        if self._lost:
+            c = self._connect()  # raises, still lost: the next call tries again
+            _lib.close(self._c)
+            self._c, self._lost = c, False
         return self._c
 
     # ---- models ----
+    @_marks_lost
     def put_model(self, spec):
         """Stores a model spec on the daemon (idempotent) and returns its
         32-byte fingerprint. spec: a dict in shared/models' JSON form, JSON
@@ -264,16 +317,18 @@ class Client(_Handle):
         return _keep_model(self._models, m)
 
     def _model(self, fp):
-        self._conn()  # closed: say so (close let the models go)
+        self._open()  # closed: say so (close let the models go)
         return _find_model(self._models, fp, "Client", "put_model")
 
     # ---- lookup ----
+    @_marks_lost
     def lookup(self, fp, tokens, salt=b"", limit=None):
         """The longest stored prefix of tokens with P <= limit (None: N-1).
         A model the daemon does not know is a miss like any other."""
         return _lookup(_lib.lookup, self._conn(), self._p, fp, tokens, salt, limit)
 
     # ---- publish ----
+    @_marks_lost
     def publish(self, fp, tokens, layers, salt=b"", base_key=None, base_rows=0):
         """Publishes the state after tokens: layers[i] is a (conv, recurrent)
         or (k, v) pair of float32 buffers, sent as they are. With base_key
@@ -310,6 +365,7 @@ class Client(_Handle):
         return key
 
     # ---- restore ----
+    @_marks_lost
     def restore_into(self, key, layers, fp=None):
         """Fills the caller's float32 buffers in place: layers[i] is a
         (conv, recurrent) or (k, v) pair. A KDA layer's two are exactly the
@@ -322,6 +378,7 @@ class Client(_Handle):
         return _restore_arrays(_lib.restore_arrays, self._conn(), self._model(fp), key, layers,
                                self._p.get(bytes(key)) if isinstance(key, bytes) else None)
 
+    @_marks_lost
     def restore(self, key, fp=None):
         """The entry's layers in new one-dimensional float32 arrays (numpy
         when importable, else array('f')): a list of (a, b) pairs with
@@ -355,6 +412,8 @@ class Client(_Handle):
         p, err = ctypes.c_uint32(0), _lib.error_t()
         rc = _lib.restore_each(self._conn(), m.handle, kb, cb, None, ctypes.byref(p),
                                ctypes.byref(err))
+        if rc and err.unreachable:
+            self._lost = True  # whichever error is raised
         if failure:
             raise failure[0]
         _check(rc, err)

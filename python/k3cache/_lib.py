@@ -126,6 +126,7 @@ def _fn(name, restype, *argtypes):
 code_name = _fn("k3cache_code_name", ctypes.c_char_p, ctypes.c_int)
 connect = _fn("k3cache_connect", ctypes.c_int, ctypes.c_char_p, P(vp), errp)
 close = _fn("k3cache_close", None, vp)
+default_socket = _fn("k3cache_default_socket", ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t)
 set_timeout = _fn("k3cache_set_timeout", None, vp, ctypes.c_int)
 model_parse = _fn("k3cache_model_parse", vp, ctypes.c_char_p, ctypes.c_size_t, errp)
 model_load = _fn("k3cache_model_load", vp, ctypes.c_char_p, errp)

@@ -23,13 +23,25 @@ def _need(name):
 
 
 class Daemon:
+    """k3cached on a store and socket of its own. halt() stops it with
+    SIGTERM and start() starts it again on the same store and socket, as a
+    restart of the service would."""
+
     def __init__(self, *flags):
         self.dir = tempfile.mkdtemp(prefix="k3py-")
         self.sock = os.path.join(self.dir, "k3.sock")
+        self.flags = flags
         self.log = open(os.path.join(self.dir, "k3cached.log"), "w")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        assert self.proc is None or self.proc.poll() is not None, "already running"
         self.proc = subprocess.Popen(
             [_need("K3CACHED"), "--db", os.path.join(self.dir, "db"), "--socket", self.sock,
-             *flags], stdout=self.log, stderr=subprocess.STDOUT)
+             *self.flags], stdout=self.log, stderr=subprocess.STDOUT)
+        # the daemon removes its socket when it stops (halt() waits for that),
+        # and binds and listens at once: the path is there when it listens
         for _ in range(500):
             if os.path.exists(self.sock):
                 return
@@ -38,6 +50,13 @@ class Daemon:
             time.sleep(0.01)
         self.stop()
         raise RuntimeError("k3cached did not start: " + open(self.log.name).read())
+
+    def halt(self):
+        """SIGTERM, and waits until it has stopped; the store stays."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        assert not os.path.exists(self.sock), "k3cached left its socket behind"
 
     def stop(self):
         if self.proc.poll() is None:
@@ -62,3 +81,18 @@ def shared():
 @pytest.fixture
 def twin_path(shared):
     return os.path.join(shared, "models", "kimi-k3-0.40b-twin.json")
+
+
+@pytest.fixture
+def new_daemon():
+    """new_daemon(*flags): a Daemon of the test's own (to halt, restart or
+    start with other flags), stopped after the test."""
+    made = []
+
+    def make(*flags):
+        made.append(Daemon(*flags))
+        return made[-1]
+
+    yield make
+    for d in made:
+        d.stop()
