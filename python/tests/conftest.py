@@ -5,6 +5,7 @@ K3CACHED (the daemon), K3CACHECTL, K3PUB (a C client that publishes
 synthetic snapshots), K3_SHARED_DIR, and K3CACHE_LIBRARY (libk3cache.so.0).
 """
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,13 +41,17 @@ class Daemon:
         self.proc = subprocess.Popen(
             [_need("K3CACHED"), "--db", os.path.join(self.dir, "db"), "--socket", self.sock,
              *self.flags], stdout=self.log, stderr=subprocess.STDOUT)
-        # the daemon removes its socket when it stops (halt() waits for that),
-        # and binds and listens at once: the path is there when it listens
-        for _ in range(500):
-            if os.path.exists(self.sock):
-                return
+        # up once a connect succeeds: the path is there from its bind(), a
+        # moment before its listen() (a connect then is refused)
+        for _ in range(1000):
             if self.proc.poll() is not None:
                 break
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect(self.sock)
+                    return
+                except OSError:
+                    pass
             time.sleep(0.01)
         self.stop()
         raise RuntimeError("k3cached did not start: " + open(self.log.name).read())
