@@ -16,10 +16,22 @@ A hybrid model's recurrent state exists only whole, at one position, so a
 load is of every layer at once (one restore), and a save is of the state
 after the last token of the prefill (one publish, a delta from the entry it
 was loaded from when there is one).
+
+The cache is an accelerator, never a dependency of serving: a lookup that
+fails (the daemon restarting, say) is a miss, and a save that fails is
+skipped, with one warning per outage (logger "vllm_connector"), as k3worker
+recomputes without the cache. The k3cache.Client connects again by itself on
+the call after it lost its connection, so the connector picks up when the
+daemon is back. A restore that fails after its lookup hit is raised by
+wait_for_layer_load: the buffers are then undefined and the engine must
+recompute those tokens.
 """
+import logging
 import threading
 
 import k3cache
+
+log = logging.getLogger(__name__)
 
 
 class Request:
@@ -46,15 +58,35 @@ class K3CacheConnector:
         self._load_error = None
         self._saved = {}
         self._save_request = None
+        self._failing = False  # the last call on the cache failed: an outage
 
     def close(self):
         self.client.close()
 
+    def _failed(self, doing, e):
+        """A call on the cache failed; serving goes on without it. Warns on
+        the first failure after a call that worked (once per outage)."""
+        if not self._failing:
+            log.warning("k3cache: %s failed, going on without the cache: %s", doing, e)
+        else:
+            log.debug("k3cache: %s failed: %s", doing, e)
+        self._failing = True
+
+    def _worked(self):
+        if self._failing:
+            log.info("k3cache: the cache answers again")
+        self._failing = False
+
     # ---- scheduler side ----
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         """(tokens the cache can provide beyond num_computed_tokens, whether
-        they load asynchronously)."""
-        r = self.client.lookup(self.fp, request.prompt_token_ids, salt=self.salt)
+        they load asynchronously). The cache failing is a miss."""
+        try:
+            r = self.client.lookup(self.fp, request.prompt_token_ids, salt=self.salt)
+        except k3cache.Error as e:
+            self._failed("lookup", e)
+            return 0, False
+        self._worked()
         if r.prefix_len <= num_computed_tokens:
             return 0, False
         self._hits[request.request_id] = r
@@ -74,7 +106,9 @@ class K3CacheConnector:
         try:
             p = self.client.restore_into(hit.key, layers, fp=self.fp)
             self._loaded[request.request_id] = (hit.key, p)
+            self._worked()
         except k3cache.Error as e:  # wait_for_layer_load raises it: recompute
+            self._failed("restore", e)
             self._load_error = e
         finally:
             self._ready.set()
@@ -93,11 +127,17 @@ class K3CacheConnector:
 
     def wait_for_save(self):
         """Publishes the collected layers: a delta from the loaded entry when
-        the state was restored from one. Returns the entry's key."""
+        the state was restored from one. Returns the entry's key, or None
+        when the cache failed (the state is not saved; serving goes on)."""
         req = self._save_request
         layers = [self._saved[n] for n in self.layer_names]
-        base_key, base_rows = self._loaded.pop(req.request_id, (None, 0))
-        key = self.client.publish(self.fp, req.prompt_token_ids, layers, salt=self.salt,
-                                  base_key=base_key, base_rows=base_rows)
         self._saved = {}
+        base_key, base_rows = self._loaded.pop(req.request_id, (None, 0))
+        try:
+            key = self.client.publish(self.fp, req.prompt_token_ids, layers, salt=self.salt,
+                                      base_key=base_key, base_rows=base_rows)
+        except k3cache.Error as e:
+            self._failed("save", e)
+            return None
+        self._worked()
         return key

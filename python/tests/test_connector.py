@@ -1,7 +1,10 @@
 """The vLLM-shaped connector sketch (python/examples/vllm_connector.py) over
 numpy buffers: turn 1 misses and saves; turn 2, in a new connector, loads
-turn 1's state into the engine's buffers and saves a delta."""
+turn 1's state into the engine's buffers and saves a delta. A cache that
+stops answering (the daemon restarted, a save refused) is a miss and a save
+skipped, with one warning, and the connector goes on when it is back."""
 import json
+import logging
 import os
 import sys
 
@@ -70,3 +73,86 @@ def test_two_turns(daemon, twin_path, monkeypatch):
     for (a, b), (x, y) in zip(state2, got):
         assert a.tobytes() == x.tobytes() and b.tobytes() == y.tobytes()
     c2.close()
+
+
+def buffers_for(spec):
+    def buffers(p):
+        return [(np.zeros(len(a), np.float32), np.zeros(len(b), np.float32))
+                for a, b in engine_state(spec, p, 0)]
+    return buffers
+
+
+def save(c, names, state, request):
+    for n, s in zip(names, state):
+        c.save_kv_layer(n, s, request)
+    return c.wait_for_save()
+
+
+def warnings(caplog):
+    return [r for r in caplog.records
+            if r.name == "vllm_connector" and r.levelno >= logging.WARNING]
+
+
+def test_a_cache_outage_is_a_miss_and_the_connector_goes_on(new_daemon, twin_path, caplog):
+    d = new_daemon("--max-bytes", "64MiB")
+    spec = json.load(open(twin_path))
+    names = [f"model.layers.{i}" for i in range(len(spec["layers"]))]
+    c = vllm_connector.K3CacheConnector(spec, names, buffers_for(spec), addr=d.sock)
+    turn1 = vllm_connector.Request("r1", range(7000, 7200))
+    assert c.get_num_new_matched_tokens(turn1, 0) == (0, False)
+    c.start_load_kv(turn1)
+    key1 = save(c, names, engine_state(spec, 200, 1), turn1)
+    assert key1 and not warnings(caplog)
+
+    d.halt()  # the daemon restarts (SIGTERM, then the same store and socket)
+    turn2 = vllm_connector.Request("r2", list(range(7000, 7200)) + list(range(10, 60)))
+    for _ in range(3):  # the lost connection, then connects that fail: misses
+        assert c.get_num_new_matched_tokens(turn2, 0) == (0, False)
+    assert c.start_load_kv(turn2) is None  # nothing to load: the engine recomputes
+    assert save(c, names, engine_state(spec, 250, 2), turn2) is None  # not saved, no crash
+    w = warnings(caplog)
+    assert len(w) == 1  # one per outage
+    assert d.sock in w[0].getMessage()
+
+    d.start()
+    turn3 = vllm_connector.Request("r3", list(range(7000, 7200)) + list(range(10, 80)))
+    assert c.get_num_new_matched_tokens(turn3, 0) == (200, False)  # turn 1's, kept
+    loaded = c.start_load_kv(turn3)
+    for n in names:
+        c.wait_for_layer_load(n)
+    for (a, b), (x, y) in zip(engine_state(spec, 200, 1), loaded):
+        assert a.tobytes() == x.tobytes() and b.tobytes() == y.tobytes()
+    key3 = save(c, names, engine_state(spec, 270, 3), turn3)
+    assert key3 not in (None, key1)
+    assert c.client.last_publish["delta_rows"] == 200
+    assert len(warnings(caplog)) == 1
+
+    d.halt()  # another outage: another warning
+    assert c.get_num_new_matched_tokens(turn3, 0) == (0, False)
+    assert len(warnings(caplog)) == 2
+    d.start()
+    assert c.get_num_new_matched_tokens(turn3, 0) == (200, False)
+    c.close()
+
+
+def test_a_save_refused_too_large_does_not_stop_the_engine(new_daemon, twin_path, caplog):
+    d = new_daemon("--max-bytes", "1MiB")  # a 2000-token state is 20 MB
+    spec = json.load(open(twin_path))
+    names = [f"model.layers.{i}" for i in range(len(spec["layers"]))]
+    c = vllm_connector.K3CacheConnector(twin_path, names, buffers_for(spec), addr=d.sock)
+    long = vllm_connector.Request("long", range(2000))
+    assert c.get_num_new_matched_tokens(long, 0) == (0, False)
+    c.start_load_kv(long)
+    assert save(c, names, engine_state(spec, 2000, 1), long) is None
+    w = warnings(caplog)
+    assert len(w) == 1 and "TOO_LARGE" in w[0].getMessage()
+    # the connection the refusal closed is made again by the next call
+    short = vllm_connector.Request("short", range(5000, 5020))
+    assert c.get_num_new_matched_tokens(short, 0) == (0, False)
+    c.start_load_kv(short)
+    key = save(c, names, engine_state(spec, 20, 2), short)
+    assert key is not None
+    more = vllm_connector.Request("more", list(range(5000, 5020)) + [1, 2, 3])
+    assert c.get_num_new_matched_tokens(more, 0) == (20, False)
+    assert len(warnings(caplog)) == 1
+    c.close()
