@@ -11,7 +11,8 @@
 Every restore is validated by the library before it returns (tag, shape,
 seq_len, finite values, the layer's XXH3): on an error the buffers' contents
 are undefined and must not be used. Calls release the GIL; a Client is used
-from one thread at a time.
+from one thread at a time. A call that loses the connection raises (with
+.unreachable) and the next one connects again (see Client).
 """
 import array
 import collections
@@ -248,15 +249,18 @@ class Client(_Handle):
 
     A Client lives longer than a connection. When a call fails with
     .unreachable set (the daemon stopped or restarted, a timeout, a publish
-    refused TOO_LARGE, on which the daemon hangs up), the library has
-    closed the connection: that call raises, and is not sent again (a
-    publish or restore is never retried behind the caller's back). The next
-    call connects again to the same address, with the same timeout, as this
+    refused TOO_LARGE before it was all sent), the library has closed the
+    connection: that call raises, and is not sent again (a publish or
+    restore is never retried behind the caller's back). The next call
+    connects again to the same address, with the same timeout, as this
     constructor did (a new connection asks the daemon's namespace anew, and
     sends $K3CACHE_TOKEN on TCP), then makes its request. If that connect
-    fails, the call raises the library's error (unreachable, "cannot connect
-    to ADDR: ..."), and the call after it tries again. Models put stay known
-    to the Client; the daemon keeps them in its store."""
+    fails, the call raises the library's error (unreachable, "cannot
+    connect to ADDR: ..."), and the call after it tries again. Models put
+    stay known to the Client, and to the daemon in its store (one started
+    on an empty store refuses a publish UNKNOWN_MODEL until put_model
+    again). A connect waits at most the library's default of 60 s, whatever
+    timeout_ms says."""
 
     def __init__(self, addr=None, timeout_ms=None):
         self._c = ctypes.c_void_p()
