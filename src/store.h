@@ -494,16 +494,20 @@ struct store_evict_req {
 	int to_bytes_set;      /* least recently used first, down to to_bytes */
 	uint64_t to_bytes;
 	int all;
-	int dry_run; /* report what would go, change nothing */
+	int dry_run; /* report what would go, change no entry */
 };
 
 struct store_evict_res {
 	uint32_t entries;
-	uint64_t bytes; /* stored bytes freed; a dry run counts each entry's own bytes,
-	                   not the shared blocks that would go with the last of their users */
+	uint64_t bytes; /* stored bytes freed (a dry run: that would be), the shared
+	                   blocks that go with the last entry using them included */
 };
 
-/* Evicts by exactly one selector. fn (may be NULL) is told each key. */
+/* Evicts by exactly one selector. fn (may be NULL) is told each key and the
+ * bytes its eviction frees. A dry run reports the same entries, in the same
+ * order, with the same bytes, as the real evict would at that moment, by the
+ * same code (store/dry.h); on a writable store it first writes the uses
+ * held in memory, as any write does, since they order the LRU. */
 enum status_code store_evict(struct store *s, const struct store_evict_req *req,
                              void (*fn)(const uint8_t key[STORE_KEY_LEN], uint64_t bytes,
                                         void *ctx),

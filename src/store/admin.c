@@ -296,6 +296,12 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 		        "evict takes exactly one selector: keys, model, idle, to-size or all");
 	if (s->opt.read_only && !req->dry_run)
 		return status_set(st, STATUS_UNSUPPORTED, "the store is open read-only");
+	/* the uses held in memory decide the LRU order a real evict sees (it
+	 * writes them first): a dry run has them written too, as any write
+	 * would, so that it picks the same entries */
+	enum status_code code = STATUS_OK;
+	if (req->dry_run && (code = store_flush(s, st)) != STATUS_OK)
+		return code;
 	MDB_txn *txn;
 	int rc = s->opt.read_only ? mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)
 	                          : store_txn_write(s, &txn);
@@ -306,10 +312,11 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 	    (rc = store_totals_get(s, txn, &t)) != 0)
 		return store_mdb_error(st, store_txn_end(txn, rc), "evict");
 	before = t;
-	enum status_code code = STATUS_OK;
+	/* a dry run evicts by the same code, writing nothing (dry.h) */
+	struct store_dry dry_run = {0}, *dry = req->dry_run ? &dry_run : NULL;
 	if (req->to_bytes_set) {
 		struct tally tally = {fn, ctx, 0};
-		rc = store_lru_evict(s, txn, &t, req->to_bytes, req->dry_run, tally_cb, &tally,
+		rc = store_lru_evict(s, txn, &t, req->to_bytes, dry, tally_cb, &tally,
 		                     &res->entries);
 		res->bytes = tally.bytes; /* what goes (the totals are counted again) */
 	} else {
@@ -321,40 +328,16 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 			rc = select_keys(s, txn, req, &keys);
 		}
 		for (size_t i = 0; i < keys.n && !rc; i++) {
-			struct store_record r;
-			int got = store_record_read(s, txn, keys.keys[i], &r);
+			uint64_t freed;
+			int got = store_lru_evict_key(s, txn, keys.keys[i], &t, dry, &freed);
 			if (got == MDB_NOTFOUND)
 				continue;
-			if (got == -1) { /* damaged: removed all the same */
-				uint64_t freed;
-				if ((rc = store_chunks_bytes(s, txn, keys.keys[i], &freed)) != 0)
-					break;
-				if (fn)
-					fn(keys.keys[i], freed, ctx);
-				res->entries++;
-				res->bytes += freed;
-				if (!req->dry_run) {
-					rc = store_entry_delete_damaged(s, txn, keys.keys[i], &t);
-					atomic_fetch_add(&s->evictions, 1);
-				}
-				continue;
-			}
 			if (got) {
 				rc = got;
 				break;
 			}
-			/* what goes: a dry run counts the entry's own bytes (its
-			 * shared blocks may stay), a real one what was freed */
-			uint8_t key[STORE_KEY_LEN];
-			memcpy(key, r.key, STORE_KEY_LEN);
-			uint64_t before = t.bytes, freed = r.stored;
-			if (!req->dry_run) {
-				rc = store_entry_delete(s, txn, &r, &t);
-				atomic_fetch_add(&s->evictions, 1);
-				freed = before - t.bytes;
-			}
-			if (fn && !rc)
-				fn(key, freed, ctx);
+			if (fn)
+				fn(keys.keys[i], freed, ctx);
 			res->entries++;
 			res->bytes += freed;
 		}
@@ -364,6 +347,7 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 			rc = STORE_TXN_NOTHING;
 		}
 	}
+	store_dry_free(&dry_run);
 	if (!rc && req->dry_run)
 		rc = STORE_TXN_NOTHING; /* nothing is written */
 	if (!rc && (t.bytes != before.bytes || res->entries))

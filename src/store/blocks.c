@@ -152,7 +152,7 @@ int store_blocks_use_v(struct store *s, MDB_txn *txn, const uint8_t *node, uint3
 }
 
 int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
-                       uint64_t *freed)
+                       uint64_t *freed, struct store_dry *dry)
 {
 	unsigned char rk[STORE_BLOCK_REF_LEN];
 	uint32_t count;
@@ -165,8 +165,14 @@ int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint3
 	}
 	if (rc)
 		return rc;
+	if (dry) { /* the references this dry run gave back before */
+		uint32_t given = store_dry_count(dry, rk, sizeof(rk));
+		if (given >= count)
+			return 0; /* gone already: as a missing block */
+		count -= given;
+	}
 	if (count > 1)
-		return put_count(s, txn, rk, count - 1);
+		return dry ? store_dry_add(dry, rk, sizeof(rk)) : put_count(s, txn, rk, count - 1);
 	for (unsigned part = 0; part < 2; part++) {
 		MDB_val v;
 		rc = store_blocks_get(s, txn, node, layer, part, &v);
@@ -175,13 +181,15 @@ int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint3
 		if (rc)
 			return rc;
 		*freed += v.mv_size >= 8 ? v.mv_size - 8 : 0;
+		if (dry)
+			continue;
 		unsigned char bk[STORE_BLOCK_KEY_LEN];
 		block_key(bk, node, layer, part);
 		MDB_val pk = {sizeof(bk), bk};
 		if ((rc = mdb_del(txn, s->blocks, &pk, NULL)) != 0)
 			return rc;
 	}
-	return put_count(s, txn, rk, 0);
+	return dry ? store_dry_add(dry, rk, sizeof(rk)) : put_count(s, txn, rk, 0);
 }
 
 int store_blocks_hold(struct store *s, MDB_txn *txn, const uint8_t *key, const uint8_t *node,
@@ -262,7 +270,7 @@ static int release_or_drop(struct store *s, MDB_txn *txn, const uint8_t *key, ui
 		if (freed)
 			rc = store_blocks_unuse(
 			        s, txn, row + STORE_KEY_LEN,
-			        store_get_be32(row + STORE_KEY_LEN + PREFIX_NODE_LEN), freed);
+			        store_get_be32(row + STORE_KEY_LEN + PREFIX_NODE_LEN), freed, NULL);
 		MDB_val k = {STORE_BLOCK_HELD_LEN, row};
 		if (!rc && (rc = mdb_del(txn, s->held, &k, NULL)) == MDB_NOTFOUND)
 			rc = 0;

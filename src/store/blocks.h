@@ -25,6 +25,7 @@
 #ifndef K3_STORE_BLOCKS_H
 #define K3_STORE_BLOCKS_H
 
+#include "dry.h"
 #include "env.h"
 #include "prefix.h"
 
@@ -57,9 +58,12 @@ int store_blocks_addref(struct store *s, MDB_txn *txn, const uint8_t *node, uint
                         int *shared);
 
 /* Counts one reference fewer; at none, deletes the block and adds its bytes
- * to *freed. A block that is missing counts nothing. */
+ * to *freed. A block that is missing counts nothing. With dry (not NULL)
+ * nothing is written: the reference given back is counted in dry, and the
+ * block's bytes are added to *freed when no reference is left once those
+ * the dry run gave back before are taken off. */
 int store_blocks_unuse(struct store *s, MDB_txn *txn, const uint8_t *node, uint32_t layer,
-                       uint64_t *freed);
+                       uint64_t *freed, struct store_dry *dry);
 
 /* Records that the staged publish of key holds a reference to (node, layer). */
 int store_blocks_hold(struct store *s, MDB_txn *txn, const uint8_t *key, const uint8_t *node,

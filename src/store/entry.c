@@ -428,7 +428,7 @@ static int place_v(struct store *s, MDB_txn *txn, const uint8_t *key, struct sto
 	if (!rc && hold)
 		rc = store_blocks_unhold(s, txn, key, b->node, b->layer);
 	if (!rc)
-		rc = store_blocks_unuse(s, txn, b->node, b->layer, &p->now.freed);
+		rc = store_blocks_unuse(s, txn, b->node, b->layer, &p->now.freed, NULL);
 	return rc;
 }
 
@@ -582,8 +582,23 @@ static int gather_uses(struct store *s, MDB_txn *txn, const struct store_record 
 	return rc ? rc : record_uses(r, v.mv_data, add_use, u);
 }
 
+/* An entry's rows but its references to blocks: its LRU row, its prefix
+ * index rows, its chunks, its record. */
+static int delete_rows(struct store *s, MDB_txn *txn, const struct store_record *r)
+{
+	MDB_val k = {STORE_KEY_LEN, (void *)r->key};
+	int rc = store_index_lru_del(s, txn, r->lru_seq, r->key);
+	if (!rc)
+		rc = store_index_remove(s, txn, r);
+	if (!rc)
+		rc = store_chunks_delete(s, txn, r->key);
+	if (!rc && (rc = mdb_del(txn, s->entries, &k, NULL)) == MDB_NOTFOUND)
+		rc = 0;
+	return rc;
+}
+
 int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record *rec,
-                       struct store_totals *totals)
+                       struct store_totals *totals, struct store_dry *dry)
 {
 	/* rec's salt, layers and map point into a page of this transaction:
 	 * copy what is needed before any update can move that page */
@@ -603,17 +618,10 @@ int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record 
 	const struct store_record *r = &copy;
 	uint64_t freed = r->stored;
 	for (size_t i = 0; i < u.n && !rc; i++)
-		rc = store_blocks_unuse(s, txn, u.v[i].node, u.v[i].layer, &freed);
+		rc = store_blocks_unuse(s, txn, u.v[i].node, u.v[i].layer, &freed, dry);
 	free(u.v);
-	MDB_val k = {STORE_KEY_LEN, (void *)r->key};
-	if (!rc)
-		rc = store_index_lru_del(s, txn, r->lru_seq, r->key);
-	if (!rc)
-		rc = store_index_remove(s, txn, r);
-	if (!rc)
-		rc = store_chunks_delete(s, txn, r->key);
-	if (!rc && (rc = mdb_del(txn, s->entries, &k, NULL)) == MDB_NOTFOUND)
-		rc = 0;
+	if (!rc) /* a dry run writes nothing: the entry is gone for the rest of it */
+		rc = dry ? store_dry_add(dry, r->key, STORE_KEY_LEN) : delete_rows(s, txn, r);
 	if (!rc && totals) {
 		totals->bytes = totals->bytes >= freed ? totals->bytes - freed : 0;
 		totals->logical = totals->logical >= r->bytes ? totals->logical - r->bytes : 0;

@@ -4,6 +4,7 @@
 #ifndef K3_STORE_ENTRY_H
 #define K3_STORE_ENTRY_H
 
+#include "dry.h"
 #include "prefix.h"
 #include "record.h"
 
@@ -133,9 +134,11 @@ int store_entry_add(struct store *s, MDB_txn *txn, const struct store_publish_re
 /* Deletes one entry and everything it owns (nodes, attach, lru, tokens,
  * chunks, record, and its references to shared blocks: a block it was last
  * to use goes too) and subtracts what that frees from *totals (when not
- * NULL). */
+ * NULL). With dry (not NULL) nothing is written: what would be freed, the
+ * blocks it would be last to use after the entries dry has evicted
+ * included, is subtracted all the same, and the entry counted in dry. */
 int store_entry_delete(struct store *s, MDB_txn *txn, const struct store_record *r,
-                       struct store_totals *totals);
+                       struct store_totals *totals, struct store_dry *dry);
 
 /* Deletes an entry whose record cannot be decoded (so neither its size nor
  * its prefix-index rows can be known): the record, its tokens and its chunks.

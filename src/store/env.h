@@ -7,7 +7,8 @@
  *   middle  check (a publish against its model), entry (an entry's rows as
  *           a whole), pending (staged publishes in progress), lru (last uses
  *           and the eviction policy, in one file), txn (write transactions)
- *   bottom  record, chunks, index (the prefix and LRU indexes), models
+ *   bottom  record, chunks, index (the prefix and LRU indexes), models, dry
+ *           (what a dry run of an eviction has taken away, in memory)
  *   under   env
  * The MAP_FULL retry lives in lru.c, beside the eviction it needs, so that
  * txn stays below both. Whole-table scans for administration (admin.c) and

@@ -113,71 +113,77 @@ int store_lru_end(struct store *s, MDB_txn *txn, struct store_totals *t, int rc)
 	return store_txn_end(txn, rc);
 }
 
+int store_lru_evict_key(struct store *s, MDB_txn *txn, const uint8_t *key,
+                        struct store_totals *totals, struct store_dry *dry, uint64_t *freed)
+{
+	*freed = 0;
+	if (dry && store_dry_count(dry, key, STORE_KEY_LEN))
+		return MDB_NOTFOUND; /* this dry run evicted it already */
+	struct store_record r;
+	int rc = store_record_read(s, txn, key, &r);
+	if (rc == -1) { /* damaged: removed all the same, so eviction goes on */
+		uint64_t b;
+		if ((rc = store_chunks_bytes(s, txn, key, &b)) != 0)
+			return rc;
+		if (dry) { /* as the recount of a real one finds */
+			totals->bytes = totals->bytes >= b ? totals->bytes - b : 0;
+			totals->logical = totals->logical >= b ? totals->logical - b : 0;
+			rc = store_dry_add(dry, key, STORE_KEY_LEN);
+		} else {
+			rc = store_entry_delete_damaged(s, txn, key, totals);
+		}
+		if (!rc)
+			*freed = b;
+	} else if (rc == 0) {
+		uint64_t before = totals->bytes;
+		if ((rc = store_entry_delete(s, txn, &r, totals, dry)) == 0)
+			*freed = before - totals->bytes; /* blocks it was last to use included */
+	}
+	if (!rc && !dry)
+		atomic_fetch_add(&s->evictions, 1);
+	return rc;
+}
+
 int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, uint64_t target,
-                    int dry_run, void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx),
-                    void *ctx, uint32_t *n_evicted)
+                    struct store_dry *dry,
+                    void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx), void *ctx,
+                    uint32_t *n_evicted)
 {
 	MDB_cursor *cur;
 	int rc = mdb_cursor_open(txn, s->lru, &cur);
 	if (rc)
 		return rc;
 	MDB_val k, v;
-	uint64_t bytes = totals->bytes;
 	/* Deleting takes the front row away, so a real eviction always reads the
 	 * first row again; a dry run walks forward. */
 	MDB_cursor_op op = MDB_FIRST;
-	while (bytes > target && (rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
-		op = dry_run ? MDB_NEXT : MDB_FIRST;
-		uint8_t key[STORE_KEY_LEN];
-		struct store_record r;
-		int got =
-		        k.mv_size == 8 + STORE_KEY_LEN
-		                ? (memcpy(key, (const unsigned char *)k.mv_data + 8, STORE_KEY_LEN),
-		                   store_record_read(s, txn, key, &r))
-		                : MDB_NOTFOUND;
-		if (got == -1) { /* damaged: removed all the same, so eviction goes on */
-			uint64_t freed;
-			if ((rc = store_chunks_bytes(s, txn, key, &freed)) != 0)
+	while (totals->bytes > target && (rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
+		op = dry ? MDB_NEXT : MDB_FIRST;
+		if (k.mv_size != 8 + STORE_KEY_LEN) { /* not a row of ours: dropped */
+			if (!dry && (rc = mdb_cursor_del(cur, 0)) != 0)
 				break;
-			if (fn)
-				fn(key, freed, ctx);
-			if (n_evicted)
-				(*n_evicted)++;
-			if (dry_run) {
-				bytes = bytes >= freed ? bytes - freed : 0;
-				continue;
-			}
-			if ((rc = store_entry_delete_damaged(s, txn, key, totals)) != 0 ||
-			    (rc = mdb_cursor_del(cur, 0)) != 0)
-				break;
-			bytes = totals->bytes; /* counted again from the records */
-			atomic_fetch_add(&s->evictions, 1);
 			continue;
 		}
-		if (got) {
-			if (got != MDB_NOTFOUND) {
-				rc = got;
-				break;
-			}
-			if (!dry_run && (rc = mdb_cursor_del(cur, 0)) != 0)
-				break; /* a stale LRU row: drop it */
-			continue;
+		unsigned char row[8 + STORE_KEY_LEN]; /* the row's bytes move as rows go */
+		memcpy(row, k.mv_data, sizeof(row));
+		uint64_t freed;
+		int got = store_lru_evict_key(s, txn, row + 8, totals, dry, &freed);
+		if (got && got != MDB_NOTFOUND) {
+			rc = got;
+			break;
 		}
+		if (!dry) { /* the row goes: with its entry, or stale (no such entry) */
+			MDB_val rk = {sizeof(row), row};
+			if ((rc = mdb_del(txn, s->lru, &rk, NULL)) != 0 && rc != MDB_NOTFOUND)
+				break;
+			rc = 0;
+		}
+		if (got)
+			continue;
+		if (fn)
+			fn(row + 8, freed, ctx);
 		if (n_evicted)
 			(*n_evicted)++;
-		if (dry_run) { /* at least its own bytes go; shared blocks may stay */
-			bytes = bytes >= r.stored ? bytes - r.stored : 0;
-			if (fn)
-				fn(key, r.stored, ctx);
-			continue;
-		}
-		uint64_t before = totals->bytes;
-		if ((rc = store_entry_delete(s, txn, &r, totals)) != 0)
-			break;
-		bytes = totals->bytes; /* what was freed, blocks it was last to use included */
-		if (fn)
-			fn(key, before - bytes, ctx);
-		atomic_fetch_add(&s->evictions, 1);
 	}
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND ? 0 : rc;
@@ -200,7 +206,7 @@ int store_lru_make_room(struct store *s, uint64_t need, uint32_t *evicted, int f
 	uint32_t n = 0;
 	uint64_t was = t.bytes;
 	if (t.bytes > target) {
-		rc = store_lru_evict(s, txn, &t, target, 0, NULL, NULL, &n);
+		rc = store_lru_evict(s, txn, &t, target, NULL, NULL, NULL, &n);
 		if (!rc)
 			rc = store_totals_put(s, txn, &t);
 	}

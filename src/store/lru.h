@@ -7,6 +7,7 @@
 #ifndef K3_STORE_LRU_H
 #define K3_STORE_LRU_H
 
+#include "dry.h"
 #include "env.h"
 
 /* Records a use. Held in memory and written by the next write transaction or
@@ -27,12 +28,25 @@ int store_lru_begin(struct store *s, MDB_txn **txn, struct store_totals *t);
  * aborts. Returns as store_txn_end() does. */
 int store_lru_end(struct store *s, MDB_txn *txn, struct store_totals *t, int rc);
 
-/* Evicts least-recently-used entries inside txn until totals->bytes <= target
- * or nothing is left. Reports each to fn. Returns an LMDB code. A record that
- * does not decode is removed all the same, so eviction goes on. */
+/* Evicts the entry under key inside txn: *freed is what that frees (its
+ * own chunks, and the shared blocks it was the last to use), taken off
+ * *totals. An entry whose record does not decode is removed all the same
+ * (its chunks' bytes). With dry (not NULL) nothing is written and the same
+ * is worked out, counting the entries and references dry has taken away
+ * as gone, and the entry is added to them. 0, MDB_NOTFOUND when there is no
+ * such entry (or dry has it), or an LMDB code. */
+int store_lru_evict_key(struct store *s, MDB_txn *txn, const uint8_t *key,
+                        struct store_totals *totals, struct store_dry *dry, uint64_t *freed);
+
+/* Evicts least-recently-used entries inside txn (store_lru_evict_key)
+ * until totals->bytes <= target or nothing is left, so that what each
+ * eviction frees decides whether another is needed. Reports each to fn.
+ * With dry (not NULL), a dry run of it: nothing written, the same entries
+ * and bytes reported. Returns an LMDB code. */
 int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, uint64_t target,
-                    int dry_run, void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx),
-                    void *ctx, uint32_t *n_evicted);
+                    struct store_dry *dry,
+                    void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx), void *ctx,
+                    uint32_t *n_evicted);
 
 /* Evicts in its own transactions until `need` more bytes fit (force: after a
  * MAP_FULL, free `need` more than now; MDB_MAP_FULL when nothing is left). */

@@ -157,7 +157,7 @@ static int write_all(struct store *s, struct pending *ps, uint32_t n)
 			struct store_record old;
 			if (store_record_read(s, txn, ps[i].res->key, &old) == 0 &&
 			    (old.flags & STORE_FLAG_QUARANTINED) &&
-			    (rc = store_entry_delete(s, txn, &old, &t)) == 0)
+			    (rc = store_entry_delete(s, txn, &old, &t, NULL)) == 0)
 				rc = write_entry(s, txn, &ps[i], &t);
 		}
 		ps[i].res->created = rc == 0;

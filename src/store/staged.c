@@ -538,7 +538,7 @@ static int op_begin_txn(struct store_stage *g)
 		goto out;
 	}
 	if (rc == 0) { /* a quarantined copy is replaced */
-		if ((rc = store_entry_delete(s, txn, &old, &t)) ||
+		if ((rc = store_entry_delete(s, txn, &old, &t, NULL)) ||
 		    (rc = store_totals_put(s, txn, &t)))
 			goto out;
 	} else if (rc != MDB_NOTFOUND) {

@@ -22,6 +22,7 @@
 #include "store/blocks.h"
 #include "store/chunks.h" /* STORE_CHUNK_DATA */
 #include "store/envshare.h"
+#include "store/lru.h" /* store_touch */
 #include "store/record.h"
 #include "storeutil.h"
 #include "xxh_dispatch.h"
@@ -1841,6 +1842,109 @@ static void test_blocks_shared_across_turns(void **state)
 	assert_int_equal(stats.logical_bytes, 0);
 }
 
+/* What an eviction reported, entry by entry. */
+struct evict_log {
+	uint8_t keys[8][STORE_KEY_LEN];
+	uint64_t bytes[8];
+	uint32_t n;
+};
+
+static void evict_log_cb(const uint8_t key[STORE_KEY_LEN], uint64_t bytes, void *ctx)
+{
+	struct evict_log *l = ctx;
+	if (l->n < 8) {
+		memcpy(l->keys[l->n], key, STORE_KEY_LEN);
+		l->bytes[l->n] = bytes;
+	}
+	l->n++;
+}
+
+/* Runs req dry, then for real: the dry run must name the same entries in the
+ * same order with the same bytes each and in all, and the real one must
+ * free what it says and evict `want` entries. */
+static void expect_dry_as_real(struct fixture *f, struct store_evict_req req, uint32_t want)
+{
+	struct evict_log dry = {0}, real = {0};
+	struct store_evict_res dres, rres;
+	struct store_stats before, after;
+	struct status st;
+	req.dry_run = 1;
+	assert_int_equal(store_evict(f->st, &req, evict_log_cb, &dry, &dres, &st), STATUS_OK);
+	store_get_stats(f->st, &before, NULL);
+	req.dry_run = 0;
+	assert_int_equal(store_evict(f->st, &req, evict_log_cb, &real, &rres, &st), STATUS_OK);
+	store_get_stats(f->st, &after, NULL);
+	assert_int_equal(rres.entries, want);
+	assert_int_equal(real.n, want);
+	assert_int_equal(rres.bytes, before.bytes - after.bytes);
+	assert_int_equal(dres.entries, rres.entries);
+	assert_int_equal(dry.n, real.n);
+	for (uint32_t i = 0; i < real.n && i < 8; i++) {
+		assert_memory_equal(dry.keys[i], real.keys[i], STORE_KEY_LEN);
+		assert_int_equal(dry.bytes[i], real.bytes[i]);
+	}
+	assert_int_equal(dres.bytes, rres.bytes);
+}
+
+/* A dry run reports what the real evict frees: the shared blocks that go
+ * with the last entry using them too, for each selector, a key named twice
+ * once, and uses not yet written taken into the LRU order. --to-size stops
+ * as soon as the blocks freed bring the store down to its target. */
+static void test_evict_dry_run_counts_shared_blocks(void **state)
+{
+	struct fixture *f = *state;
+	const uint32_t rb = STORE_DEFAULT_ROW_BLOCK;
+	uint32_t t[400];
+	seq(t, 400, 21);
+	const uint32_t ps[3] = {70, 200, 330}; /* blocks 0 | 0-2 | 0-4 */
+	struct store_publish_res res[3];
+	const uint64_t bb = block_bytes(f->m, rb);
+	for (int e = 0; e < 3; e++)
+		assert_int_equal(conv_publish(f, t, ps[e], 1, 10 + (uint32_t)e, &res[e]),
+		                 STATUS_OK);
+	/* keys, one of them twice */
+	uint8_t named[4][STORE_KEY_LEN];
+	memcpy(named[0], res[1].key, STORE_KEY_LEN);
+	memcpy(named[1], res[0].key, STORE_KEY_LEN);
+	memcpy(named[2], res[1].key, STORE_KEY_LEN);
+	memcpy(named[3], res[2].key, STORE_KEY_LEN);
+	expect_dry_as_real(f,
+	                   (struct store_evict_req){.keys = (const uint8_t(*)[STORE_KEY_LEN])named,
+	                                            .n_keys = 4},
+	                   3);
+	struct store_stats stats;
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.bytes, 0);
+
+	/* every entry of the model */
+	for (int e = 0; e < 3; e++)
+		assert_int_equal(conv_publish(f, t, ps[e], 1, 10 + (uint32_t)e, &res[e]),
+		                 STATUS_OK);
+	expect_dry_as_real(f, (struct store_evict_req){.model = f->m->fingerprint}, 3);
+
+	/* --to-size, the longest least recently used: evicting it alone frees
+	 * its blocks 3 and 4, which is enough */
+	for (int e = 2; e >= 0; e--)
+		assert_int_equal(conv_publish(f, t, ps[e], 1, 10 + (uint32_t)e, &res[e]),
+		                 STATUS_OK);
+	store_get_stats(f->st, &stats, NULL);
+	uint64_t target = stats.bytes - own_bytes(f->m, 330, rb) - 2 * bb;
+	expect_dry_as_real(f, (struct store_evict_req){.to_bytes_set = 1, .to_bytes = target}, 1);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.bytes, target);
+	assert_int_equal(stats.blocks, 3);
+
+	/* a use held in memory, not yet written, moves the 200-token turn
+	 * behind the 70-token one: the dry run evicts in that order too */
+	store_touch(f->st, res[1].key, 1);
+	target = stats.bytes - own_bytes(f->m, 70, rb);
+	expect_dry_as_real(f, (struct store_evict_req){.to_bytes_set = 1, .to_bytes = target}, 1);
+	struct store_entry_info *info;
+	assert_int_equal(store_inspect(f->st, res[0].key, &info, NULL), STATUS_NOT_FOUND);
+	assert_int_equal(store_inspect(f->st, res[1].key, &info, NULL), STATUS_OK);
+	store_entry_info_free(info);
+}
+
 /* A turn whose rows differ from the stored blocks under the same tokens
  * keeps its own copy (counted), and each entry restores its own bytes. */
 static void test_blocks_mismatch_kept_private(void **state)
@@ -3406,6 +3510,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_deferred_restore_takes_no_write, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_blocks_shared_across_turns, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_evict_dry_run_counts_shared_blocks, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_v1_store_upgraded, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_blocks_mismatch_kept_private, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_staged_blocks_shared_across_turns, setup,
