@@ -322,10 +322,19 @@ enum status_code store_delta_assemble_unread(struct store *s, const struct store
                                              const uint8_t base[STORE_KEY_LEN], uint32_t base_rows,
                                              struct store_delta *out, int *refused,
                                              struct status *st);
-/* Checks the base entry of a delta that was refused for its sum: every piece
- * is read, and a damaged one takes the base (and every entry that uses a
- * damaged block) out of service, as a restore would. */
-void store_delta_check_base(struct store *s, const uint8_t base[STORE_KEY_LEN]);
+/* The answer to a delta refused because an assembled layer did not hash to
+ * its given sum (message: store_check_delta_sum's, naming the layer): the
+ * worker's rows (or its sum) are wrong, or the base's stored rows are
+ * damaged, and the sum alone cannot tell which. So every piece of the base
+ * is checked against its own stored checksum, as a restore does: a damaged
+ * one takes the base (and every entry that uses a damaged block) out of
+ * service, is counted as damage (stats.corrupt, stats.quarantined), and the
+ * answer is CORRUPT, naming it; when every piece holds its sum, INVALID
+ * (the worker's mistake); when the base cannot be checked (gone meanwhile,
+ * out of memory), INVALID saying so. Either way the delta stays refused:
+ * the worker publishes whole. */
+enum status_code store_delta_sum_refused(struct store *s, const uint8_t base[STORE_KEY_LEN],
+                                         const char *message, struct status *st);
 void store_delta_free(struct store_delta *d);
 
 /* ---- lookup and restore ---- */

@@ -89,19 +89,35 @@ static uint64_t rows_sum(const struct store_rows *r, uint32_t layer, XXH3_state_
 /* Refuses the delta: the worker publishes whole instead. */
 #define REFUSE(...) (*refused = 1, status_set(st, __VA_ARGS__))
 
-void store_delta_check_base(struct store *s, const uint8_t base[STORE_KEY_LEN])
+enum status_code store_delta_sum_refused(struct store *s, const uint8_t base[STORE_KEY_LEN],
+                                         const char *message, struct status *st)
 {
+	/* the worker's rows, or the base's? A restore that checks every piece
+	 * (not deferred) decides, and quarantines what it finds damaged */
 	struct store_snapshot *chk = NULL;
 	struct status cst;
-	if (store_restore_opt(s, base, 0, &chk, &cst) == STATUS_OK)
-		store_snapshot_release(chk);
+	enum status_code code = store_restore_opt(s, base, 0, &chk, &cst);
+	store_snapshot_release(chk);
+	if (code == STATUS_OK)
+		return status_set(st, STATUS_INVALID,
+		                  "%.150s; the base entry's stored bytes hold their checksums, so "
+		                  "these rows or their sum are wrong",
+		                  message);
+	if (code == STATUS_CORRUPT)
+		return status_set(st, STATUS_CORRUPT,
+		                  "delta publish: the base entry is damaged on disk: %.150s; "
+		                  "publish the whole snapshot",
+		                  cst.message);
+	return status_set(st, STATUS_INVALID, "%.130s (the base entry could not be checked: %.80s)",
+	                  message, cst.message);
 }
 
 /* Checks a fresh layer whose bytes are all in: its new rows finite, the
- * assembled blob's sum the given one. */
+ * assembled blob's sum the given one (on a mismatch, sum_message says so
+ * and *check_base is set: the base decides the answer). */
 static enum status_code check_fresh(const struct store_rows *r, uint32_t i, uint64_t given,
                                     XXH3_state_t *hs, uint64_t *sum, int *refused, int *check_base,
-                                    struct status *st)
+                                    char sum_message[STATUS_MESSAGE_MAX], struct status *st)
 {
 	char message[STATUS_MESSAGE_MAX];
 	if (store_check_rows_finite(r, i, 0, r->fresh, r->fresh_k / 4, 0, message) != 0 ||
@@ -109,9 +125,9 @@ static enum status_code check_fresh(const struct store_rows *r, uint32_t i, uint
 	            0)
 		return status_set(st, STATUS_INVALID, "%s", message);
 	*sum = rows_sum(r, i, hs);
-	if (store_check_delta_sum(i, *sum, given, message) != 0) {
+	if (store_check_delta_sum(i, *sum, given, sum_message) != 0) {
 		*check_base = 1; /* the worker's rows, or the base's? */
-		return REFUSE(STATUS_INVALID, "%s", message);
+		return REFUSE(STATUS_INVALID, "%s", sum_message);
 	}
 	return STATUS_OK;
 }
@@ -130,6 +146,7 @@ static enum status_code assemble(struct store *s, const struct store_publish_req
 	XXH3_state_t *hs = NULL;
 	enum status_code code = STATUS_OK;
 	int check_base = 0;
+	char sum_message[STATUS_MESSAGE_MAX] = "";
 	if (n != m->n_layers) {
 		code = status_set(st, STATUS_INVALID, "delta publish: %u layers; model %s has %u",
 		                  n, m->name, m->n_layers);
@@ -274,7 +291,7 @@ static enum status_code assemble(struct store *s, const struct store_publish_req
 		 * the sum */
 		uint64_t sum = req->blobs[i].xxh3;
 		if (!unread && (code = check_fresh(r, i, req->blobs[i].xxh3, hs, &sum, refused,
-		                                   &check_base, st)) != STATUS_OK)
+		                                   &check_base, sum_message, st)) != STATUS_OK)
 			goto out;
 		out->blobs[i] = (struct store_blob){.data = NULL,
 		                                    .size = 13 + (uint64_t)p * (krow + vrow),
@@ -290,11 +307,10 @@ static enum status_code assemble(struct store *s, const struct store_publish_req
 out:
 	XXH3_freeState(hs);
 	store_snapshot_release(snap);
-	/* the restore above checked nothing (deferred); this one checks every
-	 * piece of the base and takes it out of service if one is damaged (and
-	 * every entry that uses a damaged block), as a restore would */
+	/* the restore above checked nothing (deferred): the base's own sums
+	 * tell whose bytes were wrong (and a damaged base goes out of service) */
 	if (check_base)
-		store_delta_check_base(s, base);
+		code = store_delta_sum_refused(s, base, sum_message, st);
 	model_free(m);
 	if (code != STATUS_OK)
 		store_delta_free(out);

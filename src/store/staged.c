@@ -1075,6 +1075,15 @@ void store_stage_wait(struct store_stage *g)
 	pthread_mutex_unlock(&g->mu);
 }
 
+/* The base entry of a delta (a layer assembled from it names it). */
+static const uint8_t *delta_base(const struct store_stage *g)
+{
+	for (uint32_t i = 0; i < g->r.n_blobs; i++)
+		if (g->r.blobs[i].rows)
+			return g->r.blobs[i].rows->base_key;
+	return NULL;
+}
+
 enum status_code store_stage_end(struct store_stage *g, struct store_publish_res *res,
                                  struct status *st)
 {
@@ -1105,7 +1114,9 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 	res->created = ok && !rc;
 	res->delta_refused = g->failed && g->refused;
 	enum status_code code = STATUS_OK;
-	if (g->failed)
+	if (res->delta_refused && delta_base(g)) /* the worker's rows, or the base's? */
+		code = store_delta_sum_refused(s, delta_base(g), g->message, st);
+	else if (g->failed)
 		code = status_set(st, g->nomem ? STATUS_INTERNAL : STATUS_INVALID, "%s",
 		                  g->message);
 	else if (g->cancelled)
@@ -1117,12 +1128,6 @@ enum status_code store_stage_end(struct store_stage *g, struct store_publish_res
 		code = status_set(st, STATUS_INTERNAL, "the staged publish ended unfinished");
 	else
 		atomic_fetch_add(&s->publishes, 1);
-	if (res->delta_refused) /* the worker's rows, or the base's? */
-		for (uint32_t i = 0; i < g->r.n_blobs; i++)
-			if (g->r.blobs[i].rows) {
-				store_delta_check_base(s, g->r.blobs[i].rows->base_key);
-				break;
-			}
 	stage_free(g);
 	return code;
 }

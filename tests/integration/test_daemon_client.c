@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <lmdb.h>
 
 #include "blob.h"
 #include "checksum.h"
@@ -1086,6 +1087,112 @@ static void test_delta_publish(void **state)
 	k3cache_close(c);
 }
 
+static void expect_verify_clean(struct k3cache *c);
+
+/* Flips a byte of the v rows of block 0 of layer 3 (the first MLA layer)
+ * under tokens t, as a bad disk would, leaving its stored sum: through LMDB,
+ * with the daemon stopped. */
+static void flip_block0(const uint32_t *t)
+{
+	uint8_t h[5][PREFIX_NODE_LEN];
+	prefix_block_hashes(twin->fingerprint, "", 0, t, 64, h);
+	unsigned char bk[PREFIX_NODE_LEN + 5] = {0};
+	memcpy(bk, h[64 / PREFIX_BLOCK], PREFIX_NODE_LEN);
+	bk[PREFIX_NODE_LEN + 3] = 3; /* the layer, big-endian */
+	bk[PREFIX_NODE_LEN + 4] = 1; /* its v rows */
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_val k = {sizeof(bk), bk}, v;
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+	assert_int_equal(mdb_env_set_mapsize(env, (size_t)4 << 30), 0);
+	assert_int_equal(mdb_env_open(env, d.db, 0, 0640), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "blocks", 0, &dbi), 0);
+	assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+	unsigned char *copy = malloc(v.mv_size);
+	memcpy(copy, v.mv_data, v.mv_size);
+	copy[v.mv_size - 3] ^= 0x10;
+	MDB_val nv = {v.mv_size, copy};
+	assert_int_equal(mdb_put(txn, dbi, &k, &nv, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+	free(copy);
+}
+
+/* Whether one line of the daemon's log holds both texts. */
+static int log_line_has(const char *a, const char *b)
+{
+	FILE *f = fopen(d.log, "r");
+	char line[4096];
+	int found = 0;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, a) && strstr(line, b);
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* A delta onto a base whose shared block was damaged on disk: the assembled
+ * layer does not hash to the worker's sum because of the store's damage,
+ * not the worker's rows. The daemon answers CORRUPT (a warning, counted with
+ * the errors of damage, the base quarantined), not INVALID (a client's
+ * mistake, at info), and the library publishes whole, so the turn is stored
+ * all the same. Rows of the worker's that differ stay INVALID. */
+static void test_delta_on_damaged_base_is_corrupt(void **state)
+{
+	(void)state;
+	struct k3cache *c = connect_ok();
+	uint32_t t[1000];
+	tokens_for(t, 1000, 8800000);
+	struct k3cache_publish_result a, b;
+	assert_int_equal(publish_turn(c, t, 600, 1, 1, "", NULL, 0, &a), 0);
+	uint64_t inv0 = stat_counter(c, "errors_invalid"), cor0 = stat_counter(c, "errors_corrupt");
+	/* the worker's rows differ from the base's: its mistake */
+	assert_int_equal(publish_turn(c, t, 700, 2, 2, "", a.key, 600, &b), 0);
+	assert_int_equal(b.delta_rows, 0);
+	assert_int_equal(stat_counter(c, "errors_invalid"), inv0 + 1);
+	assert_int_equal(stat_counter(c, "errors_corrupt"), cor0);
+	assert_true(log_line_has("info: ", "publish: INVALID: layer 3: the base's rows"));
+	assert_true(log_line_has("info: ", "stored bytes hold their checksums"));
+	k3cache_close(c);
+
+	assert_int_equal(daemonutil_stop(&d, SIGTERM), 0);
+	flip_block0(t);
+	assert_int_equal(start_daemon(), 0);
+	c = connect_ok();
+	inv0 = stat_counter(c, "errors_invalid");
+	cor0 = stat_counter(c, "errors_corrupt");
+	uint64_t q0 = stat_counter(c, "quarantined"), r0 = stat_counter(c, "delta_refused");
+	assert_int_equal(publish_turn(c, t, 900, 1, 3, "", a.key, 600, &b), 0);
+	assert_true(b.created);
+	assert_int_equal(b.delta_rows, 0); /* published whole */
+	expect_turn(c, b.key, 900, 1, 3);
+	assert_int_equal(stat_counter(c, "delta_refused"), r0 + 1);
+	assert_int_equal(stat_counter(c, "errors_corrupt"), cor0 + 1);
+	assert_int_equal(stat_counter(c, "errors_invalid"), inv0);
+	assert_int_equal(stat_counter(c, "quarantined"), q0 + 1);
+	if (!log_line_has("warn: ", "publish: CORRUPT: delta publish: the base entry is damaged"))
+		fail_msg("no warning of the damaged base in %s", d.log);
+	/* the damaged base goes (and its block with it): the store is clean
+	 * again for the tests after this one */
+	frame_request req = K3CACHE__V1__REQUEST__INIT;
+	K3cache__V1__Evict ev = K3CACHE__V1__EVICT__INIT;
+	ProtobufCBinaryData kb = {K3CACHE_KEY_LEN, a.key};
+	ev.keys = &kb;
+	ev.n_keys = 1;
+	req.op_case = K3CACHE__V1__REQUEST__OP_EVICT;
+	req.evict = &ev;
+	frame_response *resp;
+	struct k3cache_error e;
+	assert_int_equal(k3cache_call(c, &req, &resp, &e), 0);
+	assert_int_equal(resp->code, 0);
+	k3cache_response_free(resp);
+	expect_verify_clean(c);
+	k3cache_close(c);
+}
+
 static void test_restart_keeps_entries(void **state)
 {
 	(void)state;
@@ -1772,6 +1879,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_restore_into_small_buffer_names_public_calls),
 	        cmocka_unit_test(test_large_headers_are_charged),
 	        cmocka_unit_test(test_delta_publish),
+	        cmocka_unit_test(test_delta_on_damaged_base_is_corrupt),
 	        cmocka_unit_test(test_streamed_delta_through_window),
 	        cmocka_unit_test(test_restart_keeps_entries),
 	        cmocka_unit_test(test_concurrent_clients),

@@ -2347,7 +2347,11 @@ static void test_delta_over_32bit_counts_refused(void **state)
 
 /* A base whose rows are damaged on disk (a shared block's, its sum left as
  * it was): the assembled blob does not hash to the worker's sum, so the
- * delta is refused and nothing is stored; the worker publishes whole. */
+ * delta is refused and nothing is stored; the worker publishes whole. The
+ * base's pieces, checked against their own sums, tell whose bytes were
+ * wrong: here the store's, so the answer is CORRUPT (counted as damage, the
+ * base quarantined), not INVALID. Rows of the worker's that differ, on a
+ * sound base, are INVALID, and the base stays in service. */
 static void test_delta_of_damaged_base_refused(void **state)
 {
 	struct fixture *f = *state;
@@ -2355,19 +2359,35 @@ static void test_delta_of_damaged_base_refused(void **state)
 	seq(t, 300, 67);
 	struct store_publish_res a = {0}, b = {0};
 	assert_int_equal(conv_publish(f, t, 130, 1, 1, &a), STATUS_OK);
-	flip_block_byte(f, t, 1, 3); /* block 0's v rows */
 	struct status st;
 	int refused = 0;
-	assert_int_equal(delta_publish(f, t, 250, 130, a.key, 1, 2, &b, &refused, &st),
+	/* the worker's rows are not the ones it hashed: its mistake */
+	assert_int_equal(delta_publish(f, t, 250, 130, a.key, 2, 2, &b, &refused, &st),
 	                 STATUS_INVALID);
 	assert_true(refused);
-	assert_non_null(strstr(st.message, "hashes to"));
+	if (!strstr(st.message, "hashes to") || !strstr(st.message, "hold their checksums"))
+		fail_msg("message: %s", st.message);
 	struct store_stats stats;
 	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.corrupt, 0);
+	assert_int_equal(stats.quarantined, 0);
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, a.key, &snap, &st), STATUS_OK);
+	store_snapshot_release(snap);
+
+	flip_block_byte(f, t, 1, 3); /* block 0's v rows */
+	assert_int_equal(delta_publish(f, t, 250, 130, a.key, 1, 2, &b, &refused, &st),
+	                 STATUS_CORRUPT);
+	assert_true(refused);
+	if (!strstr(st.message, "damaged on disk") || !strstr(st.message, "block 0 of layer") ||
+	    !strstr(st.message, "quarantined"))
+		fail_msg("message: %s", st.message);
+	store_get_stats(f->st, &stats, NULL);
+	assert_int_equal(stats.corrupt, 1);
+	assert_int_equal(stats.quarantined, 1);
 	assert_int_equal(stats.entries, 1);
 	assert_int_equal(stats.blocks, 2);
 	/* and the base, found damaged by the check that followed, is out of service */
-	struct store_snapshot *snap;
 	assert_int_equal(store_restore(f->st, a.key, &snap, &st), STATUS_CORRUPT);
 	assert_non_null(strstr(st.message, "quarantined"));
 }
@@ -2693,7 +2713,7 @@ static void test_window_delta_wrong_sum_refused(void **state)
 	        window_delta(f->st, m, t, 700, &b, ra.key, 300, 3u << 20, &rb, &refused, &st),
 	        STATUS_INVALID);
 	assert_true(rb.delta_refused);
-	if (!strstr(st.message, "hashes to"))
+	if (!strstr(st.message, "hashes to") || !strstr(st.message, "hold their checksums"))
 		fail_msg("message: %s", st.message);
 	expect_entries_blocks(f, 1, 300 / STORE_DEFAULT_ROW_BLOCK);
 	struct store_snapshot *snap;
@@ -2702,13 +2722,16 @@ static void test_window_delta_wrong_sum_refused(void **state)
 	store_snapshot_release(snap);
 	storeutil_snap_free(&b);
 
-	/* the base's block 0 damaged, its sum kept: the right rows hash wrong */
+	/* the base's block 0 damaged, its sum kept: the right rows hash wrong,
+	 * and the base's own sums say it is the store's damage */
 	flip_model_block_byte(f, m->fingerprint, t, 1, 3);
 	b = storeutil_conv_snap(m, 700, 1, 4);
 	assert_int_equal(
 	        window_delta(f->st, m, t, 700, &b, ra.key, 300, 3u << 20, &rb, &refused, &st),
-	        STATUS_INVALID);
+	        STATUS_CORRUPT);
 	assert_true(rb.delta_refused);
+	if (!strstr(st.message, "damaged on disk"))
+		fail_msg("message: %s", st.message);
 	assert_int_equal(store_restore(f->st, ra.key, &snap, &st), STATUS_CORRUPT);
 	assert_non_null(strstr(st.message, "quarantined"));
 	storeutil_snap_free(&b);
