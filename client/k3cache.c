@@ -823,6 +823,12 @@ int k3cache_connect_within(const char *addr, int timeout_ms, struct k3cache **ou
 	return 0;
 }
 
+int k3cache_connect_timeout(const char *addr, int timeout_ms, struct k3cache **out,
+                            struct k3cache_error *err)
+{
+	return k3cache_connect_within(addr, timeout_ms > 0 ? timeout_ms : 0, out, err);
+}
+
 void k3cache_close(struct k3cache *c)
 {
 	if (!c)

@@ -244,8 +244,8 @@ class Client(_Handle):
     """A connection to k3cached. addr: "unix:PATH", "tcp:HOST:PORT" or a
     socket path; None: $K3CACHE_SOCKET, then the default socket (resolved
     once, here: the address .addr says). timeout_ms: for each wait on the
-    socket once connected, not for a whole call (k3cache_set_timeout);
-    None: 60000; 0: none.
+    socket, the connect included, not for a whole call
+    (k3cache_connect_timeout); None: 60000; 0: none.
 
     A Client lives longer than a connection. When a call fails with
     .unreachable set (the daemon stopped or restarted, a timeout, a publish
@@ -259,8 +259,8 @@ class Client(_Handle):
     connect to ADDR: ..."), and the call after it tries again. Models put
     stay known to the Client, and to the daemon in its store (one started
     on an empty store refuses a publish UNKNOWN_MODEL until put_model
-    again). A connect waits at most the library's default of 60 s, whatever
-    timeout_ms says."""
+    again). A connect waits at most timeout_ms too (a TCP host that has gone
+    silent costs that much per call)."""
 
     def __init__(self, addr=None, timeout_ms=None):
         self._c = ctypes.c_void_p()
@@ -283,9 +283,12 @@ class Client(_Handle):
     def _connect(self):
         """A new connection, set up as every connection of this Client is."""
         c, err = ctypes.c_void_p(), _lib.error_t()
-        _check(_lib.connect(self._addr, ctypes.byref(c), ctypes.byref(err)), err)
-        if self._timeout_ms is not None:
-            _lib.set_timeout(c, self._timeout_ms)
+        if self._timeout_ms is None:
+            rc = _lib.connect(self._addr, ctypes.byref(c), ctypes.byref(err))
+        else:
+            rc = _lib.connect_timeout(self._addr, self._timeout_ms, ctypes.byref(c),
+                                      ctypes.byref(err))
+        _check(rc, err)
         return c
 
     def _release(self):

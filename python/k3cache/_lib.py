@@ -125,6 +125,8 @@ def _fn(name, restype, *argtypes):
 
 code_name = _fn("k3cache_code_name", ctypes.c_char_p, ctypes.c_int)
 connect = _fn("k3cache_connect", ctypes.c_int, ctypes.c_char_p, P(vp), errp)
+connect_timeout = _fn("k3cache_connect_timeout", ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                      P(vp), errp)
 close = _fn("k3cache_close", None, vp)
 default_socket = _fn("k3cache_default_socket", ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t)
 set_timeout = _fn("k3cache_set_timeout", None, vp, ctypes.c_int)

@@ -130,3 +130,31 @@ def test_connecting_again_keeps_the_address_and_the_timeout(tmp_path, monkeypatc
         c.close()
     finally:
         fake.release()
+
+
+def test_a_connect_waits_at_most_timeout_ms():
+    """A TCP listener whose accept queue is full drops new handshakes, as a
+    host that is down does: the Client gives up after its timeout_ms, not the
+    library's 60 s (before, k3cache_connect's default bounded the connect
+    whatever timeout_ms said), on its first connect and on connecting again."""
+    import time
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(0)
+    port = lst.getsockname()[1]
+    fill = []
+    try:
+        for _ in range(4):  # never accepted: the queue stays full
+            f = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            f.setblocking(False)
+            f.connect_ex(("127.0.0.1", port))
+            fill.append(f)
+        t0 = time.monotonic()
+        with pytest.raises(k3cache.Error) as ei:
+            k3cache.Client(f"tcp:127.0.0.1:{port}", timeout_ms=300)
+        assert ei.value.unreachable
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        for f in fill:
+            f.close()
+        lst.close()

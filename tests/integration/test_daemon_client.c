@@ -2,6 +2,8 @@
  * another, byte for byte; restarts; concurrent clients; a stalled client;
  * SIGTERM during a publish; in-flight memory backpressure; and the client's
  * own validation of what a daemon sends (the C4 mutant caught at the client). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +13,8 @@
 
 #include <cmocka.h>
 #include <lmdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "blob.h"
 #include "checksum.h"
@@ -289,6 +293,47 @@ static void test_restore_from_a_layer_callback(void **state)
 	}
 	/* the handle goes on as before */
 	expect_restore(c, 40, 61000, 17);
+	k3cache_close(c);
+}
+
+/* A TCP listener whose accept queue is full drops new handshakes, as a
+ * host that is down or behind a firewall does: k3cache_connect_timeout gives
+ * up after its time, where k3cache_connect waits its 60 s. The daemon
+ * itself, through it, is reached as through k3cache_connect. */
+static void test_connect_timeout_bounds_the_connect(void **state)
+{
+	(void)state;
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t alen = sizeof(a);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(lfd, 0), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
+	int fill[4];
+	for (int i = 0; i < 4; i++) { /* never accepted: the queue stays full */
+		fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		(void)connect(fill[i], (struct sockaddr *)&a, sizeof(a));
+	}
+	char addr[64];
+	snprintf(addr, sizeof(addr), "tcp:127.0.0.1:%d", ntohs(a.sin_port));
+	struct k3cache *c = NULL;
+	struct k3cache_error e;
+	double t0 = daemonutil_now();
+	int rc = k3cache_connect_timeout(addr, 300, &c, &e);
+	double took = daemonutil_now() - t0;
+	print_message("a connect to a full queue, 300 ms: code %d after %.2f s: %s\n", rc, took,
+	              e.message);
+	assert_int_not_equal(rc, 0);
+	assert_null(c);
+	assert_true(e.unreachable);
+	assert_true(took < 2.0);
+	for (int i = 0; i < 4; i++)
+		close(fill[i]);
+	close(lfd);
+	assert_int_equal(k3cache_connect_timeout(d.sock, 300, &c, &e), 0);
+	assert_int_equal(k3cache_hello(c, NULL, 0, &e), 0);
 	k3cache_close(c);
 }
 
@@ -1866,6 +1911,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_publish_in_one_process_restore_in_another),
 	        cmocka_unit_test(test_lookup_restore_one_round_trip),
 	        cmocka_unit_test(test_restore_from_a_layer_callback),
+	        cmocka_unit_test(test_connect_timeout_bounds_the_connect),
 	        cmocka_unit_test(test_client_refuses_tampered_restore),
 	        cmocka_unit_test(test_large_restore_checked_while_received),
 	        cmocka_unit_test(test_pipelined_request_after_large_restore),

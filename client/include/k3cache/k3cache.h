@@ -133,6 +133,14 @@ struct k3cache;
  * shared by processes of one uid (or of uids the daemon's --share-uids
  * joins), never with others. */
 K3CACHE_API int k3cache_connect(const char *addr, struct k3cache **out, struct k3cache_error *err);
+/* k3cache_connect, waiting at most timeout_ms (0: no limit) for the connect
+ * (a TCP handshake with a host that is down or drops packets, a Unix socket
+ * whose listen queue is full) and the token's Hello, where k3cache_connect
+ * waits up to its default 60 s; the connection then keeps timeout_ms as
+ * k3cache_set_timeout's. Host names are resolved by the system resolver,
+ * which has no deadline here. */
+K3CACHE_API int k3cache_connect_timeout(const char *addr, int timeout_ms, struct k3cache **out,
+                                        struct k3cache_error *err);
 K3CACHE_API void k3cache_close(struct k3cache *c);
 
 /* The default socket: $K3CACHE_SOCKET; else /run/k3cache/k3cached.sock for root;
@@ -148,7 +156,7 @@ K3CACHE_API const char *k3cache_default_socket(char *buf, size_t bufsz);
  * a whole call: a restore takes as long as its bytes take, and a peer that
  * sends a byte within each timeout keeps a call going. Set after
  * k3cache_connect, it applies from the next call (the connect itself waited
- * at most the default). */
+ * at most the default: k3cache_connect_timeout bounds the connect too). */
 K3CACHE_API void k3cache_set_timeout(struct k3cache *c, int ms);
 
 /* Hello: checks the daemon speaks our protocol. server (may be NULL) gets the
