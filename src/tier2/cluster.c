@@ -3,6 +3,7 @@
  * by node. The parsers it trusts nothing to are in cluster_parse.c; the
  * contract is in cluster.h. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,12 @@
  * a timeout): sent once more if the refreshed map names another node */
 #define GONE (-3)
 
+/* A round trip's time on one node (time_left). */
+struct trip {
+	uint64_t start; /* ms, monotonic */
+	uint64_t moved; /* bytes written and read so far */
+};
+
 struct node {
 	struct cluster_addr addr;
 	redisContext *ctx;
@@ -29,6 +36,7 @@ struct node {
 	int used;           /* 0: a free entry (an address no map names any more) */
 	unsigned gen;       /* bumped when the entry is reused for another address */
 	int timeout_ms;     /* the socket's timeouts now (shortened near a deadline) */
+	struct trip trip;   /* cluster_pipeline's round on it */
 };
 
 struct cluster_router {
@@ -193,33 +201,54 @@ static void node_io_fail(struct cluster_router *r, struct node *n, const char *w
 }
 
 /* Replies are read a buffer at a time (hiredis reads 16 KiB a call): what a
- * reply may have buffered beyond its bound before it is refused. */
+ * reply may have read beyond its bound before it is refused. */
 #define READ_SLACK (64u << 10)
 
-/* The deadline of a round trip on n begun now: command_ms from now, the
- * socket's timeouts back at command_ms. */
-static uint64_t round_begin(struct cluster_router *r, struct node *n)
+/* A round trip on one node may take command_ms, and a millisecond more for
+ * each MIN_BYTES_PER_MS bytes it has moved: a node that takes or sends its
+ * bytes at 1 MiB/s or more is never cut off however many they are (a
+ * pipeline's 16 MiB of chunks), and one that trickles them (a byte at a
+ * time, each within the socket's timeout) ends at about command_ms. */
+#define MIN_BYTES_PER_MS 1024u
+
+/* A round trip on n begun now, the socket's timeouts back at command_ms. */
+static struct trip trip_begin(struct cluster_router *r, struct node *n)
 {
-	if (n->ctx && n->timeout_ms != r->command_ms &&
-	    redisSetTimeout(n->ctx, tv_ms(r->command_ms)) == REDIS_OK)
-		n->timeout_ms = r->command_ms;
-	return now_ms() + (uint64_t)r->command_ms;
+	if (n->ctx && n->timeout_ms != r->command_ms) {
+		if (redisSetTimeout(n->ctx, tv_ms(r->command_ms)) == REDIS_OK)
+			n->timeout_ms = r->command_ms;
+		else
+			n->timeout_ms = 0; /* unknown: set again before each call */
+	}
+	return (struct trip){now_ms(), 0};
 }
 
-/* Before a read or write of a round trip: its socket's timeouts cut to what
- * is left before deadline, so that no system call outlasts it. 0, or -1
- * (node failed, timed out) once the deadline has passed. */
-static int time_left(struct cluster_router *r, struct node *n, const char *what, uint64_t deadline)
+/* Before a read or write of trip t on n: the socket's timeouts cut to what
+ * is left of it, so that no system call outlasts it. 0, or -1 (the node
+ * failed, timed out) once it has none left. */
+static int time_left(struct cluster_router *r, struct node *n, const char *what,
+                     const struct trip *t)
 {
+	uint64_t deadline = t->start + (uint64_t)r->command_ms + t->moved / MIN_BYTES_PER_MS;
 	uint64_t now = now_ms();
 	if (now >= deadline) {
-		char reason[80];
-		snprintf(reason, sizeof(reason), "timed out after %d ms", r->command_ms);
+		char reason[160];
+		if (t->moved < MIN_BYTES_PER_MS)
+			snprintf(reason, sizeof(reason), "timed out after %d ms", r->command_ms);
+		else
+			snprintf(reason, sizeof(reason),
+			         "timed out after %llu ms: %llu bytes moved, under 1 MiB/s",
+			         (unsigned long long)(now - t->start),
+			         (unsigned long long)t->moved);
 		node_fail(r, n, what, reason, 1);
 		return -1;
 	}
+	/* a call may wait for all of it: a node answers once it has taken
+	 * what the socket's buffers still held of the commands */
 	uint64_t left = deadline - now;
-	if (left < (uint64_t)n->timeout_ms) {
+	if (left > INT_MAX)
+		left = INT_MAX;
+	if (left != (uint64_t)n->timeout_ms) {
 		if (redisSetTimeout(n->ctx, tv_ms((int)left)) != REDIS_OK) {
 			node_fail(r, n, what, "cannot set the socket timeouts", 0);
 			return -1;
@@ -229,31 +258,35 @@ static int time_left(struct cluster_router *r, struct node *n, const char *what,
 	return 0;
 }
 
-/* Writes what is appended to n's connection by deadline: 0, or -1 after
+/* Writes what is appended to n's connection within trip t: 0, or -1 after
  * the node's failure is recorded. */
-static int flush_node(struct cluster_router *r, struct node *n, const char *what, uint64_t deadline)
+static int flush_node(struct cluster_router *r, struct node *n, const char *what, struct trip *t)
 {
 	int done = 0;
 	while (!done) {
-		if (time_left(r, n, what, deadline) != 0)
+		if (time_left(r, n, what, t) != 0)
 			return -1;
+		size_t before = sdslen(n->ctx->obuf);
 		errno = 0;
 		if (redisBufferWrite(n->ctx, &done) != REDIS_OK) {
 			node_io_fail(r, n, what, errno);
 			return -1;
 		}
+		t->moved += before - sdslen(n->ctx->obuf);
 	}
 	return 0;
 }
 
-/* The next reply on n's connection, whole by deadline and buffered to at
- * most max bytes (a peer may announce any length: hiredis buffers all of
- * it); NULL after the node's failure is recorded. Its commands must have
- * been written (flush_node). */
+/* The next reply on n's connection, whole within trip t, and refused once
+ * it has read more than max bytes (a peer may announce a string of any
+ * length, or an array of many, and hiredis keeps all of it); NULL after the
+ * node's failure is recorded. Its commands must have been written
+ * (flush_node). */
 static redisReply *read_reply(struct cluster_router *r, struct node *n, const char *what,
-                              uint64_t deadline, size_t max)
+                              struct trip *t, size_t max)
 {
 	redisContext *c = n->ctx;
+	uint64_t fed = 0; /* bytes read while this reply was incomplete */
 	for (;;) {
 		void *rep = NULL;
 		if (redisGetReplyFromReader(c, &rep) != REDIS_OK) {
@@ -262,45 +295,51 @@ static redisReply *read_reply(struct cluster_router *r, struct node *n, const ch
 		}
 		if (rep)
 			return rep;
-		if (c->reader->len - c->reader->pos > max + READ_SLACK) {
+		if (fed > (uint64_t)max + READ_SLACK) {
 			char reason[120];
 			snprintf(reason, sizeof(reason), "reply refused: longer than %zu bytes",
 			         max);
 			node_fail(r, n, what, reason, 0);
 			return NULL;
 		}
-		if (time_left(r, n, what, deadline) != 0)
+		if (time_left(r, n, what, t) != 0)
 			return NULL;
+		/* hiredis appends what it reads to the reader's buffer, which
+		 * only a reply taken out of it moves */
+		size_t before = c->reader->len;
 		errno = 0;
 		if (redisBufferRead(c) != REDIS_OK) {
 			node_io_fail(r, n, what, errno);
 			return NULL;
 		}
+		size_t got = c->reader->len >= before ? c->reader->len - before : c->reader->len;
+		fed += got;
+		t->moved += got;
 	}
 }
 
-/* One round trip on a connected node (ASKING first when asking), within one
- * deadline; NULL after the node's failure is recorded. */
+/* One round trip on a connected node (ASKING first when asking); NULL
+ * after the node's failure is recorded. */
 static redisReply *roundtrip_max(struct cluster_router *r, struct node *n, const char *what,
                                  int asking, int argc, const char **argv, const size_t *argvlen,
                                  size_t max)
 {
-	uint64_t deadline = round_begin(r, n);
+	struct trip t = trip_begin(r, n);
 	errno = 0;
 	if ((asking && redisAppendCommand(n->ctx, "ASKING") != REDIS_OK) ||
 	    redisAppendCommandArgv(n->ctx, argc, argv, argvlen) != REDIS_OK) {
 		node_io_fail(r, n, what, errno);
 		return NULL;
 	}
-	if (flush_node(r, n, what, deadline) != 0)
+	if (flush_node(r, n, what, &t) != 0)
 		return NULL;
 	if (asking) {
-		redisReply *ok = read_reply(r, n, "ASKING", deadline, max);
+		redisReply *ok = read_reply(r, n, "ASKING", &t, max);
 		if (!ok)
 			return NULL;
 		freeReplyObject(ok);
 	}
-	return read_reply(r, n, what, deadline, max);
+	return read_reply(r, n, what, &t, max);
 }
 
 static redisReply *roundtrip(struct cluster_router *r, struct node *n, const char *what, int argc,
@@ -781,15 +820,14 @@ static void pipeline_lost(struct pstate *st, int t, unsigned gen, int timed_out)
 	st->sent = -1;
 }
 
-/* Appends every command of node t this round and writes them by deadline;
+/* Appends every command of node t this round and writes them (a trip);
  * on failure none of them gets a reply. */
 static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd *cmds,
-                            struct pstate *st, size_t n, uint64_t deadline)
+                            struct pstate *st, size_t n)
 {
 	struct node *nd = &r->nodes[t];
 	int ok = node_ready(r, t) != NULL;
-	if (ok)
-		(void)round_begin(r, nd);
+	nd->trip = trip_begin(r, nd);
 	for (size_t i = 0; ok && i < n; i++) {
 		if (st[i].target != t)
 			continue;
@@ -806,7 +844,7 @@ static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd 
 	}
 	/* written now, so that every node of the round works at once */
 	if (ok)
-		ok = flush_node(r, nd, "pipeline", deadline) == 0;
+		ok = flush_node(r, nd, "pipeline", &nd->trip) == 0;
 	if (!ok) { /* its connection is closed: no command of it gets a reply */
 		int timed_out = r->fail_timed_out;
 		for (size_t i = 0; i < n; i++)
@@ -815,12 +853,16 @@ static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd 
 	}
 }
 
-/* Reads the replies of node t's commands, in the order they were appended,
- * all by deadline. */
+/* Reads the replies of node t's commands, in the order they were appended.
+ * Its trip's time starts again now, with the bytes written counted: a node
+ * read after another that was slow has its own time (its replies may be
+ * waiting in the socket), and one still taking what is written (the
+ * socket's buffers hold MiBs) has the time those bytes allow. */
 static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *cmds,
-                          struct pstate *st, size_t n, uint64_t deadline)
+                          struct pstate *st, size_t n)
 {
 	struct node *nd = &r->nodes[t];
+	nd->trip.start = now_ms();
 	char name[40];
 	int timed_out = 0; /* the node's failure this round */
 	for (size_t i = 0; i < n; i++) {
@@ -833,12 +875,12 @@ static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *c
 		if (nd->ctx) { /* NULL: failed on an earlier reply */
 			int ok = 1;
 			if (st[i].asking) {
-				redisReply *a = read_reply(r, nd, "ASKING", deadline, max);
+				redisReply *a = read_reply(r, nd, "ASKING", &nd->trip, max);
 				ok = a != NULL;
 				freeReplyObject(a);
 			}
 			if (ok)
-				rep = read_reply(r, nd, name, deadline, max);
+				rep = read_reply(r, nd, name, &nd->trip, max);
 			if (!rep)
 				timed_out = r->fail_timed_out;
 		}
@@ -901,13 +943,11 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 		}
 		if (k == 0)
 			break;
-		/* everything written first, so that the nodes work at once: one
-		 * deadline for the round */
-		uint64_t deadline = now_ms() + (uint64_t)r->command_ms;
+		/* everything written first, so that the nodes work at once */
 		for (size_t j = 0; j < k; j++)
-			pipeline_append(r, order[j], cmds, st, n, deadline);
+			pipeline_append(r, order[j], cmds, st, n);
 		for (size_t j = 0; j < k; j++)
-			pipeline_read(r, order[j], cmds, st, n, deadline);
+			pipeline_read(r, order[j], cmds, st, n);
 		/* every connection is drained: the map may be read now */
 		if (r->pause)
 			tryagain_pause(r, round);

@@ -14,11 +14,13 @@
  *   160 ms. A command is redirected at most CLUSTER_MAX_REDIRECTS times.
  * - One blocking hiredis connection per node, opened on first use, with AUTH
  *   [user] password when a password is set. A connect has connect_timeout_ms;
- *   a round trip (a command, or a pipeline's round: its commands written to
- *   every node, every reply read) has command_timeout_ms in all, however the
- *   node paces its bytes (each system call's socket timeout is cut to what is
- *   left). A reply is buffered to at most its command's max_reply bytes (the
- *   router's max_reply_bytes otherwise), refused as it arrives beyond that.
+ *   a round trip on a node (a command; a pipeline's commands to it written,
+ *   then its replies read) has command_timeout_ms, and a millisecond more for
+ *   each KiB it has moved (at least 1 MiB/s, however large), however the node
+ *   paces its bytes (each system call's socket timeout is cut to what is
+ *   left). A reply is refused once it has read more than its command's
+ *   max_reply bytes (the router's max_reply_bytes otherwise), an array's
+ *   elements included.
  *   A timeout or a refused reply is the node's failure, never a hang. Host
  *   names are resolved by the system resolver, which has no deadline here.
  * - A command for a slot the map gives no master fails at once, and makes the

@@ -926,6 +926,180 @@ static void test_fake_pipeline_nodes_at_once(void **state)
 	fake_stop(&b);
 }
 
+/* A pipeline over a node that answers nothing and one that answers at once:
+ * the second's reply is read, its node not blamed. Once, with one deadline
+ * for the round, the first node used it all and the second, read after it,
+ * failed too (its reply waiting in the socket), and went into backoff. */
+static void test_fake_silent_node_spares_the_other(void **state)
+{
+	(void)state;
+	struct fake a, b;
+	fake_listen(&a);
+	fake_listen(&b);
+	char map[256];
+	snprintf(map, sizeof(map),
+	         "*2\r\n*3\r\n:0\r\n:8191\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n"
+	         "*3\r\n:8192\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
+	         a.port, b.port);
+	const char *sa[] = {map, NULL}; /* then silent */
+	a.script = sa;
+	a.n_script = 2;
+	b.reply = "$1\r\nb\r\n";
+	fake_go(&a);
+	fake_go(&b);
+	struct cluster_options o = {.command_timeout_ms = 300, .backoff_min_ms = 1000};
+	struct cluster_router *r = router_at(a.port, &o);
+	assert_int_equal(cluster_refresh(r), 0);
+	const char *argv0[] = {"GET", "k"}, *argv1[] = {"GET", "a"};
+	const size_t lens[] = {3, 1};
+	struct cluster_cmd cmds[2] = {{"k", 1, 2, argv0, lens, NULL, 0},
+	                              {"a", 1, 2, argv1, lens, NULL, 0}};
+	assert_int_equal(cluster_pipeline(r, cmds, 2), 1);
+	assert_null(cmds[0].reply);
+	want_str(cmds[1].reply, "b");
+	assert_int_equal(cluster_stats(r).node_errors, 1);
+	redisReply *rep = NULL; /* and b is not backing off */
+	assert_int_equal(cluster_command_argv(r, "a", 1, 2, argv1, lens, &rep), 0);
+	want_str(rep, "b");
+	cluster_router_free(r);
+	fake_stop(&a);
+	fake_stop(&b);
+}
+
+/* A node that takes a pipeline's 8 MiB at about 4 MiB/s (a slow link, a busy
+ * node): each system call progresses, and the round goes through in about
+ * 2 s against a 500 ms timeout, as it did when the timeout bounded each
+ * call. Once a round had 500 ms in all, and every copy on such a link
+ * failed. */
+struct slow_sink {
+	int fd, port;
+	size_t expect; /* bytes of commands to take */
+	int n_replies; /* +OK then, each */
+	pthread_t thread;
+};
+
+static void *slow_sink_run(void *arg)
+{
+	struct slow_sink *k = arg;
+	int c = accept(k->fd, NULL, NULL);
+	if (c < 0)
+		return NULL;
+	static char buf[64 << 10];
+	size_t got = 0;
+	while (got < k->expect) {
+		ssize_t n = recv(c, buf, sizeof(buf), 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		sleep_ms(16); /* about 4 MiB/s */
+	}
+	for (int i = 0; i < k->n_replies; i++)
+		(void)send(c, "+OK\r\n", 5, MSG_NOSIGNAL);
+	char drain[64];
+	while (recv(c, drain, sizeof(drain), 0) > 0) {
+	}
+	close(c);
+	return NULL;
+}
+
+static void test_fake_slow_link_goes_through(void **state)
+{
+	(void)state;
+	struct fake m; /* the map only */
+	fake_listen(&m);
+	struct slow_sink k = {0};
+	k.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t alen = sizeof(a);
+	assert_int_equal(bind(k.fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(k.fd, 4), 0);
+	assert_int_equal(getsockname(k.fd, (struct sockaddr *)&a, &alen), 0);
+	k.port = ntohs(a.sin_port);
+	char map[160];
+	one_node_map(map, sizeof(map), k.port);
+	m.reply = map;
+	fake_go(&m);
+	enum { N = 8, VALUE = 1 << 20 };
+	char *value = malloc(VALUE);
+	memset(value, 'v', VALUE);
+	const char *argv[N][3];
+	size_t lens[N][3];
+	char keys[N][8];
+	struct cluster_cmd cmds[N];
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "c%d", i);
+		argv[i][0] = "SET";
+		argv[i][1] = keys[i];
+		argv[i][2] = value;
+		lens[i][0] = 3;
+		lens[i][1] = strlen(keys[i]);
+		lens[i][2] = VALUE;
+		cmds[i] = (struct cluster_cmd){keys[i], lens[i][1], 3, argv[i], lens[i], NULL, 0};
+		/* *3 $3 SET $n key $1048576 value: the bytes the sink waits for */
+		k.expect += 4 + 4 + 5 + 4 + lens[i][1] + 2 + 10 + VALUE + 2;
+	}
+	k.n_replies = N;
+	assert_int_equal(pthread_create(&k.thread, NULL, slow_sink_run, &k), 0);
+	struct cluster_options o = {.command_timeout_ms = 500};
+	struct cluster_router *r = router_at(m.port, &o);
+	assert_int_equal(cluster_refresh(r), 0);
+	double t0 = now_s();
+	size_t failed = cluster_pipeline(r, cmds, N);
+	double took = now_s() - t0;
+	print_message("8 MiB of SETs to a node taking 4 MiB/s, 500 ms timeout: %zu failed in "
+	              "%.2f s%s%s\n",
+	              failed, took, failed ? ": " : "", failed ? cluster_error(r) : "");
+	assert_int_equal(failed, 0);
+	for (int i = 0; i < N; i++)
+		want_ok(cmds[i].reply);
+	cluster_router_free(r);
+	pthread_join(k.thread, NULL);
+	close(k.fd);
+	fake_stop(&m);
+	free(value);
+}
+
+/* The bound on a reply covers an array's elements too: hiredis moves past
+ * each element as it is whole, so a bound on what it holds let a peer answer
+ * a chunk's GET with any number of elements each under the bound. */
+static void test_fake_long_array_refused(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_listen(&f);
+	char full[160];
+	one_node_map(full, sizeof(full), f.port);
+	enum { ELEMS = 40, ELEM = 64 << 10 };
+	size_t cap = 16 + (size_t)ELEMS * (ELEM + 16);
+	char *arr = malloc(cap);
+	size_t at = (size_t)snprintf(arr, cap, "*%d\r\n", ELEMS);
+	for (int i = 0; i < ELEMS; i++) {
+		at += (size_t)snprintf(arr + at, cap - at, "$%d\r\n", ELEM);
+		memset(arr + at, 'x', ELEM);
+		at += ELEM;
+		memcpy(arr + at, "\r\n", 3); /* and the NUL */
+		at += 2;
+	}
+	const char *script[] = {full, arr};
+	f.script = script;
+	f.n_script = 2;
+	fake_go(&f);
+	struct cluster_options o = {.command_timeout_ms = 2000};
+	struct cluster_router *r = router_at(f.port, &o);
+	assert_int_equal(cluster_refresh(r), 0);
+	const char *argv[] = {"GET", "k"};
+	const size_t lens[] = {3, 1};
+	struct cluster_cmd c = {"k", 1, 2, argv, lens, NULL, (1 << 20) + 64};
+	assert_int_equal(cluster_pipeline(r, &c, 1), 1); /* 2.5 MiB against 1 MiB */
+	assert_null(c.reply);
+	if (!strstr(cluster_error(r), "reply refused: longer than 1048640 bytes"))
+		fail_msg("\"%s\" does not say the reply was too long", cluster_error(r));
+	cluster_router_free(r);
+	fake_stop(&f);
+	free(arr);
+}
+
 static int cluster_up(void **state)
 {
 	(void)state;
@@ -949,6 +1123,9 @@ int main(void)
 	        cmocka_unit_test(test_fake_trickle_meets_the_deadline),
 	        cmocka_unit_test(test_fake_long_reply_refused),
 	        cmocka_unit_test(test_fake_pipeline_nodes_at_once),
+	        cmocka_unit_test(test_fake_silent_node_spares_the_other),
+	        cmocka_unit_test(test_fake_slow_link_goes_through),
+	        cmocka_unit_test(test_fake_long_array_refused),
 	};
 	int rc = cmocka_run_group_tests_name("fake nodes", fakes, NULL, NULL);
 	if (rc != 0)
