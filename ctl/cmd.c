@@ -271,8 +271,13 @@ static int misplaced_global(const struct ctl_cmd_entry *self, int argc, char **a
 int ctl_cmd_option_error(const struct ctl_cmd_entry *self, char **argv, const struct option *opts,
                          const char *shortopts)
 {
-	/* getopt_long has moved optind past the argument it refused */
+	/* getopt_long has moved optind past the argument it refused, unless
+	 * that was a short option inside a bundle (-xy), which it is still on */
 	const char *arg = optind > 0 ? argv[optind - 1] : "";
+	const char *here = argv[optind];
+	if (optopt && here && here[0] == '-' && here[1] && here[1] != '-' &&
+	    strchr(here + 1, optopt))
+		arg = here;
 	if (strncmp(arg, "--", 2) != 0 || !arg[2]) {
 		const char *at = optopt ? strchr(shortopts, optopt) : NULL;
 		if (at && at[1] == ':')

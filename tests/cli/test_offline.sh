@@ -104,6 +104,10 @@ err=$("$ctl" --socket /nonexistent/k3.sock ping --json=1 2>&1 >/dev/null); rc=$?
 [ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "k3cachectl ping: --json takes no value" ]; check "ping --json=1 (rc $rc: $err)" $?
 err=$("$ctl" export 0123456789abcdef -x 2>&1 >/dev/null); rc=$?
 [ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "k3cachectl export: unknown option -x" ]; check "export -x (rc $rc: $err)" $?
+# a short option refused inside a bundle after a long one: the bundle's, not
+# the long one's (it said "unknown option --dry-run")
+err=$("$ctl" --socket /nonexistent/k3.sock evict --dry-run -xy 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "k3cachectl evict: unknown option -x" ]; check "evict --dry-run -xy names -x (rc $rc: $err)" $?
 err=$("$ctl" export 0123456789abcdef -o 2>&1 >/dev/null); rc=$?
 [ $rc = 2 ] && [ "$(head -1 <<<"$err")" = "k3cachectl export: -o needs a value" ]; check "export -o without a value (rc $rc: $err)" $?
 
