@@ -48,6 +48,7 @@ class K3CacheConnector:
         engine's per-layer (a, b) arrays sized for P tokens, which restores
         fill in place."""
         self.client = k3cache.Client(addr)
+        self.model_spec = model_spec
         self.fp = self.client.put_model(model_spec)
         self.layer_names = list(layer_names)
         self.buffers = buffers
@@ -133,9 +134,17 @@ class K3CacheConnector:
         layers = [self._saved[n] for n in self.layer_names]
         self._saved = {}
         base_key, base_rows = self._loaded.pop(req.request_id, (None, 0))
+        def publish():
+            return self.client.publish(self.fp, req.prompt_token_ids, layers, salt=self.salt,
+                                       base_key=base_key, base_rows=base_rows)
         try:
-            key = self.client.publish(self.fp, req.prompt_token_ids, layers, salt=self.salt,
-                                      base_key=base_key, base_rows=base_rows)
+            try:
+                key = publish()
+            except k3cache.UnknownModelError:
+                # a daemon back on an empty store (a host replaced, a store
+                # wiped) knows no model: put it again (nothing was stored)
+                self.client.put_model(self.model_spec)
+                key = publish()
         except k3cache.Error as e:
             self._failed("save", e)
             return None

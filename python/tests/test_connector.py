@@ -135,6 +135,33 @@ def test_a_cache_outage_is_a_miss_and_the_connector_goes_on(new_daemon, twin_pat
     c.close()
 
 
+def test_a_daemon_started_on_an_empty_store_is_given_the_model_again(new_daemon, twin_path,
+                                                                      caplog):
+    """A daemon that comes back on an empty store (a host replaced, a store
+    wiped) knows no model: the connector puts it again and saves. Before,
+    every save after was refused UNKNOWN_MODEL, warned once, then skipped for
+    good at debug level."""
+    import shutil
+    d = new_daemon("--max-bytes", "64MiB")
+    spec = json.load(open(twin_path))
+    names = [f"model.layers.{i}" for i in range(len(spec["layers"]))]
+    c = vllm_connector.K3CacheConnector(spec, names, buffers_for(spec), addr=d.sock)
+    turn1 = vllm_connector.Request("r1", range(8000, 8200))
+    c.start_load_kv(turn1)
+    assert save(c, names, engine_state(spec, 200, 1), turn1)
+    d.halt()
+    shutil.rmtree(os.path.join(d.dir, "db"))
+    d.start()
+    turn2 = vllm_connector.Request("r2", list(range(8000, 8200)) + list(range(10, 60)))
+    assert c.get_num_new_matched_tokens(turn2, 0) == (0, False)  # the store is empty
+    c.start_load_kv(turn2)
+    key2 = save(c, names, engine_state(spec, 250, 2), turn2)
+    assert key2 is not None
+    turn3 = vllm_connector.Request("r3", list(range(8000, 8200)) + list(range(10, 80)))
+    assert c.get_num_new_matched_tokens(turn3, 0) == (250, False)
+    c.close()
+
+
 def test_a_save_refused_too_large_does_not_stop_the_engine(new_daemon, twin_path, caplog):
     d = new_daemon("--max-bytes", "1MiB")  # a 2000-token state is 20 MB
     spec = json.load(open(twin_path))
