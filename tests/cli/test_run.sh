@@ -45,5 +45,10 @@ mkdir -p "$dir/tree/rel"
 try relative "$dir/tree/rel/c.sock" --socket rel/c.sock --db "$dir/c-db"
 ok "relative: printed as an absolute path" $(grep -qF "K3CACHE_SOCKET=$dir/tree/rel/c.sock" "$dir/relative.out"; echo $?)
 
+# a --socket of a name that looks like an address: k3cached takes it as a
+# path, so the commands get that file's absolute path
+try prefixed "$dir/tree/unix:d.sock" --socket unix:d.sock --db "$dir/d-db"
+ok "prefixed: printed as the file's absolute path" $(grep -qF "K3CACHE_SOCKET=$dir/tree/unix\:d.sock" "$dir/prefixed.out" || grep -qF "K3CACHE_SOCKET=$dir/tree/unix:d.sock" "$dir/prefixed.out"; echo $?)
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
