@@ -4,10 +4,13 @@
  * contract is in cluster.h. */
 #include <errno.h>
 #include <limits.h>
+#include <linux/sockios.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 
 #include "tier2/cluster.h"
@@ -22,8 +25,10 @@
 
 /* A round trip's time on one node (time_left). */
 struct trip {
-	uint64_t start; /* ms, monotonic */
-	uint64_t moved; /* bytes written and read so far */
+	uint64_t start;  /* ms, monotonic */
+	uint64_t moved;  /* bytes written and read so far */
+	uint64_t last;   /* ms: when a byte last moved (or the trip began) */
+	uint64_t queued; /* bytes of its commands in this socket's queue (reading) */
 };
 
 struct node {
@@ -50,6 +55,8 @@ struct cluster_router {
 	uint16_t master[CLUSTER_MAX_NODES]; /* the map's masters, by address */
 	size_t n_masters;
 	int have_map, map_stale;
+	int map_holes;    /* the map gives some slot no master */
+	int must_refresh; /* a MOVED to an unknown endpoint: read the map at once */
 	uint64_t refreshed_at;
 	size_t refresh_next; /* the node a refresh asks first */
 	unsigned round;
@@ -220,32 +227,61 @@ static struct trip trip_begin(struct cluster_router *r, struct node *n)
 		else
 			n->timeout_ms = 0; /* unknown: set again before each call */
 	}
-	return (struct trip){now_ms(), 0};
+	uint64_t now = now_ms();
+	return (struct trip){now, 0, now, 0};
 }
 
-/* Before a read or write of trip t on n: the socket's timeouts cut to what
- * is left of it, so that no system call outlasts it. 0, or -1 (the node
- * failed, timed out) once it has none left. */
+/* Bytes in n's socket queue that the node has yet to take (SIOCOUTQ); 0
+ * when it cannot say. */
+static uint64_t queued_bytes(const struct node *n)
+{
+	int q = 0;
+	return n->ctx && ioctl(n->ctx->fd, SIOCOUTQ, &q) == 0 && q > 0 ? (uint64_t)q : 0;
+}
+
+/* Where trip t's reading begins: its time starts again (a node read after
+ * another that was slow has its own), and the bytes of its commands still
+ * queued are watched: the node taking them is progress while it has not
+ * answered yet (the socket's buffers hold MiBs). */
+static void trip_reading(struct node *n, struct trip *t)
+{
+	t->start = t->last = now_ms();
+	t->moved = 0;
+	t->queued = queued_bytes(n);
+}
+
+/* What is left of trip t on n, in ms: until command_ms after a byte last
+ * moved, and within command_ms plus a millisecond per MIN_BYTES_PER_MS
+ * moved since it began; 0 (the node failed, timed out, recorded) when
+ * nothing is. */
+static uint64_t trip_left(struct cluster_router *r, struct node *n, const char *what,
+                          const struct trip *t)
+{
+	uint64_t pace = t->start + (uint64_t)r->command_ms + t->moved / MIN_BYTES_PER_MS;
+	uint64_t idle = t->last + (uint64_t)r->command_ms;
+	uint64_t deadline = pace < idle ? pace : idle, now = now_ms();
+	if (now < deadline)
+		return deadline - now;
+	char reason[160];
+	if (deadline == idle)
+		snprintf(reason, sizeof(reason), "timed out after %d ms", r->command_ms);
+	else
+		snprintf(reason, sizeof(reason),
+		         "timed out after %llu ms: %llu bytes moved, under 1 MiB/s",
+		         (unsigned long long)(now - t->start), (unsigned long long)t->moved);
+	node_fail(r, n, what, reason, 1);
+	return 0;
+}
+
+/* Before a write of trip t on n: the socket's timeouts cut to what is left
+ * of it, so that no system call outlasts it. 0, or -1 (the node failed,
+ * timed out) once it has none left. */
 static int time_left(struct cluster_router *r, struct node *n, const char *what,
                      const struct trip *t)
 {
-	uint64_t deadline = t->start + (uint64_t)r->command_ms + t->moved / MIN_BYTES_PER_MS;
-	uint64_t now = now_ms();
-	if (now >= deadline) {
-		char reason[160];
-		if (t->moved < MIN_BYTES_PER_MS)
-			snprintf(reason, sizeof(reason), "timed out after %d ms", r->command_ms);
-		else
-			snprintf(reason, sizeof(reason),
-			         "timed out after %llu ms: %llu bytes moved, under 1 MiB/s",
-			         (unsigned long long)(now - t->start),
-			         (unsigned long long)t->moved);
-		node_fail(r, n, what, reason, 1);
+	uint64_t left = trip_left(r, n, what, t);
+	if (!left)
 		return -1;
-	}
-	/* a call may wait for all of it: a node answers once it has taken
-	 * what the socket's buffers still held of the commands */
-	uint64_t left = deadline - now;
 	if (left > INT_MAX)
 		left = INT_MAX;
 	if (left != (uint64_t)n->timeout_ms) {
@@ -272,9 +308,38 @@ static int flush_node(struct cluster_router *r, struct node *n, const char *what
 			node_io_fail(r, n, what, errno);
 			return -1;
 		}
-		t->moved += before - sdslen(n->ctx->obuf);
+		size_t wrote = before - sdslen(n->ctx->obuf);
+		t->moved += wrote;
+		if (wrote)
+			t->last = now_ms();
 	}
 	return 0;
+}
+
+/* Waits until n's socket has bytes to read, within trip t, counting the node
+ * taking its commands' queued bytes as progress: 0, or -1 (the node failed,
+ * recorded). */
+static int wait_readable(struct cluster_router *r, struct node *n, const char *what, struct trip *t)
+{
+	for (;;) {
+		uint64_t left = trip_left(r, n, what, t);
+		if (!left)
+			return -1;
+		struct pollfd p = {.fd = n->ctx->fd, .events = POLLIN};
+		int rc = poll(&p, 1, left < 50 ? (int)left : 50);
+		if (rc > 0)
+			return 0; /* readable, or an error or hang-up the read reports */
+		if (rc < 0 && errno != EINTR) {
+			node_io_fail(r, n, what, errno);
+			return -1;
+		}
+		uint64_t q = queued_bytes(n);
+		if (q < t->queued) {
+			t->moved += t->queued - q;
+			t->last = now_ms();
+		}
+		t->queued = q;
+	}
 }
 
 /* The next reply on n's connection, whole within trip t, and refused once
@@ -302,7 +367,7 @@ static redisReply *read_reply(struct cluster_router *r, struct node *n, const ch
 			node_fail(r, n, what, reason, 0);
 			return NULL;
 		}
-		if (time_left(r, n, what, t) != 0)
+		if (wait_readable(r, n, what, t) != 0)
 			return NULL;
 		/* hiredis appends what it reads to the reader's buffer, which
 		 * only a reply taken out of it moves */
@@ -315,6 +380,8 @@ static redisReply *read_reply(struct cluster_router *r, struct node *n, const ch
 		size_t got = c->reader->len >= before ? c->reader->len - before : c->reader->len;
 		fed += got;
 		t->moved += got;
+		if (got)
+			t->last = now_ms();
 	}
 }
 
@@ -324,15 +391,16 @@ static redisReply *roundtrip_max(struct cluster_router *r, struct node *n, const
                                  int asking, int argc, const char **argv, const size_t *argvlen,
                                  size_t max)
 {
-	struct trip t = trip_begin(r, n);
 	errno = 0;
 	if ((asking && redisAppendCommand(n->ctx, "ASKING") != REDIS_OK) ||
 	    redisAppendCommandArgv(n->ctx, argc, argv, argvlen) != REDIS_OK) {
 		node_io_fail(r, n, what, errno);
 		return NULL;
 	}
+	struct trip t = trip_begin(r, n); /* once the commands are copied */
 	if (flush_node(r, n, what, &t) != 0)
 		return NULL;
+	trip_reading(n, &t);
 	if (asking) {
 		redisReply *ok = read_reply(r, n, "ASKING", &t, max);
 		if (!ok)
@@ -547,8 +615,11 @@ static int install_map(struct cluster_router *r)
 			return -1;
 		idx[k] = (uint16_t)i;
 	}
-	for (size_t s = 0; s < CLUSTER_SLOTS; s++)
+	r->map_holes = 0;
+	for (size_t s = 0; s < CLUSTER_SLOTS; s++) {
 		r->slot[s] = m->slot[s] == CLUSTER_NO_NODE ? CLUSTER_NO_NODE : idx[m->slot[s]];
+		r->map_holes |= r->slot[s] == CLUSTER_NO_NODE;
+	}
 	/* the masters by address (an insertion sort: at most CLUSTER_MAX_NODES) */
 	r->n_masters = 0;
 	for (size_t k = 0; k < m->n_nodes; k++) {
@@ -611,13 +682,18 @@ int cluster_refresh(struct cluster_router *r)
 	return -1;
 }
 
-/* Refreshes the map when there is none, or when it is stale and the last
- * refresh is older than backoff_min_ms; a failed refresh keeps the old map. */
+/* Refreshes the map when there is none, when it is stale and the last
+ * refresh is older than backoff_min_ms, or when it gives some slot no
+ * master and the last is older than backoff_max_ms (a master whose slots
+ * were unassigned when it was read, which no command on a key may meet);
+ * a failed refresh keeps the old map. */
 static int maybe_refresh(struct cluster_router *r)
 {
 	if (!r->have_map)
 		return cluster_refresh(r);
-	if (r->map_stale && now_ms() - r->refreshed_at >= (uint64_t)r->backoff_min_ms)
+	uint64_t since = now_ms() - r->refreshed_at;
+	if ((r->map_stale && since >= (uint64_t)r->backoff_min_ms) ||
+	    (r->map_holes && since >= (uint64_t)r->backoff_max_ms))
 		(void)cluster_refresh(r);
 	return 0;
 }
@@ -657,9 +733,12 @@ static int follow(struct cluster_router *r, const struct node *from, const char 
 	*asking = 0;
 	r->map_stale = 1;
 	if (rd->unknown_host) {
-		/* the map may know its address */
-		if (!can_refresh)
+		/* the map may know its address: read it at once (a pipeline
+		 * does so between rounds) */
+		if (!can_refresh) {
+			r->must_refresh = 1;
 			return RESOLVE;
+		}
 		(void)cluster_refresh(r);
 		return slot_target(r, rd->slot);
 	}
@@ -827,7 +906,6 @@ static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd 
 {
 	struct node *nd = &r->nodes[t];
 	int ok = node_ready(r, t) != NULL;
-	nd->trip = trip_begin(r, nd);
 	for (size_t i = 0; ok && i < n; i++) {
 		if (st[i].target != t)
 			continue;
@@ -843,8 +921,10 @@ static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd 
 			node_io_fail(r, nd, "pipeline", errno);
 	}
 	/* written now, so that every node of the round works at once */
-	if (ok)
+	if (ok) {
+		nd->trip = trip_begin(r, nd); /* once the commands are copied */
 		ok = flush_node(r, nd, "pipeline", &nd->trip) == 0;
+	}
 	if (!ok) { /* its connection is closed: no command of it gets a reply */
 		int timed_out = r->fail_timed_out;
 		for (size_t i = 0; i < n; i++)
@@ -854,15 +934,14 @@ static void pipeline_append(struct cluster_router *r, int t, struct cluster_cmd 
 }
 
 /* Reads the replies of node t's commands, in the order they were appended.
- * Its trip's time starts again now, with the bytes written counted: a node
- * read after another that was slow has its own time (its replies may be
- * waiting in the socket), and one still taking what is written (the
- * socket's buffers hold MiBs) has the time those bytes allow. */
+ * Its trip's reading begins now (trip_reading): a node read after another
+ * that was slow has its own time, its replies perhaps waiting in the
+ * socket. */
 static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *cmds,
                           struct pstate *st, size_t n)
 {
 	struct node *nd = &r->nodes[t];
-	nd->trip.start = now_ms();
+	trip_reading(nd, &nd->trip);
 	char name[40];
 	int timed_out = 0; /* the node's failure this round */
 	for (size_t i = 0; i < n; i++) {
@@ -955,7 +1034,11 @@ size_t cluster_pipeline(struct cluster_router *r, struct cluster_cmd *cmds, size
 		 * whatever the map's read meets */
 		char why[sizeof(r->err)];
 		memcpy(why, r->err, sizeof(why));
-		(void)maybe_refresh(r);
+		if (r->must_refresh)
+			(void)cluster_refresh(r);
+		else
+			(void)maybe_refresh(r);
+		r->must_refresh = 0;
 		memcpy(r->err, why, sizeof(why));
 		for (size_t i = 0; i < n; i++) {
 			unsigned slot = cluster_key_slot(cmds[i].key, cmds[i].keylen);

@@ -15,10 +15,12 @@
  * - One blocking hiredis connection per node, opened on first use, with AUTH
  *   [user] password when a password is set. A connect has connect_timeout_ms;
  *   a round trip on a node (a command; a pipeline's commands to it written,
- *   then its replies read) has command_timeout_ms, and a millisecond more for
- *   each KiB it has moved (at least 1 MiB/s, however large), however the node
- *   paces its bytes (each system call's socket timeout is cut to what is
- *   left). A reply is refused once it has read more than its command's
+ *   then, from when its turn to be read comes, its replies read) ends
+ *   command_timeout_ms after its bytes last moved (written, read, or taken
+ *   by the node from this socket's queue: SIOCOUTQ), and moves them at 1 MiB/s
+ *   or more after the first command_timeout_ms (a node trickling a byte at a
+ *   time within the timeout ends at about it). Each system call's socket
+ *   timeout is cut to what is left. A reply is refused once it has read more than its command's
  *   max_reply bytes (the router's max_reply_bytes otherwise), an array's
  *   elements included.
  *   A timeout or a refused reply is the node's failure, never a hang. Host
@@ -26,7 +28,10 @@
  * - A command for a slot the map gives no master fails at once, and makes the
  *   map stale: it is read again before a later command (within the
  *   backoff_min_ms limit), so a map read while a cluster was being made, or
- *   a master failing over, does not stay.
+ *   a master failing over, does not stay; a map with such slots is read again
+ *   after backoff_max_ms in any case (cluster_n_masters). A MOVED to a node
+ *   of unknown endpoint has the map read at once, in a pipeline between its
+ *   rounds.
  * - A node that failed (connect, AUTH, I/O, timeout, protocol) is not tried
  *   again before its backoff passes: backoff_min_ms after the first failure,
  *   doubling to backoff_max_ms; a good round trip resets it. Meanwhile the
