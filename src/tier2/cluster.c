@@ -263,7 +263,7 @@ static uint64_t trip_left(struct cluster_router *r, struct node *n, const char *
 	if (now < deadline)
 		return deadline - now;
 	char reason[160];
-	if (deadline == idle)
+	if (deadline == idle || t->moved < MIN_BYTES_PER_MS) /* nothing, or next to nothing */
 		snprintf(reason, sizeof(reason), "timed out after %d ms", r->command_ms);
 	else
 		snprintf(reason, sizeof(reason),
