@@ -603,18 +603,24 @@ static void *fake_run(void *arg)
 }
 
 /* Listens on a port of its own (f->port); fake_go then answers. */
-static void fake_listen(struct fake *f)
+/* A listening socket on 127.0.0.1, a port of its own. */
+static void listen_loopback(int *fd, int *port)
 {
-	memset(f, 0, sizeof(*f));
-	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET};
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	socklen_t len = sizeof(a);
-	assert_true(f->fd >= 0);
-	assert_int_equal(bind(f->fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(f->fd, 4), 0);
-	assert_int_equal(getsockname(f->fd, (struct sockaddr *)&a, &len), 0);
-	f->port = ntohs(a.sin_port);
+	assert_true(*fd >= 0);
+	assert_int_equal(bind(*fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(*fd, 4), 0);
+	assert_int_equal(getsockname(*fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+}
+
+static void fake_listen(struct fake *f)
+{
+	memset(f, 0, sizeof(*f));
+	listen_loopback(&f->fd, &f->port);
 }
 
 static void fake_go(struct fake *f)
@@ -976,6 +982,39 @@ static void test_fake_silent_node_spares_the_other(void **state)
 	fake_stop(&b);
 }
 
+/* A pipeline of SET_N SETs of 1 MiB each (keys c0..c7). */
+enum { SET_N = 8, SET_VALUE = 1 << 20 };
+
+struct set_batch {
+	char *value;
+	const char *argv[SET_N][3];
+	size_t lens[SET_N][3];
+	char keys[SET_N][8];
+	struct cluster_cmd cmds[SET_N];
+};
+
+/* Fills b; the bytes its commands take on the wire. */
+static size_t set_batch_make(struct set_batch *b)
+{
+	size_t wire = 0;
+	b->value = malloc(SET_VALUE);
+	memset(b->value, 'v', SET_VALUE);
+	for (int i = 0; i < SET_N; i++) {
+		snprintf(b->keys[i], sizeof(b->keys[i]), "c%d", i);
+		b->argv[i][0] = "SET";
+		b->argv[i][1] = b->keys[i];
+		b->argv[i][2] = b->value;
+		b->lens[i][0] = 3;
+		b->lens[i][1] = strlen(b->keys[i]);
+		b->lens[i][2] = SET_VALUE;
+		b->cmds[i] = (struct cluster_cmd){b->keys[i], b->lens[i][1], 3, b->argv[i],
+		                                  b->lens[i], NULL,          0};
+		/* *3 $3 SET $n key $1048576 value */
+		wire += 4 + 4 + 5 + 4 + b->lens[i][1] + 2 + 10 + SET_VALUE + 2;
+	}
+	return wire;
+}
+
 /* A node that takes a pipeline's 8 MiB at about 4 MiB/s (a slow link, a busy
  * node): each system call progresses, and the round goes through in about
  * 2 s against a 500 ms timeout, as it did when the timeout bounded each
@@ -1018,56 +1057,33 @@ static void test_fake_slow_link_goes_through(void **state)
 	struct fake m; /* the map only */
 	fake_listen(&m);
 	struct slow_sink k = {0};
-	k.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t alen = sizeof(a);
-	assert_int_equal(bind(k.fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(k.fd, 4), 0);
-	assert_int_equal(getsockname(k.fd, (struct sockaddr *)&a, &alen), 0);
-	k.port = ntohs(a.sin_port);
+	listen_loopback(&k.fd, &k.port);
 	char map[160];
 	one_node_map(map, sizeof(map), k.port);
 	m.reply = map;
 	fake_go(&m);
-	enum { N = 8, VALUE = 1 << 20 };
-	char *value = malloc(VALUE);
-	memset(value, 'v', VALUE);
-	const char *argv[N][3];
-	size_t lens[N][3];
-	char keys[N][8];
-	struct cluster_cmd cmds[N];
-	for (int i = 0; i < N; i++) {
-		snprintf(keys[i], sizeof(keys[i]), "c%d", i);
-		argv[i][0] = "SET";
-		argv[i][1] = keys[i];
-		argv[i][2] = value;
-		lens[i][0] = 3;
-		lens[i][1] = strlen(keys[i]);
-		lens[i][2] = VALUE;
-		cmds[i] = (struct cluster_cmd){keys[i], lens[i][1], 3, argv[i], lens[i], NULL, 0};
-		/* *3 $3 SET $n key $1048576 value: the bytes the sink waits for */
-		k.expect += 4 + 4 + 5 + 4 + lens[i][1] + 2 + 10 + VALUE + 2;
-	}
-	k.n_replies = N;
+	struct set_batch b;
+	k.expect = set_batch_make(&b);
+	struct cluster_cmd *cmds = b.cmds;
+	k.n_replies = SET_N;
 	assert_int_equal(pthread_create(&k.thread, NULL, slow_sink_run, &k), 0);
 	struct cluster_options o = {.command_timeout_ms = 500};
 	struct cluster_router *r = router_at(m.port, &o);
 	assert_int_equal(cluster_refresh(r), 0);
 	double t0 = now_s();
-	size_t failed = cluster_pipeline(r, cmds, N);
+	size_t failed = cluster_pipeline(r, cmds, SET_N);
 	double took = now_s() - t0;
 	print_message("8 MiB of SETs to a node taking 4 MiB/s, 500 ms timeout: %zu failed in "
 	              "%.2f s%s%s\n",
 	              failed, took, failed ? ": " : "", failed ? cluster_error(r) : "");
 	assert_int_equal(failed, 0);
-	for (int i = 0; i < N; i++)
+	for (int i = 0; i < SET_N; i++)
 		want_ok(cmds[i].reply);
 	cluster_router_free(r);
 	pthread_join(k.thread, NULL);
 	close(k.fd);
 	fake_stop(&m);
-	free(value);
+	free(b.value);
 }
 
 /* The bound on a reply covers an array's elements too: hiredis moves past
@@ -1217,38 +1233,24 @@ static void test_fake_silence_after_taking_the_bytes(void **state)
 	k.reply = NULL; /* reads everything, answers nothing */
 	fake_go(&m);
 	fake_go(&k);
-	enum { N = 8, VALUE = 1 << 20 };
-	char *value = malloc(VALUE);
-	memset(value, 'v', VALUE);
-	const char *argv[N][3];
-	size_t lens[N][3];
-	char keys[N][8];
-	struct cluster_cmd cmds[N];
-	for (int i = 0; i < N; i++) {
-		snprintf(keys[i], sizeof(keys[i]), "c%d", i);
-		argv[i][0] = "SET";
-		argv[i][1] = keys[i];
-		argv[i][2] = value;
-		lens[i][0] = 3;
-		lens[i][1] = strlen(keys[i]);
-		lens[i][2] = VALUE;
-		cmds[i] = (struct cluster_cmd){keys[i], lens[i][1], 3, argv[i], lens[i], NULL, 0};
-	}
+	struct set_batch b;
+	(void)set_batch_make(&b);
+	struct cluster_cmd *cmds = b.cmds;
 	struct cluster_options o = {.command_timeout_ms = 300};
 	struct cluster_router *r = router_at(m.port, &o);
 	assert_int_equal(cluster_refresh(r), 0);
 	double t0 = now_s();
-	size_t failed = cluster_pipeline(r, cmds, N);
+	size_t failed = cluster_pipeline(r, cmds, SET_N);
 	double took = now_s() - t0;
 	print_message("8 MiB of SETs taken at once, then silence, 300 ms timeout: %zu failed "
 	              "after %.2f s: %s\n",
 	              failed, took, cluster_error(r));
-	assert_int_equal(failed, N);
+	assert_int_equal(failed, SET_N);
 	assert_true(took < 1.5);
 	cluster_router_free(r);
 	fake_stop(&m);
 	fake_stop(&k);
-	free(value);
+	free(b.value);
 }
 
 static int cluster_up(void **state)
