@@ -20,9 +20,12 @@ was loaded from when there is one).
 The cache is an accelerator, never a dependency of serving: a lookup that
 fails (the daemon restarting, say) is a miss, and a save that fails is
 skipped, with one warning per outage (logger "vllm_connector"), as k3worker
-recomputes without the cache. The k3cache.Client connects again by itself on
-the call after it lost its connection, so the connector picks up when the
-daemon is back. A restore that fails after its lookup hit is raised by
+recomputes without the cache. Making the connector asks nothing of the
+daemon: its first call on the cache connects and puts the model, so an engine
+starts while the daemon is down (an outage from the start), and the call that
+first reaches the daemon begins using it. The k3cache.Client connects again
+by itself on the call after it lost its connection, so the connector picks up
+when the daemon is back. A restore that fails after its lookup hit is raised by
 wait_for_layer_load: the buffers are then undefined and the engine must
 recompute those tokens.
 """
@@ -46,10 +49,13 @@ class K3CacheConnector:
     def __init__(self, model_spec, layer_names, buffers, addr=None, salt=b""):
         """layer_names: the model's layers in order; buffers(P) -> the
         engine's per-layer (a, b) arrays sized for P tokens, which restores
-        fill in place."""
-        self.client = k3cache.Client(addr)
+        fill in place. addr: as k3cache.Client's (None: $K3CACHE_SOCKET, then
+        the default socket, read at the first connect). Nothing is sent
+        here: the daemon may be down (see _cache)."""
+        self.addr = addr
+        self.client = None  # the k3cache.Client, once a connect worked
         self.model_spec = model_spec
-        self.fp = self.client.put_model(model_spec)
+        self.fp = None  # the model's fingerprint, once it was put
         self.layer_names = list(layer_names)
         self.buffers = buffers
         self.salt = salt
@@ -62,7 +68,19 @@ class K3CacheConnector:
         self._failing = False  # the last call on the cache failed: an outage
 
     def close(self):
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
+
+    def _cache(self):
+        """The Client, with the model put: the first call on the cache
+        connects and puts the model, the calls after it until that worked
+        try again. Raises k3cache.Error while the daemon cannot be reached,
+        which the callers take for an outage."""
+        if self.client is None:
+            self.client = k3cache.Client(self.addr)
+        if self.fp is None:
+            self.fp = self.client.put_model(self.model_spec)
+        return self.client
 
     def _failed(self, doing, e):
         """A call on the cache failed; serving goes on without it. Warns on
@@ -83,7 +101,8 @@ class K3CacheConnector:
         """(tokens the cache can provide beyond num_computed_tokens, whether
         they load asynchronously). The cache failing is a miss."""
         try:
-            r = self.client.lookup(self.fp, request.prompt_token_ids, salt=self.salt)
+            client = self._cache()
+            r = client.lookup(self.fp, request.prompt_token_ids, salt=self.salt)
         except k3cache.Error as e:
             self._failed("lookup", e)
             return 0, False
@@ -138,6 +157,7 @@ class K3CacheConnector:
             return self.client.publish(self.fp, req.prompt_token_ids, layers, salt=self.salt,
                                        base_key=base_key, base_rows=base_rows)
         try:
+            self._cache()
             try:
                 key = publish()
             except k3cache.UnknownModelError:

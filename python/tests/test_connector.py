@@ -183,3 +183,38 @@ def test_a_save_refused_too_large_does_not_stop_the_engine(new_daemon, twin_path
     assert c.get_num_new_matched_tokens(more, 0) == (20, False)
     assert len(warnings(caplog)) == 1
     c.close()
+
+
+def test_an_engine_starts_while_the_daemon_is_down(new_daemon, twin_path, caplog):
+    """The daemon is down when the engine starts: the connector is made all
+    the same (before, its constructor connected and put the model, and raised
+    into the engine), serves misses and skips saves with one warning, and
+    uses the cache (the model put then) once the daemon is up."""
+    d = new_daemon("--max-bytes", "64MiB")
+    d.halt()
+    spec = json.load(open(twin_path))
+    names = [f"model.layers.{i}" for i in range(len(spec["layers"]))]
+    c = vllm_connector.K3CacheConnector(spec, names, buffers_for(spec), addr=d.sock)
+    turn1 = vllm_connector.Request("r1", range(6000, 6200))
+    for _ in range(3):
+        assert c.get_num_new_matched_tokens(turn1, 0) == (0, False)
+    assert c.start_load_kv(turn1) is None
+    assert save(c, names, engine_state(spec, 200, 1), turn1) is None
+    w = warnings(caplog)
+    assert len(w) == 1  # one for the outage, not one per call
+    assert d.sock in w[0].getMessage()
+
+    d.start()  # on an empty store: it knows no model until the connector puts it
+    assert c.get_num_new_matched_tokens(turn1, 0) == (0, False)
+    c.start_load_kv(turn1)
+    key1 = save(c, names, engine_state(spec, 200, 1), turn1)
+    assert key1 is not None
+    turn2 = vllm_connector.Request("r2", list(range(6000, 6200)) + list(range(10, 60)))
+    assert c.get_num_new_matched_tokens(turn2, 0) == (200, False)
+    loaded = c.start_load_kv(turn2)
+    for n in names:
+        c.wait_for_layer_load(n)
+    for (a, b), (x, y) in zip(engine_state(spec, 200, 1), loaded):
+        assert a.tobytes() == x.tobytes() and b.tobytes() == y.tobytes()
+    assert len(warnings(caplog)) == 1
+    c.close()
