@@ -515,8 +515,10 @@ struct store_evict_res {
 /* Evicts by exactly one selector. fn (may be NULL) is told each key and the
  * bytes its eviction frees. A dry run reports the same entries, in the same
  * order, with the same bytes, as the real evict would at that moment, by the
- * same code (store/dry.h); on a writable store it first writes the uses
- * held in memory, as any write does, since they order the LRU. */
+ * same code (store/dry.h), and writes nothing: it reads in a read-only
+ * transaction, so a map that is full does not stop it, and takes the uses
+ * held in memory, which the real evict writes first, into the LRU order and
+ * the last uses (--idle) as they would be written, leaving them pending. */
 enum status_code store_evict(struct store *s, const struct store_evict_req *req,
                              void (*fn)(const uint8_t key[STORE_KEY_LEN], uint64_t bytes,
                                         void *ctx),

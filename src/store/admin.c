@@ -250,9 +250,11 @@ static void tally_cb(const uint8_t *key, uint64_t bytes, void *ctx)
 		t->fn(key, bytes, t->ctx);
 }
 
-/* Collects the keys of entries matching the model / idle / all selector. */
+/* Collects the keys of entries matching the model / idle / all selector;
+ * for a dry run (dry), an entry's last use as the uses held in memory would
+ * leave it (dry.h). */
 static int select_keys(struct store *s, MDB_txn *txn, const struct store_evict_req *req,
-                       struct keylist *out)
+                       const struct store_dry *dry, struct keylist *out)
 {
 	MDB_cursor *cur;
 	int rc = mdb_cursor_open(txn, s->entries, &cur);
@@ -273,8 +275,11 @@ static int select_keys(struct store *s, MDB_txn *txn, const struct store_evict_r
 		int pick = req->all;
 		if (req->model)
 			pick = !memcmp(r.fingerprint, req->model, MODEL_FINGERPRINT_LEN);
-		if (req->idle_seconds)
-			pick = now > r.last_used && now - r.last_used > req->idle_seconds;
+		if (req->idle_seconds) {
+			const struct store_dry_move *m = dry ? store_dry_moved(dry, r.key) : NULL;
+			uint64_t last = m ? m->when : r.last_used;
+			pick = now > last && now - last > req->idle_seconds;
+		}
 		if (pick && (rc = keylist_add(out, r.key)) != 0)
 			break;
 	}
@@ -296,24 +301,24 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 		        "evict takes exactly one selector: keys, model, idle, to-size or all");
 	if (s->opt.read_only && !req->dry_run)
 		return status_set(st, STATUS_UNSUPPORTED, "the store is open read-only");
-	/* the uses held in memory decide the LRU order a real evict sees (it
-	 * writes them first): a dry run has them written too, as any write
-	 * would, so that it picks the same entries */
+	/* a dry run evicts by the same code, writing nothing (dry.h), in a
+	 * read-only transaction: it needs no page of the map, so it answers on a
+	 * full one too. The uses held in memory decide the LRU order and the
+	 * last uses a real evict sees (it writes them first): a dry run takes
+	 * them as they would be written, and leaves them pending. */
 	enum status_code code = STATUS_OK;
-	if (req->dry_run && (code = store_flush(s, st)) != STATUS_OK)
-		return code;
+	struct store_dry dry_run = {0}, *dry = req->dry_run ? &dry_run : NULL;
 	MDB_txn *txn;
-	int rc = s->opt.read_only ? mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)
-	                          : store_txn_write(s, &txn);
+	int rc = dry ? mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) : store_txn_write(s, &txn);
 	if (rc)
 		return store_mdb_error(st, rc, "evict");
 	struct store_totals t, before;
-	if ((!s->opt.read_only && !req->dry_run && (rc = store_lru_apply_touches(s, txn)) != 0) ||
-	    (rc = store_totals_get(s, txn, &t)) != 0)
+	rc = dry ? store_lru_dry_touches(s, txn, dry) : store_lru_apply_touches(s, txn);
+	if (rc || (rc = store_totals_get(s, txn, &t)) != 0) {
+		store_dry_free(&dry_run);
 		return store_mdb_error(st, store_txn_end(txn, rc), "evict");
+	}
 	before = t;
-	/* a dry run evicts by the same code, writing nothing (dry.h) */
-	struct store_dry dry_run = {0}, *dry = req->dry_run ? &dry_run : NULL;
 	if (req->to_bytes_set) {
 		struct tally tally = {fn, ctx, 0};
 		rc = store_lru_evict(s, txn, &t, req->to_bytes, dry, tally_cb, &tally,
@@ -325,7 +330,7 @@ enum status_code store_evict(struct store *s, const struct store_evict_req *req,
 			for (uint32_t i = 0; i < req->n_keys && !rc; i++)
 				rc = keylist_add(&keys, req->keys[i]);
 		} else {
-			rc = select_keys(s, txn, req, &keys);
+			rc = select_keys(s, txn, req, dry, &keys);
 		}
 		for (size_t i = 0; i < keys.n && !rc; i++) {
 			uint64_t freed;

@@ -76,6 +76,43 @@ int store_lru_apply_touches(struct store *s, MDB_txn *txn)
 	return rc;
 }
 
+/* By key, the latest use of each entry first. */
+static int touch_cmp(const void *a, const void *b)
+{
+	const struct store_touch *x = a, *y = b;
+	int c = memcmp(x->key, y->key, STORE_KEY_LEN);
+	if (c)
+		return c;
+	return x->seq == y->seq ? 0 : x->seq > y->seq ? -1 : 1;
+}
+
+int store_lru_dry_touches(struct store *s, MDB_txn *txn, struct store_dry *dry)
+{
+	_Static_assert(STORE_KEY_LEN == STORE_DRY_KEY_MAX, "a move is keyed by the entry's key");
+	pthread_mutex_lock(&s->mu);
+	size_t n = s->n_touches;
+	struct store_touch *list = n ? malloc(n * sizeof(*list)) : NULL;
+	if (list)
+		memcpy(list, s->touches, n * sizeof(*list));
+	pthread_mutex_unlock(&s->mu);
+	if (!n)
+		return 0; /* no moves */
+	if (!list)
+		return ENOMEM;
+	qsort(list, n, sizeof(*list), touch_cmp);
+	int rc = store_dry_moves_reserve(dry, n);
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (i && !memcmp(list[i].key, list[i - 1].key, STORE_KEY_LEN))
+			continue; /* an older use of the same entry: the latest decides */
+		struct store_record r;
+		/* as store_lru_apply_touches: an entry gone or damaged stays put */
+		if (store_record_read(s, txn, list[i].key, &r) == 0 && list[i].seq > r.lru_seq)
+			rc = store_dry_move_add(dry, r.key, r.lru_seq, list[i].seq, list[i].when);
+	}
+	free(list);
+	return rc ? rc : store_dry_moves_done(dry);
+}
+
 int store_lru_begin(struct store *s, MDB_txn **txn, struct store_totals *t)
 {
 	*t = (struct store_totals){0};
@@ -144,6 +181,66 @@ int store_lru_evict_key(struct store *s, MDB_txn *txn, const uint8_t *key,
 	return rc;
 }
 
+/* A dry run's walk of the LRU, forward: its rows as the real evict finds
+ * them once it has written the uses held in memory (dry->by_row), so a row
+ * an entry leaves is passed over and the entry is met at its new row. */
+struct dry_walk {
+	MDB_cursor *cur;
+	MDB_cursor_op op;
+	int have, end; /* k: the cursor's row, not yet visited; end: no more */
+	MDB_val k;
+	size_t moved; /* moves visited */
+	unsigned char row[8 + STORE_KEY_LEN];
+};
+
+/* The next row of the walk into *out (valid until the next call); 0,
+ * MDB_NOTFOUND at the end, or an LMDB code. */
+static int dry_next(struct dry_walk *w, const struct store_dry *dry, MDB_val *out)
+{
+	for (;;) {
+		if (!w->have && !w->end) {
+			MDB_val v;
+			int rc = mdb_cursor_get(w->cur, &w->k, &v, w->op);
+			w->op = MDB_NEXT;
+			if (rc && rc != MDB_NOTFOUND)
+				return rc;
+			w->have = !rc;
+			w->end = !!rc;
+		}
+		if (w->moved < dry->n_moves) {
+			const struct store_dry_move *m = dry->by_row[w->moved];
+			store_be64(w->row, m->to);
+			memcpy(w->row + 8, m->key, STORE_KEY_LEN);
+			int c = -1; /* the move's row against the cursor's, as LMDB orders keys */
+			if (w->have) {
+				size_t n = w->k.mv_size;
+				c = memcmp(w->row, w->k.mv_data,
+				           n < sizeof(w->row) ? n : sizeof(w->row));
+				if (!c && n != sizeof(w->row))
+					c = n < sizeof(w->row) ? 1 : -1;
+			}
+			if (c <= 0) {
+				if (c == 0) /* the same row: met once */
+					w->have = 0;
+				w->moved++;
+				*out = (MDB_val){sizeof(w->row), w->row};
+				return 0;
+			}
+		}
+		if (!w->have)
+			return MDB_NOTFOUND;
+		w->have = 0;
+		if (w->k.mv_size == 8 + STORE_KEY_LEN) {
+			const unsigned char *row = w->k.mv_data;
+			const struct store_dry_move *m = store_dry_moved(dry, row + 8);
+			if (m && m->from == store_get_be64(row))
+				continue; /* the entry leaves this row */
+		}
+		*out = w->k;
+		return 0;
+	}
+}
+
 int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, uint64_t target,
                     struct store_dry *dry,
                     void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx), void *ctx,
@@ -155,10 +252,10 @@ int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, 
 		return rc;
 	MDB_val k, v;
 	/* Deleting takes the front row away, so a real eviction always reads the
-	 * first row again; a dry run walks forward. */
-	MDB_cursor_op op = MDB_FIRST;
-	while (totals->bytes > target && (rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
-		op = dry ? MDB_NEXT : MDB_FIRST;
+	 * first row again; a dry run walks forward (dry_next). */
+	struct dry_walk walk = {.cur = cur, .op = MDB_FIRST};
+	while (totals->bytes > target && (rc = dry ? dry_next(&walk, dry, &k)
+	                                           : mdb_cursor_get(cur, &k, &v, MDB_FIRST)) == 0) {
 		if (k.mv_size != 8 + STORE_KEY_LEN) { /* not a row of ours: dropped */
 			if (!dry && (rc = mdb_cursor_del(cur, 0)) != 0)
 				break;

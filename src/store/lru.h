@@ -18,6 +18,12 @@ void store_touch(struct store *s, const uint8_t key[STORE_KEY_LEN], uint64_t hit
 /* Writes pending touches inside txn. */
 int store_lru_apply_touches(struct store *s, MDB_txn *txn);
 
+/* What writing the pending touches would do, worked out in txn (read-only
+ * will do) and writing nothing: each entry they would move in the LRU is
+ * added to dry's moves, with the last use they would give it. Leaves the
+ * touches pending. 0, ENOMEM or an LMDB code. */
+int store_lru_dry_touches(struct store *s, MDB_txn *txn, struct store_dry *dry);
+
 /* Begins a write transaction, writes the pending touches in it and reads
  * the totals: how every write that changes entries starts. On failure the
  * transaction is gone (0 or an LMDB code). */
@@ -42,7 +48,8 @@ int store_lru_evict_key(struct store *s, MDB_txn *txn, const uint8_t *key,
  * until totals->bytes <= target or nothing is left, so that what each
  * eviction frees decides whether another is needed. Reports each to fn.
  * With dry (not NULL), a dry run of it: nothing written, the same entries
- * and bytes reported. Returns an LMDB code. */
+ * and bytes reported, the LRU taken as dry's moves would leave it
+ * (store_lru_dry_touches). Returns an LMDB code. */
 int store_lru_evict(struct store *s, MDB_txn *txn, struct store_totals *totals, uint64_t target,
                     struct store_dry *dry,
                     void (*fn)(const uint8_t *key, uint64_t bytes, void *ctx), void *ctx,

@@ -29,6 +29,7 @@
 #include "prefix.h"
 #include "slots.h"
 #include "store/env.h"
+#include "store/lru.h" /* store_touch */
 #include "storeutil.h"
 
 static void arm(long n)
@@ -480,6 +481,15 @@ static enum status_code op_evict_all(struct fixture *f, long n)
 	return evict(f, &req, n);
 }
 
+/* A dry run, with a use held in memory that it takes into the LRU order
+ * without writing it. */
+static enum status_code op_evict_dry(struct fixture *f, long n)
+{
+	store_touch(f->st, f->base_key, 1);
+	struct store_evict_req req = {.to_bytes_set = 1, .to_bytes = 1, .dry_run = 1};
+	return evict(f, &req, n);
+}
+
 static enum status_code op_verify(struct fixture *f, long n)
 {
 	uint64_t checked = 0, damaged = 0;
@@ -613,6 +623,7 @@ static const struct op ops[] = {
         {"put model again", op_put_model_again, 0},
         {"evict key", op_evict_key, 1},
         {"evict all", op_evict_all, 1},
+        {"evict --to-size --dry-run", op_evict_dry, 0},
         {"verify", op_verify, 0},
         {"stats", op_stats, 0},
         {"salvage", op_salvage, 0},

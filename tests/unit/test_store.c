@@ -1842,21 +1842,36 @@ static void test_blocks_shared_across_turns(void **state)
 	assert_int_equal(stats.logical_bytes, 0);
 }
 
-/* What an eviction reported, entry by entry. */
+/* What an eviction reported, entry by entry (the first EVICT_LOG_KEYS). */
+#define EVICT_LOG_KEYS 32u
 struct evict_log {
-	uint8_t keys[8][STORE_KEY_LEN];
-	uint64_t bytes[8];
+	uint8_t keys[EVICT_LOG_KEYS][STORE_KEY_LEN];
+	uint64_t bytes[EVICT_LOG_KEYS];
 	uint32_t n;
 };
 
 static void evict_log_cb(const uint8_t key[STORE_KEY_LEN], uint64_t bytes, void *ctx)
 {
 	struct evict_log *l = ctx;
-	if (l->n < 8) {
+	if (l->n < EVICT_LOG_KEYS) {
 		memcpy(l->keys[l->n], key, STORE_KEY_LEN);
 		l->bytes[l->n] = bytes;
 	}
 	l->n++;
+}
+
+/* The dry run named the same entries as the real evict, in the same order,
+ * with the same bytes each and in all. */
+static void expect_same_evictions(const struct evict_log *dry, const struct store_evict_res *dres,
+                                  const struct evict_log *real, const struct store_evict_res *rres)
+{
+	assert_int_equal(dres->entries, rres->entries);
+	assert_int_equal(dry->n, real->n);
+	for (uint32_t i = 0; i < real->n && i < EVICT_LOG_KEYS; i++) {
+		assert_memory_equal(dry->keys[i], real->keys[i], STORE_KEY_LEN);
+		assert_int_equal(dry->bytes[i], real->bytes[i]);
+	}
+	assert_int_equal(dres->bytes, rres->bytes);
 }
 
 /* Runs req dry, then for real: the dry run must name the same entries in the
@@ -1877,13 +1892,7 @@ static void expect_dry_as_real(struct fixture *f, struct store_evict_req req, ui
 	assert_int_equal(rres.entries, want);
 	assert_int_equal(real.n, want);
 	assert_int_equal(rres.bytes, before.bytes - after.bytes);
-	assert_int_equal(dres.entries, rres.entries);
-	assert_int_equal(dry.n, real.n);
-	for (uint32_t i = 0; i < real.n && i < 8; i++) {
-		assert_memory_equal(dry.keys[i], real.keys[i], STORE_KEY_LEN);
-		assert_int_equal(dry.bytes[i], real.bytes[i]);
-	}
-	assert_int_equal(dres.bytes, rres.bytes);
+	expect_same_evictions(&dry, &dres, &real, &rres);
 }
 
 /* A dry run reports what the real evict frees: the shared blocks that go
@@ -3320,6 +3329,90 @@ static void test_pinned_map_is_busy_not_wiped(void **state)
 	model_free(big);
 }
 
+/* Small entries' tokens: entry e's 20, then one more (a lookup's). */
+static void full_map_tokens(uint32_t t[21], uint32_t e)
+{
+	seq(t, 20, 1000000 + 100 * e);
+	t[20] = 0;
+}
+
+/* A store whose map is full: a restore in progress pins the pages eviction
+ * frees, and publishes, big then small, are refused for room until not even
+ * a small one fits. There, with uses held in memory that reorder the LRU,
+ * `evict --dry-run` must answer as the real evict then does (once the
+ * restore has ended: while it pins the pages, the real one cannot delete
+ * either), entries, order and bytes, and write nothing. Before, the dry run
+ * first wrote those uses, and failed: "flush: the store's map is full". Then
+ * --idle, whose uses held in memory say which entries were used lately. */
+static void test_evict_dry_run_on_a_full_map(void **state)
+{
+	struct fixture *f = *state;
+	store_close(f->st);
+	assert_int_equal(open_store(f, UINT64_C(1) << 40, 6u << 20), 0);
+	struct k3cache_model *big = storeutil_model("big", 150000); /* ~1.2 MB per entry */
+	assert_int_equal(store_put_model(f->st, big, NULL, NULL), STATUS_OK);
+	assert_int_equal(store_put_model(f->st, f->m, NULL, NULL), STATUS_OK);
+	uint32_t t[21];
+	struct store_publish_res first;
+	seq(t, 20, 1);
+	assert_int_equal(storeutil_publish(f->st, big, "", t, 20, 0, &first), STATUS_OK);
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, first.key, &snap, NULL), STATUS_OK);
+	enum status_code c = STATUS_OK;
+	for (uint32_t e = 1; e < 64 && c == STATUS_OK; e++) {
+		seq(t, 20, 100 * e);
+		c = storeutil_publish(f->st, big, "", t, 20, e, NULL);
+	}
+	assert_int_equal(c, STATUS_BUSY);
+	uint32_t small = 0;
+	for (c = STATUS_OK; c == STATUS_OK && small < 4096; small++) {
+		full_map_tokens(t, small);
+		c = storeutil_publish(f->st, f->m, "", t, 20, small, NULL);
+	}
+	assert_true(c == STATUS_BUSY || c == STATUS_FULL);
+	/* uses held in memory: the small entries, newest first, which turns
+	 * their LRU order round */
+	uint32_t hit = 0;
+	for (uint32_t e = small; e-- > 0;) {
+		full_map_tokens(t, e);
+		hit += storeutil_lookup(f->st, f->m, "", t, 21, 0, NULL) == 20;
+	}
+	assert_true(hit >= 4);
+	struct store_stats before, after;
+	store_get_stats(f->st, &before, NULL);
+	struct store_evict_req req = {
+	        .to_bytes_set = 1, .to_bytes = before.bytes / 2, .dry_run = 1};
+	struct evict_log dry = {0}, real = {0};
+	struct store_evict_res dres, rres;
+	struct status st = {0};
+	if (store_evict(f->st, &req, evict_log_cb, &dry, &dres, &st) != STATUS_OK)
+		fail_msg("evict --to-size --dry-run on a full map: %s", st.message);
+	store_get_stats(f->st, &after, NULL);
+	assert_int_equal(after.entries, before.entries);
+	assert_int_equal(after.bytes, before.bytes);
+	assert_int_equal(after.map_used_pages, before.map_used_pages);
+	assert_int_equal(after.free_pages, before.free_pages);
+	store_snapshot_release(snap);
+	req.dry_run = 0;
+	assert_int_equal(store_evict(f->st, &req, evict_log_cb, &real, &rres, &st), STATUS_OK);
+	store_get_stats(f->st, &after, NULL);
+	assert_true(rres.entries >= 2);
+	assert_int_equal(rres.bytes, before.bytes - after.bytes);
+	expect_same_evictions(&dry, &dres, &real, &rres);
+
+	/* --idle: one entry used a moment ago, held in memory, the rest long
+	 * before: a dry run names all but that one, as the real evict does */
+	fake_now += 1000;
+	uint32_t e = 0;
+	for (full_map_tokens(t, e); storeutil_lookup(f->st, f->m, "", t, 21, 0, NULL) != 20;)
+		full_map_tokens(t, ++e);
+	fake_now += 10;
+	expect_dry_as_real(f, (struct store_evict_req){.idle_seconds = 60},
+	                   (uint32_t)after.entries - 1);
+	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 21, 0, NULL), 20);
+	model_free(big);
+}
+
 /* A batch larger than the capacity is published one by one, and the store
  * stays within its capacity. */
 static void test_batch_over_capacity(void **state)
@@ -3535,6 +3628,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_blocks_shared_across_turns, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_evict_dry_run_counts_shared_blocks, setup,
 	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_evict_dry_run_on_a_full_map, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_v1_store_upgraded, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_blocks_mismatch_kept_private, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_staged_blocks_shared_across_turns, setup,
