@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "chunks.h"
 #include "entry.h"
@@ -344,6 +345,42 @@ int store_lru_room_for(struct store *s, uint64_t need, uint32_t *evicted)
 	return store_lru_make_room(s, staged + need, evicted, 0);
 }
 
+/* Counts the reader table's lines (mdb_reader_list: "pid thread txnid",
+ * txnid "-" for a slot not reading) of other processes that are reading. */
+struct readers {
+	int self, n;
+};
+
+static int count_reader(const char *msg, void *ctx)
+{
+	struct readers *r = ctx;
+	char *end;
+	long pid = strtol(msg, &end, 10);
+	if (end == msg) /* the heading, or "(no active readers)" */
+		return 0;
+	const char *thread = end;
+	(void)strtoull(thread, &end, 16);
+	const char *p = end;
+	while (*p == ' ')
+		p++;
+	if (end != thread && *p >= '0' && *p <= '9' && pid != r->self) /* txnid, not "-" */
+		r->n++;
+	return 0;
+}
+
+int store_lru_other_readers(struct store *s)
+{
+	int dead = 0;
+	mdb_reader_check(s->env, &dead); /* a dead process's slot pins nothing */
+	struct readers r = {(int)getpid(), 0};
+	return mdb_reader_list(s->env, count_reader, &r) < 0 ? 0 : r.n;
+}
+
+int store_lru_pinned(struct store *s)
+{
+	return atomic_load(&s->open_snapshots) > 0 || store_lru_other_readers(s) > 0;
+}
+
 int store_lru_write(struct store *s, uint64_t need, int (*op)(struct store *s, void *ctx),
                     void *ctx, uint32_t *evicted)
 {
@@ -352,23 +389,41 @@ int store_lru_write(struct store *s, uint64_t need, int (*op)(struct store *s, v
 		if (rc != MDB_MAP_FULL || tries >= STORE_MAP_FULL_TRIES)
 			return rc;
 		atomic_fetch_add(&s->map_full_retries, 1);
-		/* Pages freed while a restore's read transaction is open stay pinned
-		 * until it ends: evicting more would empty the store and still not
-		 * make room. Say BUSY; the caller retries. */
-		if (tries > 0 && atomic_load(&s->open_snapshots) > 0)
+		/* Pages freed while a read transaction is open (a restore here, a
+		 * direct reader's view elsewhere) stay pinned until it ends:
+		 * evicting more would empty the store and still not make room. Say
+		 * BUSY; the caller retries. */
+		if (tries > 0 && store_lru_pinned(s))
 			return STORE_MAP_PINNED;
 		if ((rc = store_lru_make_room(s, need, evicted, 1)) != 0)
 			return rc;
 	}
 }
 
+/* Whether the store has an entry (1 when it cannot be read: not empty as
+ * far as is known). */
+static int entries_left(struct store *s)
+{
+	MDB_txn *txn;
+	MDB_stat ms;
+	if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
+		return 1;
+	int rc = mdb_stat(txn, s->entries, &ms);
+	mdb_txn_abort(txn);
+	return rc != 0 || ms.ms_entries > 0;
+}
+
 enum status_code store_lru_write_status(struct store *s, int rc, struct status *st)
 {
-	if (rc == STORE_MAP_PINNED)
+	/* MAP_FULL with entries left: eviction's own write found no page, as
+	 * readers hold the pages it freed before */
+	if (rc == STORE_MAP_PINNED || (rc == MDB_MAP_FULL && entries_left(s)))
 		return status_set(st, STATUS_BUSY,
-		                  "publish: the store's map is full and %d restore(s) in progress "
-		                  "pin the pages eviction would free; retry shortly",
-		                  (int)atomic_load(&s->open_snapshots));
+		                  "publish: the store's map is full, and readers pin the pages "
+		                  "eviction would free (%d restore(s) in progress here, %d "
+		                  "reader(s) in other processes, such as direct readers' views); "
+		                  "retry shortly",
+		                  (int)atomic_load(&s->open_snapshots), store_lru_other_readers(s));
 	if (rc == MDB_MAP_FULL)
 		return status_set(st, STATUS_FULL,
 		                  "publish: the store is full and nothing is left to evict");

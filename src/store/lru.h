@@ -63,13 +63,24 @@ int store_lru_make_room(struct store *s, uint64_t need, uint32_t *evicted, int f
  * entries and every staged publish's chunks so far. */
 int store_lru_room_for(struct store *s, uint64_t need, uint32_t *evicted);
 
+/* How many reader slots of other processes hold a read transaction now
+ * (dead processes' slots cleared first): each pins the pages freed after its
+ * snapshot, as a direct reader's view does. */
+int store_lru_other_readers(struct store *s);
+
+/* Whether read transactions pin pages that eviction would free: restores
+ * in progress in this process, or readers in others. */
+int store_lru_pinned(struct store *s);
+
 /* Runs op (a write transaction of its own) until it succeeds; after
  * MDB_MAP_FULL, evicts `need` bytes and tries again. STORE_MAP_PINNED when
- * the pages eviction frees stay pinned by restores in progress. */
+ * the pages eviction frees stay pinned by readers (store_lru_pinned). */
 int store_lru_write(struct store *s, uint64_t need, int (*op)(struct store *s, void *ctx),
                     void *ctx, uint32_t *evicted);
 
-/* The status of a failed write: STORE_MAP_PINNED is BUSY, MDB_MAP_FULL FULL,
+/* The status of a failed write: STORE_MAP_PINNED is BUSY, and so is
+ * MDB_MAP_FULL while entries are left (eviction's own write found no page);
+ * MDB_MAP_FULL on an empty store is FULL,
  * and so is a disk that refuses the write (ENOSPC, EDQUOT, or EIO with under
  * 64 MiB free), with the free space named. */
 enum status_code store_lru_write_status(struct store *s, int rc, struct status *st);

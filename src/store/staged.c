@@ -791,7 +791,7 @@ enum status_code store_stage_begin(struct store *s, const struct store_publish_r
 		if (rc != MDB_MAP_FULL || tries >= STORE_MAP_FULL_TRIES)
 			break;
 		atomic_fetch_add(&s->map_full_retries, 1);
-		if (tries > 0 && atomic_load(&s->open_snapshots) > 0) {
+		if (tries > 0 && store_lru_pinned(s)) {
 			rc = STORE_MAP_PINNED;
 			break;
 		}

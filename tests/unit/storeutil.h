@@ -140,22 +140,33 @@ static inline void storeutil_rmdir(char *dir)
 	free(dir);
 }
 
+/* Publishes a snapshot of tokens[0..p) (seed = seed). Returns the status
+ * code, and its message in *status. */
+static inline enum status_code storeutil_publish_st(struct store *st, const struct k3cache_model *m,
+                                                    const char *salt, const uint32_t *tokens,
+                                                    uint32_t p, uint32_t seed,
+                                                    struct store_publish_res *res,
+                                                    struct status *status)
+{
+	struct storeutil_snap s = storeutil_snap(m, p, seed);
+	struct store_publish_req req = {m->fingerprint, salt, strlen(salt), tokens, p,
+	                                s.blobs,        s.n};
+	struct store_publish_res local;
+	enum status_code code = store_publish(st, &req, res ? res : &local, status);
+	if (code != STATUS_OK)
+		fprintf(stderr, "publish: %s\n", status->message);
+	storeutil_snap_free(&s);
+	return code;
+}
+
 /* Publishes a snapshot of tokens[0..p) (seed = seed). Returns the status code. */
 static inline enum status_code storeutil_publish(struct store *st, const struct k3cache_model *m,
                                                  const char *salt, const uint32_t *tokens,
                                                  uint32_t p, uint32_t seed,
                                                  struct store_publish_res *res)
 {
-	struct storeutil_snap s = storeutil_snap(m, p, seed);
-	struct store_publish_req req = {m->fingerprint, salt, strlen(salt), tokens, p,
-	                                s.blobs,        s.n};
-	struct store_publish_res local;
 	struct status status;
-	enum status_code code = store_publish(st, &req, res ? res : &local, &status);
-	if (code != STATUS_OK)
-		fprintf(stderr, "publish: %s\n", status.message);
-	storeutil_snap_free(&s);
-	return code;
+	return storeutil_publish_st(st, m, salt, tokens, p, seed, res, &status);
 }
 
 static inline uint32_t storeutil_lookup(struct store *st, const struct k3cache_model *m,

@@ -3336,6 +3336,44 @@ static void full_map_tokens(uint32_t t[21], uint32_t e)
 	t[20] = 0;
 }
 
+/* A fresh store of a 6 MiB map with the models "big" (returned, ~1.2 MB an
+ * entry) and f->m, and big's first entry (tokens 1..20) published: *first. */
+static struct k3cache_model *small_map_store(struct fixture *f, struct store_publish_res *first)
+{
+	store_close(f->st);
+	storeutil_rmdir(f->dir);
+	f->dir = storeutil_tmpdir();
+	assert_int_equal(open_store(f, UINT64_C(1) << 40, 6u << 20), 0);
+	struct k3cache_model *big = storeutil_model("big", 150000);
+	assert_int_equal(store_put_model(f->st, big, NULL, NULL), STATUS_OK);
+	assert_int_equal(store_put_model(f->st, f->m, NULL, NULL), STATUS_OK);
+	uint32_t t[20];
+	seq(t, 20, 1);
+	assert_int_equal(storeutil_publish(f->st, big, "", t, 20, 0, first), STATUS_OK);
+	return big;
+}
+
+/* Fills the small map of small_map_store while readers hold the pages
+ * eviction would free, until not even a small publish fits: big entries,
+ * then small ones (full_map_tokens, *small of them tried). The last
+ * publish's code, its message in *st. */
+static enum status_code fill_pinned_map(struct fixture *f, const struct k3cache_model *big,
+                                        uint32_t *small, struct status *st)
+{
+	uint32_t t[21];
+	enum status_code c = STATUS_OK;
+	for (uint32_t e = 1; e < 64 && c == STATUS_OK; e++) {
+		seq(t, 20, 100 * e);
+		c = storeutil_publish_st(f->st, big, "", t, 20, e, NULL, st);
+	}
+	c = STATUS_OK;
+	for (*small = 0; c == STATUS_OK && *small < 4096; (*small)++) {
+		full_map_tokens(t, *small);
+		c = storeutil_publish_st(f->st, f->m, "", t, 20, *small, NULL, st);
+	}
+	return c;
+}
+
 /* A store whose map is full: a restore in progress pins the pages eviction
  * frees, and publishes, big then small, are refused for room until not even
  * a small one fits. There, with uses held in memory that reorder the LRU,
@@ -3347,29 +3385,14 @@ static void full_map_tokens(uint32_t t[21], uint32_t e)
 static void test_evict_dry_run_on_a_full_map(void **state)
 {
 	struct fixture *f = *state;
-	store_close(f->st);
-	assert_int_equal(open_store(f, UINT64_C(1) << 40, 6u << 20), 0);
-	struct k3cache_model *big = storeutil_model("big", 150000); /* ~1.2 MB per entry */
-	assert_int_equal(store_put_model(f->st, big, NULL, NULL), STATUS_OK);
-	assert_int_equal(store_put_model(f->st, f->m, NULL, NULL), STATUS_OK);
 	uint32_t t[21];
 	struct store_publish_res first;
-	seq(t, 20, 1);
-	assert_int_equal(storeutil_publish(f->st, big, "", t, 20, 0, &first), STATUS_OK);
+	struct k3cache_model *big = small_map_store(f, &first);
 	struct store_snapshot *snap;
 	assert_int_equal(store_restore(f->st, first.key, &snap, NULL), STATUS_OK);
-	enum status_code c = STATUS_OK;
-	for (uint32_t e = 1; e < 64 && c == STATUS_OK; e++) {
-		seq(t, 20, 100 * e);
-		c = storeutil_publish(f->st, big, "", t, 20, e, NULL);
-	}
-	assert_int_equal(c, STATUS_BUSY);
-	uint32_t small = 0;
-	for (c = STATUS_OK; c == STATUS_OK && small < 4096; small++) {
-		full_map_tokens(t, small);
-		c = storeutil_publish(f->st, f->m, "", t, 20, small, NULL);
-	}
-	assert_true(c == STATUS_BUSY || c == STATUS_FULL);
+	uint32_t small;
+	struct status fst;
+	assert_int_equal(fill_pinned_map(f, big, &small, &fst), STATUS_BUSY);
 	/* uses held in memory: the small entries, newest first, which turns
 	 * their LRU order round */
 	uint32_t hit = 0;
@@ -3411,6 +3434,72 @@ static void test_evict_dry_run_on_a_full_map(void **state)
 	                   (uint32_t)after.entries - 1);
 	assert_int_equal(storeutil_lookup(f->st, f->m, "", t, 21, 0, NULL), 20);
 	model_free(big);
+}
+
+/* A publish refused because readers pin the pages eviction would free says
+ * so and is BUSY (retry), whether the reader is a restore of this process
+ * or one in another process (a direct reader's view): entries are still
+ * there to evict. Before, once eviction's own write failed for want of
+ * pages, it said FULL, "the store is full and nothing is left to evict". */
+static void test_publish_refused_by_pinned_map_says_so(void **state)
+{
+	struct fixture *f = *state;
+	for (int other = 0; other < 2; other++) {
+		struct store_publish_res first;
+		struct k3cache_model *big = small_map_store(f, &first);
+		struct store_snapshot *snap = NULL;
+		int to_child[2], from_child[2];
+		pid_t pid = -1;
+		if (!other) {
+			assert_int_equal(store_restore(f->st, first.key, &snap, NULL), STATUS_OK);
+		} else { /* a reader of its own environment, as a direct reader is */
+			assert_int_equal(pipe(to_child), 0);
+			assert_int_equal(pipe(from_child), 0);
+			pid = fork();
+			assert_true(pid >= 0);
+			if (pid == 0) {
+				struct store *ro;
+				struct store_options o = {.read_only = 1};
+				struct status s;
+				char c = 'x';
+				close(to_child[1]);
+				if (store_open(f->dir, &o, &ro, &s) != STATUS_OK ||
+				    store_restore(ro, first.key, &snap, &s) != STATUS_OK)
+					c = 'e';
+				if (write(from_child[1], &c, 1) != 1 ||
+				    read(to_child[0], &c, 1) < 0)
+					_exit(2);
+				_exit(0); /* holding the snapshot to the end */
+			}
+			char c = 0;
+			close(to_child[0]);
+			assert_int_equal(read(from_child[0], &c, 1), 1);
+			assert_int_equal(c, 'x');
+		}
+		struct status st = {0};
+		uint32_t small;
+		enum status_code c = fill_pinned_map(f, big, &small, &st);
+		struct store_stats stats;
+		store_get_stats(f->st, &stats, NULL);
+		if (snap)
+			store_snapshot_release(snap);
+		if (pid > 0) {
+			close(to_child[1]);
+			int ws;
+			assert_int_equal(waitpid(pid, &ws, 0), pid);
+			close(from_child[0]);
+			close(from_child[1]);
+		}
+		if (c != STATUS_BUSY || !strstr(st.message, "pin") ||
+		    strstr(st.message, "nothing is left"))
+			fail_msg("%s: %s: %s", other ? "a reader in another process" : "a restore",
+			         status_code_name(c), st.message);
+		if (stats.entries < 2) /* evicting more would not have made room */
+			fail_msg("%s: the store was emptied trying (%llu entries left)",
+			         other ? "a reader in another process" : "a restore",
+			         (unsigned long long)stats.entries);
+		model_free(big);
+	}
 }
 
 /* A batch larger than the capacity is published one by one, and the store
@@ -3629,6 +3718,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_evict_dry_run_counts_shared_blocks, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_evict_dry_run_on_a_full_map, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_publish_refused_by_pinned_map_says_so, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_v1_store_upgraded, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_blocks_mismatch_kept_private, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_staged_blocks_shared_across_turns, setup,
