@@ -42,6 +42,7 @@ struct node {
 	unsigned gen;       /* bumped when the entry is reused for another address */
 	int timeout_ms;     /* the socket's timeouts now (shortened near a deadline) */
 	struct trip trip;   /* cluster_pipeline's round on it */
+	struct cluster_reply_budget budget; /* the reply being read: its objects' memory */
 };
 
 struct cluster_router {
@@ -344,17 +345,29 @@ static int wait_readable(struct cluster_router *r, struct node *n, const char *w
 
 /* The next reply on n's connection, whole within trip t, and refused once
  * it has read more than max bytes (a peer may announce a string of any
- * length, or an array of many, and hiredis keeps all of it); NULL after the
- * node's failure is recorded. Its commands must have been written
- * (flush_node). */
+ * length, or an array of many, and hiredis keeps all of it), or once its
+ * objects would take more than max bytes (an array of small elements takes
+ * 18 times its bytes: a redisReply each); NULL after the node's failure is
+ * recorded. Its commands must have been written (flush_node), and no reply
+ * be begun (a failed one closes the connection). */
 static redisReply *read_reply(struct cluster_router *r, struct node *n, const char *what,
                               struct trip *t, size_t max)
 {
 	redisContext *c = n->ctx;
 	uint64_t fed = 0; /* bytes read while this reply was incomplete */
+	n->budget.left = max < SIZE_MAX - READ_SLACK ? max + READ_SLACK : SIZE_MAX;
+	n->budget.over = 0;
 	for (;;) {
 		void *rep = NULL;
 		if (redisGetReplyFromReader(c, &rep) != REDIS_OK) {
+			if (n->budget.over) {
+				char reason[120];
+				snprintf(reason, sizeof(reason),
+				         "reply refused: its objects take more than %zu bytes",
+				         max);
+				node_fail(r, n, what, reason, 0);
+				return NULL;
+			}
 			node_io_fail(r, n, what, 0);
 			return NULL;
 		}
@@ -457,7 +470,7 @@ static redisContext *node_ready(struct cluster_router *r, int idx)
 		return NULL;
 	}
 	n->timeout_ms = r->command_ms;
-	cluster_reader_bound(n->ctx->reader);
+	cluster_reader_charge(n->ctx->reader, &n->budget); /* (entries never move) */
 	if (r->password) {
 		const char *argv[3] = {"AUTH", r->user, r->password};
 		size_t lens[3] = {4, r->user ? strlen(r->user) : 0, strlen(r->password)};

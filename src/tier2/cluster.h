@@ -22,7 +22,10 @@
  *   time within the timeout ends at about it). Each system call's socket
  *   timeout is cut to what is left. A reply is refused once it has read more than its command's
  *   max_reply bytes (the router's max_reply_bytes otherwise), an array's
- *   elements included.
+ *   elements included, or once the objects hiredis makes of it would take
+ *   more than that (cluster_reader_charge: an array of small elements takes
+ *   18 times its bytes, ":1\r\n" a redisReply and a slot of its array, 72),
+ *   each give or take 64 KiB (hiredis reads 16 KiB a call).
  *   A timeout or a refused reply is the node's failure, never a hang. Host
  *   names are resolved by the system resolver, which has no deadline here.
  * - A command for a slot the map gives no master fails at once, and makes the
@@ -169,6 +172,25 @@ redisReader *cluster_reader_new(void);
 
 /* Makes an existing hiredis reader (a redisContext's) refuse the same. */
 void cluster_reader_bound(redisReader *reader);
+
+/* What a reply's objects cost, in bytes, against a budget: each of them
+ * (a string, integer, nil or array) a redisReply with malloc's overhead, a
+ * string its bytes and NUL besides, an array a pointer per element. */
+#define CLUSTER_REPLY_OBJECT_COST (sizeof(redisReply) + 2 * sizeof(void *))
+
+/* The memory the objects of one reply may take: left counts down; over is
+ * set once an object was refused for want of it. */
+struct cluster_reply_budget {
+	size_t left;
+	int over;
+};
+
+/* Bounds reader (cluster_reader_bound) and charges the objects of the
+ * replies it builds to *budget (NULL: to none) from the next reply on: an
+ * object that would cost more than is left fails the reply as an array too
+ * long does ("Out of memory", over set). The caller refills budget before
+ * each reply; it must outlive the reader's use or be unset. */
+void cluster_reader_charge(redisReader *reader, struct cluster_reply_budget *budget);
 
 /* ---- the router ---- */
 

@@ -539,17 +539,56 @@ int cluster_redirect_parse(const char *str, size_t len, const char *asked_host,
 	return 1;
 }
 
-/* hiredis's own reply builders, with arrays bounded: hiredis allocates an
- * array of whatever count a peer announces before any element arrives. */
+/* hiredis's own reply builders, with arrays bounded (hiredis allocates an
+ * array of whatever count a peer announces before any element arrives) and
+ * each object charged to the reply's budget, when the reader has one (its
+ * privdata, which hiredis hands every task of a reply). */
 static const redisReplyObjectFunctions *default_fns;
 static redisReplyObjectFunctions bounded_fns;
 static pthread_once_t fns_once = PTHREAD_ONCE_INIT;
+
+/* 0 when task's reply may take cost bytes more (charged), -1 when not. */
+static int charge(const redisReadTask *task, size_t cost)
+{
+	struct cluster_reply_budget *b = task->privdata;
+	if (!b)
+		return 0;
+	if (b->over || cost > b->left) {
+		b->over = 1;
+		return -1;
+	}
+	b->left -= cost;
+	return 0;
+}
 
 static void *bounded_array(const redisReadTask *task, int elements)
 {
 	if (elements < 0 || elements > CLUSTER_REPLY_MAX_ELEMENTS)
 		return NULL; /* the reader fails the reply */
+	if (charge(task, CLUSTER_REPLY_OBJECT_COST + (size_t)elements * sizeof(redisReply *)))
+		return NULL;
 	return default_fns->createArray(task, elements);
+}
+
+static void *bounded_string(const redisReadTask *task, char *str, size_t len)
+{
+	if (charge(task, CLUSTER_REPLY_OBJECT_COST + len + 1))
+		return NULL;
+	return default_fns->createString(task, str, len);
+}
+
+static void *bounded_integer(const redisReadTask *task, long long value)
+{
+	if (charge(task, CLUSTER_REPLY_OBJECT_COST))
+		return NULL;
+	return default_fns->createInteger(task, value);
+}
+
+static void *bounded_nil(const redisReadTask *task)
+{
+	if (charge(task, CLUSTER_REPLY_OBJECT_COST))
+		return NULL;
+	return default_fns->createNil(task);
 }
 
 static void fns_init(void)
@@ -562,6 +601,9 @@ static void fns_init(void)
 	if (default_fns) {
 		bounded_fns = *default_fns;
 		bounded_fns.createArray = bounded_array;
+		bounded_fns.createString = bounded_string;
+		bounded_fns.createInteger = bounded_integer;
+		bounded_fns.createNil = bounded_nil;
 	}
 }
 
@@ -570,6 +612,13 @@ void cluster_reader_bound(redisReader *reader)
 	pthread_once(&fns_once, fns_init);
 	if (reader && default_fns && reader->fn == default_fns)
 		reader->fn = &bounded_fns;
+}
+
+void cluster_reader_charge(redisReader *reader, struct cluster_reply_budget *budget)
+{
+	cluster_reader_bound(reader);
+	if (reader)
+		reader->privdata = budget;
 }
 
 redisReader *cluster_reader_new(void)

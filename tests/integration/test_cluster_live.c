@@ -2,6 +2,7 @@
  * here (tests/integration/clusterutil.h), and against fake nodes that answer
  * with a huge array or not at all. Without redis-server and redis-cli on
  * PATH, the real-cluster part is skipped (exit 77). */
+#include <malloc.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1088,7 +1089,9 @@ static void test_fake_slow_link_goes_through(void **state)
 
 /* The bound on a reply covers an array's elements too: hiredis moves past
  * each element as it is whole, so a bound on what it holds let a peer answer
- * a chunk's GET with any number of elements each under the bound. */
+ * a chunk's GET with any number of elements each under the bound. (The
+ * strings it has made count against the bound too, so either count may
+ * refuse the reply first.) */
 static void test_fake_long_array_refused(void **state)
 {
 	(void)state;
@@ -1119,8 +1122,88 @@ static void test_fake_long_array_refused(void **state)
 	struct cluster_cmd c = {"k", 1, 2, argv, lens, NULL, (1 << 20) + 64};
 	assert_int_equal(cluster_pipeline(r, &c, 1), 1); /* 2.5 MiB against 1 MiB */
 	assert_null(c.reply);
-	if (!strstr(cluster_error(r), "reply refused: longer than 1048640 bytes"))
+	if (!strstr(cluster_error(r), "reply refused: ") ||
+	    !strstr(cluster_error(r), " than 1048640 bytes"))
 		fail_msg("\"%s\" does not say the reply was too long", cluster_error(r));
+	cluster_router_free(r);
+	fake_stop(&f);
+	free(arr);
+}
+
+/* The process's resident memory now and at its peak since the peak was
+ * last reset (/proc/self/clear_refs), in bytes; 0 when unknown. */
+static size_t vm_kib(const char *field)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	size_t kib = 0, n = strlen(field);
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, n) && line[n] == ':')
+			kib = strtoull(line + n + 1, NULL, 10);
+	if (f)
+		fclose(f);
+	return kib << 10;
+}
+
+/* Resets the peak (VmHWM) to the resident memory now: 0, or -1 when the
+ * system does not let it. */
+static int peak_reset(void)
+{
+	malloc_trim(0); /* free memory given back, not reused unseen */
+	FILE *f = fopen("/proc/self/clear_refs", "w");
+	if (!f)
+		return -1;
+	int ok = fputs("5", f) >= 0;
+	return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* A reply of small elements (arrays of integers, 4 bytes each on the wire)
+ * is refused for the memory its objects take, not only for its bytes:
+ * hiredis makes a redisReply (48 bytes, 64 with malloc's) and an array slot
+ * for each, so a peer within a 1 MiB bound of bytes made the router hold
+ * some 20 MiB (at the 64 MiB default, over 1 GiB). */
+static void test_fake_small_elements_bounded_in_memory(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_listen(&f);
+	char full[160];
+	one_node_map(full, sizeof(full), f.port);
+	enum { OUTER = 2048, INNER = 512 }; /* 1 M integers, 4 MiB on the wire */
+	size_t cap = 16 + (size_t)OUTER * (16 + INNER * 4);
+	char *arr = malloc(cap);
+	size_t at = (size_t)snprintf(arr, cap, "*%d\r\n", OUTER);
+	for (int i = 0; i < OUTER; i++) {
+		at += (size_t)snprintf(arr + at, cap - at, "*%d\r\n", INNER);
+		for (int j = 0; j < INNER; j++, at += 4)
+			memcpy(arr + at, ":1\r\n", 4);
+	}
+	arr[at] = '\0';
+	const char *script[] = {full, arr};
+	f.script = script;
+	f.n_script = 2;
+	fake_go(&f);
+	enum { BOUND = 1 << 20 };
+	struct cluster_options o = {.command_timeout_ms = 2000, .max_reply_bytes = BOUND};
+	struct cluster_router *r = router_at(f.port, &o);
+	assert_int_equal(cluster_refresh(r), 0);
+	const char *argv[] = {"GET", "k"};
+	const size_t lens[] = {3, 1};
+	redisReply *rep = NULL;
+	int measured = peak_reset() == 0;
+	size_t before = vm_kib("VmRSS");
+	assert_int_equal(cluster_command_argv(r, "k", 1, 2, argv, lens, &rep), -1);
+	size_t grew = vm_kib("VmHWM") - before;
+	assert_null(rep);
+	print_message("1 M integers against a 1 MiB bound: the peak grew %zu KiB: %s\n", grew >> 10,
+	              cluster_error(r));
+	if (measured && grew > (size_t)4 * BOUND)
+		fail_msg("the router's memory grew %zu KiB for a reply bound to %d KiB", grew >> 10,
+		         BOUND >> 10);
+	if (!strstr(cluster_error(r), "reply refused: its objects take more than 1048576 bytes"))
+		fail_msg("\"%s\" does not say the reply's objects were refused", cluster_error(r));
+	if (!measured)
+		print_message("(the peak could not be reset: memory not checked)\n");
 	cluster_router_free(r);
 	fake_stop(&f);
 	free(arr);
@@ -1279,6 +1362,7 @@ int main(void)
 	        cmocka_unit_test(test_fake_silent_node_spares_the_other),
 	        cmocka_unit_test(test_fake_slow_link_goes_through),
 	        cmocka_unit_test(test_fake_long_array_refused),
+	        cmocka_unit_test(test_fake_small_elements_bounded_in_memory),
 	        cmocka_unit_test(test_fake_pipeline_follows_moved_to_unknown_endpoint),
 	        cmocka_unit_test(test_fake_masters_of_a_partial_map_read_again),
 	        cmocka_unit_test(test_fake_silence_after_taking_the_bytes),

@@ -497,6 +497,53 @@ static void test_bounded_reader(void **state)
 	redisReaderFree(rd);
 }
 
+/* A reader charging its replies' objects to a budget: a reply that costs
+ * what is left is read, a byte less fails it (over set), and the budget,
+ * refilled, serves the next reply. */
+static void test_reader_charged(void **state)
+{
+	(void)state;
+	static const char three[] = "*3\r\n:1\r\n$2\r\nab\r\n$-1\r\n";
+	/* the array and its 3 slots, an integer, "ab" and its NUL, a nil */
+	size_t cost = 4 * CLUSTER_REPLY_OBJECT_COST + 3 * sizeof(redisReply *) + 3;
+	struct cluster_reply_budget b = {cost, 0};
+	redisReader *rd = cluster_reader_new();
+	assert_non_null(rd);
+	cluster_reader_charge(rd, &b);
+	void *rep = NULL;
+	assert_int_equal(redisReaderFeed(rd, three, strlen(three)), REDIS_OK);
+	assert_int_equal(redisReaderGetReply(rd, &rep), REDIS_OK);
+	assert_non_null(rep);
+	assert_int_equal(((redisReply *)rep)->elements, 3);
+	freeReplyObject(rep);
+	assert_int_equal(b.left, 0);
+	assert_int_equal(b.over, 0);
+	b = (struct cluster_reply_budget){cost - 1, 0};
+	assert_int_equal(redisReaderFeed(rd, three, strlen(three)), REDIS_OK);
+	assert_int_equal(redisReaderGetReply(rd, &rep), REDIS_ERR);
+	assert_null(rep);
+	assert_int_equal(b.over, 1);
+	redisReaderFree(rd);
+	/* an array's slots are charged when it is announced */
+	char buf[64];
+	snprintf(buf, sizeof(buf), "*%d\r\n", 1000);
+	b = (struct cluster_reply_budget){1000 * sizeof(redisReply *), 0};
+	rd = cluster_reader_new();
+	cluster_reader_charge(rd, &b);
+	assert_int_equal(redisReaderFeed(rd, buf, strlen(buf)), REDIS_OK);
+	assert_int_equal(redisReaderGetReply(rd, &rep), REDIS_ERR);
+	assert_int_equal(b.over, 1);
+	redisReaderFree(rd);
+	/* no budget: nothing charged */
+	rd = cluster_reader_new();
+	cluster_reader_charge(rd, NULL);
+	assert_int_equal(redisReaderFeed(rd, three, strlen(three)), REDIS_OK);
+	assert_int_equal(redisReaderGetReply(rd, &rep), REDIS_OK);
+	assert_non_null(rep);
+	freeReplyObject(rep);
+	redisReaderFree(rd);
+}
+
 /* A SCAN reply from bytes must be refused with a message containing want. */
 static void scan_refused(const char *bytes, size_t len, const char *want)
 {
@@ -615,11 +662,11 @@ static void test_router_refusals(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_key_slot),       cmocka_unit_test(test_map_recorded),
-	        cmocka_unit_test(test_map_refusals),   cmocka_unit_test(test_map_masters_bound),
-	        cmocka_unit_test(test_redirect),       cmocka_unit_test(test_seeds),
-	        cmocka_unit_test(test_bounded_reader), cmocka_unit_test(test_router_refusals),
-	        cmocka_unit_test(test_scan_reply),
+	        cmocka_unit_test(test_key_slot),        cmocka_unit_test(test_map_recorded),
+	        cmocka_unit_test(test_map_refusals),    cmocka_unit_test(test_map_masters_bound),
+	        cmocka_unit_test(test_redirect),        cmocka_unit_test(test_seeds),
+	        cmocka_unit_test(test_bounded_reader),  cmocka_unit_test(test_reader_charged),
+	        cmocka_unit_test(test_router_refusals), cmocka_unit_test(test_scan_reply),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
