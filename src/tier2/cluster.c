@@ -765,11 +765,11 @@ static int follow(struct cluster_router *r, const struct node *from, const char 
 	return i;
 }
 
-/* A reply from node `from`: 1 when it is final (kept in *reply), 0 when it
- * redirected the command to *target, -1 on failure (message set). Frees a
- * redirection's reply. */
-static int judge(struct cluster_router *r, struct node *from, const char *name, redisReply *rep,
-                 int can_refresh, int *target, int *asking)
+/* A reply from node `from` to a command for slot: 1 when it is final (kept
+ * in *reply), 0 when it redirected the command to *target, -1 on failure
+ * (message set). Frees a redirection's reply. */
+static int judge(struct cluster_router *r, struct node *from, const char *name, unsigned slot,
+                 redisReply *rep, int can_refresh, int *target, int *asking)
 {
 	node_ok(from);
 	if (rep->type != REDIS_REPLY_ERROR)
@@ -792,6 +792,17 @@ static int judge(struct cluster_router *r, struct node *from, const char *name, 
 	freeReplyObject(rep);
 	if (rc < 0) {
 		seterr(r, "redis %s: %s: %s", addr_text(&from->addr, at, sizeof(at)), name, why);
+		return -1;
+	}
+	if (rd.slot != slot) {
+		/* Redis names the slot of the command's keys: another is from a
+		 * confused or hostile node, whose word moves no slot and no
+		 * command (it fails, as on a protocol error, and makes the map
+		 * stale) */
+		snprintf(why, sizeof(why),
+		         "protocol error: %s for slot %u, not the command's slot %u",
+		         rd.kind == CLUSTER_REDIRECT_ASK ? "ASK" : "MOVED", rd.slot, slot);
+		node_fail(r, from, name, why, 0);
 		return -1;
 	}
 	*target = follow(r, from, name, &rd, can_refresh, asking);
@@ -868,7 +879,7 @@ int cluster_command_argv(struct cluster_router *r, const char *key, size_t keyle
 			resent = 1;
 			continue;
 		}
-		int rc = judge(r, n, name, rep, 1, &target, &asking);
+		int rc = judge(r, n, name, slot, rep, 1, &target, &asking);
 		if (rc > 0) {
 			*reply = rep;
 			return 0;
@@ -981,7 +992,8 @@ static void pipeline_read(struct cluster_router *r, int t, struct cluster_cmd *c
 			continue;
 		}
 		int target = t, asking = 0;
-		int rc = judge(r, nd, name, rep, 0, &target, &asking);
+		int rc = judge(r, nd, name, cluster_key_slot(cmds[i].key, cmds[i].keylen), rep, 0,
+		               &target, &asking);
 		if (rc > 0) {
 			cmds[i].reply = rep;
 			st[i].target = -1;

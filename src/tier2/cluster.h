@@ -8,7 +8,11 @@
  *   after a node error; not more than once per backoff_min_ms unless it has
  *   none.
  * - MOVED sets that slot to the named node (and the map is refreshed); ASK
- *   sends ASKING then the command to the named node, leaving the map alone;
+ *   sends ASKING then the command to the named node, leaving the map alone.
+ *   A MOVED or ASK naming a slot other than the command's (Redis names the
+ *   slot of the command's keys) is the node's protocol error: the command
+ *   fails, the node's failure is recorded (node_errors, backoff, the map
+ *   read again), and no slot or command moves.
  *   TRYAGAIN (a command on several keys of a slot being moved, some of them
  *   moved) sends it again, routed anew, after a pause of 10 ms doubling to
  *   160 ms. A command is redirected at most CLUSTER_MAX_REDIRECTS times.
@@ -243,10 +247,11 @@ void cluster_router_free(struct cluster_router *r);
 int cluster_refresh(struct cluster_router *r);
 
 /* Sends one command (argc >= 1 arguments, binary-safe) to the master of key's
- * slot, following redirections. Returns 0 with *reply set (possibly an error
- * reply other than MOVED/ASK), or -1 with *reply NULL and cluster_error()
- * set: no map, no node for the slot, the node failing or backing off, a
- * timeout, a malformed redirection, too many redirections. */
+ * slot, following redirections; key is one of the command's keys (or of
+ * their slot). Returns 0 with *reply set (possibly an error reply other than
+ * MOVED/ASK), or -1 with *reply NULL and cluster_error() set: no map, no
+ * node for the slot, the node failing or backing off, a timeout, a malformed
+ * redirection or one for another slot, too many redirections. */
 int cluster_command_argv(struct cluster_router *r, const char *key, size_t keylen, int argc,
                          const char **argv, const size_t *argvlen, redisReply **reply);
 

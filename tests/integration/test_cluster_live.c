@@ -645,6 +645,22 @@ static void fake_stop(struct fake *f)
 	close(f->fd);
 }
 
+/* A map of every slot on one node of port, in out. */
+static void one_node_map(char *out, size_t cap, int port)
+{
+	snprintf(out, cap, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", port);
+}
+
+static struct cluster_router *router_at(int port, const struct cluster_options *o)
+{
+	char seeds[64], err[256] = "";
+	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", port);
+	struct cluster_router *r = cluster_router_new(seeds, o, err, sizeof(err));
+	if (!r)
+		fail_msg("router: %s", err);
+	return r;
+}
+
 static void test_fake_nodes(void **state)
 {
 	(void)state;
@@ -689,45 +705,58 @@ static void test_fake_nodes(void **state)
 	fake_stop(&junk);
 }
 
-/* A node whose redirections lose the command's slot from the map, and then
- * says TRYAGAIN on the last hop allowed: the command fails with a message
- * (it used to name the node of index -1, read before the router's table). */
-static void test_fake_lost_slot(void **state)
+/* GET k on a router over fake node f, whose replies are script: fails, with
+ * a message containing want, the script read to its end. */
+static void lost_slot_run(struct fake *f, const char *const *script, size_t n, const char *want)
 {
-	(void)state;
-	struct fake f;
-	fake_listen(&f);
-	unsigned s = cluster_key_slot("k", 1), x = (s + 1) % CLUSTER_SLOTS;
-	char full[128], only_x[128], moved_unknown[64], moved[64];
-	snprintf(full, sizeof(full), "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
-	         f.port);
-	snprintf(only_x, sizeof(only_x),
-	         "*1\r\n*3\r\n:%u\r\n:%u\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", x, x, f.port);
-	snprintf(moved_unknown, sizeof(moved_unknown), "-MOVED %u ?:%d\r\n", x, f.port);
-	snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d\r\n", x, f.port);
-	const char *script[] = {
-	        full,   moved_unknown,
-	        only_x, moved,
-	        moved,  moved,
-	        moved,  "-TRYAGAIN Multiple keys request during rehashing of slot\r\n"};
-	f.script = script;
-	f.n_script = sizeof(script) / sizeof(script[0]);
-	fake_go(&f);
-	char seeds[64], err[256] = "";
-	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", f.port);
+	f->script = script;
+	f->n_script = n;
+	fake_go(f);
 	struct cluster_options o = {.command_timeout_ms = 300};
-	struct cluster_router *r = cluster_router_new(seeds, &o, err, sizeof(err));
-	assert_non_null(r);
+	struct cluster_router *r = router_at(f->port, &o);
 	const char *argv[] = {"GET", "k"};
 	const size_t lens[] = {3, 1};
 	redisReply *rep = NULL;
 	assert_int_equal(cluster_command_argv(r, "k", 1, 2, argv, lens, &rep), -1);
 	assert_null(rep);
-	if (!strstr(cluster_error(r), "no known master"))
-		fail_msg("\"%s\" does not say the slot has no known master", cluster_error(r));
-	assert_int_equal(f.at, f.n_script);
+	if (!strstr(cluster_error(r), want))
+		fail_msg("\"%s\" does not say \"%s\"", cluster_error(r), want);
+	assert_int_equal(f->at, f->n_script);
 	cluster_router_free(r);
-	fake_stop(&f);
+	fake_stop(f);
+}
+
+/* A node whose redirection loses the command's slot from the map (a MOVED
+ * to an unknown endpoint, the map read again giving the slot no master),
+ * and one that says TRYAGAIN on the last hop allowed: the command fails
+ * with a message (a TRYAGAIN that found the slot gone used to name the node
+ * of index -1, read before the router's table; a MOVED can no longer lose
+ * the command's slot before a TRYAGAIN, as it names that slot). */
+static void test_fake_lost_slot(void **state)
+{
+	(void)state;
+	struct fake f, g;
+	fake_listen(&f);
+	fake_listen(&g);
+	unsigned s = cluster_key_slot("k", 1), x = (s + 1) % CLUSTER_SLOTS;
+	char full_f[128], full_g[128], only_x[128], moved_unknown[64], moved[64], want[96];
+	one_node_map(full_f, sizeof(full_f), f.port);
+	one_node_map(full_g, sizeof(full_g), g.port);
+	snprintf(only_x, sizeof(only_x),
+	         "*1\r\n*3\r\n:%u\r\n:%u\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", x, x, f.port);
+	snprintf(moved_unknown, sizeof(moved_unknown), "-MOVED %u ?:%d\r\n", s, f.port);
+	const char *lost[] = {full_f, moved_unknown, only_x};
+	lost_slot_run(&f, lost, 3, "no known master");
+	snprintf(moved_unknown, sizeof(moved_unknown), "-MOVED %u ?:%d\r\n", s, g.port);
+	snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d\r\n", s, g.port);
+	const char *last_hop[] = {
+	        full_g, moved_unknown,
+	        full_g, moved,
+	        moved,  moved,
+	        moved,  "-TRYAGAIN Multiple keys request during rehashing of slot\r\n"};
+	snprintf(want, sizeof(want), "more than %d redirections for slot %u (last to 127.0.0.1:%d)",
+	         CLUSTER_MAX_REDIRECTS, s, g.port);
+	lost_slot_run(&g, last_hop, sizeof(last_hop) / sizeof(last_hop[0]), want);
 }
 
 /* A cluster whose 1024 masters change addresses at every map read (pods
@@ -773,22 +802,6 @@ static void test_fake_moving_nodes(void **state)
 	assert_int_equal(cluster_stats(r).nodes_forgotten, (READS - 1) * MASTERS);
 	cluster_router_free(r);
 	fake_stop(&f);
-}
-
-/* A map of every slot on one node of port, in out. */
-static void one_node_map(char *out, size_t cap, int port)
-{
-	snprintf(out, cap, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", port);
-}
-
-static struct cluster_router *router_at(int port, const struct cluster_options *o)
-{
-	char seeds[64], err[256] = "";
-	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", port);
-	struct cluster_router *r = cluster_router_new(seeds, o, err, sizeof(err));
-	if (!r)
-		fail_msg("router: %s", err);
-	return r;
 }
 
 /* A map read while a slot had no master (a cluster still being made) is
@@ -1209,6 +1222,66 @@ static void test_fake_small_elements_bounded_in_memory(void **state)
 	free(arr);
 }
 
+/* A MOVED naming a slot other than the command's (a confused or hostile
+ * node: Redis names the slot of the command's keys) is that node's protocol
+ * error: the command fails, the node's error is counted, and neither the
+ * named slot's owner nor the command's route changes. Before, the router set
+ * that slot to the named node and sent the command there. An ASK for
+ * another slot is refused the same way. */
+static void test_fake_moved_for_another_slot_refused(void **state)
+{
+	(void)state;
+	struct fake a, b;
+	fake_listen(&a);
+	fake_listen(&b);
+	unsigned s = cluster_key_slot("k", 1), x = (s + 1234) % CLUSTER_SLOTS;
+	char map[160], moved[64], ask[64], want[96];
+	one_node_map(map, sizeof(map), a.port);
+	snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d\r\n", x, b.port);
+	snprintf(ask, sizeof(ask), "-ASK %u 127.0.0.1:%d\r\n", x, b.port);
+	const char *maps[] = {map};
+	const char *script[] = {moved, moved, ask}; /* a command, a pipeline, a command */
+	a.maps = maps;
+	a.n_maps = 1;
+	a.script = script;
+	a.n_script = 3;
+	b.reply = "$1\r\nv\r\n"; /* what the redirection would have got */
+	fake_go(&a);
+	fake_go(&b);
+	struct cluster_options o = {.command_timeout_ms = 500};
+	const char *argv[] = {"GET", "k"};
+	const size_t lens[] = {3, 1};
+	for (int pass = 0; pass < 3; pass++) {
+		int pipelined = pass == 1;
+		snprintf(want, sizeof(want), "%s for slot %u, not the command's slot %u",
+		         pass == 2 ? "ASK" : "MOVED", x, s);
+		struct cluster_router *r = router_at(a.port, &o);
+		assert_int_equal(cluster_refresh(r), 0);
+		redisReply *rep = NULL;
+		struct cluster_cmd c = {"k", 1, 2, argv, lens, NULL, 0};
+		if (pipelined) {
+			assert_int_equal(cluster_pipeline(r, &c, 1), 1);
+			rep = c.reply;
+		} else {
+			assert_int_equal(cluster_command_argv(r, "k", 1, 2, argv, lens, &rep), -1);
+		}
+		assert_null(rep);
+		if (!strstr(cluster_error(r), want))
+			fail_msg("\"%s\" does not say \"%s\"", cluster_error(r), want);
+		struct cluster_stats st = cluster_stats(r);
+		assert_int_equal(st.node_errors, 1);
+		assert_int_equal(st.moved, 0);
+		assert_int_equal(st.asks, 0);
+		assert_int_equal(st.connects, 1); /* b never reached */
+		struct cluster_addr owner;
+		assert_int_equal(cluster_slot_node(r, x, &owner), 0);
+		assert_int_equal(owner.port, a.port);
+		cluster_router_free(r);
+	}
+	fake_stop(&a);
+	fake_stop(&b);
+}
+
 /* A pipeline met by MOVED to a node of unknown endpoint ("?:port": Redis 7
  * when a node announces none; the map's metadata has its ip) just after the
  * map was read: the map is read again at once to learn the address, as
@@ -1363,6 +1436,7 @@ int main(void)
 	        cmocka_unit_test(test_fake_slow_link_goes_through),
 	        cmocka_unit_test(test_fake_long_array_refused),
 	        cmocka_unit_test(test_fake_small_elements_bounded_in_memory),
+	        cmocka_unit_test(test_fake_moved_for_another_slot_refused),
 	        cmocka_unit_test(test_fake_pipeline_follows_moved_to_unknown_endpoint),
 	        cmocka_unit_test(test_fake_masters_of_a_partial_map_read_again),
 	        cmocka_unit_test(test_fake_silence_after_taking_the_bytes),
