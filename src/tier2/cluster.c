@@ -225,8 +225,9 @@ static struct trip trip_begin(struct cluster_router *r, struct node *n)
 	if (n->ctx && n->timeout_ms != r->command_ms) {
 		if (redisSetTimeout(n->ctx, tv_ms(r->command_ms)) == REDIS_OK)
 			n->timeout_ms = r->command_ms;
-		else
-			n->timeout_ms = 0; /* unknown: set again before each call */
+		else /* hiredis keeps the error (c->err): the trip's first
+		      * write fails with it, the node's failure */
+			n->timeout_ms = 0;
 	}
 	uint64_t now = now_ms();
 	return (struct trip){now, 0, now, 0};
@@ -330,8 +331,10 @@ static int wait_readable(struct cluster_router *r, struct node *n, const char *w
 		int rc = poll(&p, 1, left < 50 ? (int)left : 50);
 		if (rc > 0)
 			return 0; /* readable, or an error or hang-up the read reports */
-		if (rc < 0 && errno != EINTR) {
-			node_io_fail(r, n, what, errno);
+		if (rc < 0 && errno != EINTR) { /* (no hiredis call failed: say why) */
+			char reason[160];
+			snprintf(reason, sizeof(reason), "poll: %s", strerror(errno));
+			node_fail(r, n, what, reason, 0);
 			return -1;
 		}
 		uint64_t q = queued_bytes(n);

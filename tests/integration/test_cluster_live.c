@@ -1,8 +1,13 @@
 /* cluster: the tier-2 router against a real 3-master Redis Cluster started
  * here (tests/integration/clusterutil.h), and against fake nodes that answer
  * with a huge array or not at all. Without redis-server and redis-cli on
- * PATH, the real-cluster part is skipped (exit 77). */
+ * PATH, the real-cluster part is skipped (exit 77). This program's own
+ * setsockopt and poll (below) stand in for libc's, so that a test can make
+ * them fail. */
+#include <dlfcn.h>
+#include <errno.h>
 #include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -60,6 +65,20 @@ static void want_ok(redisReply *rep)
 		fail_msg("reply is type %d \"%s\", want OK", rep ? rep->type : -1,
 		         rep && rep->str ? rep->str : "");
 	freeReplyObject(rep);
+}
+
+/* The router's message says want, printf-style. */
+static void error_says(const struct cluster_router *r, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+static void error_says(const struct cluster_router *r, const char *fmt, ...)
+{
+	char want[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(want, sizeof(want), fmt, ap);
+	va_end(ap);
+	if (!strstr(cluster_error(r), want))
+		fail_msg("\"%s\" does not say \"%s\"", cluster_error(r), want);
 }
 
 /* Keys in node i's DBSIZE. */
@@ -527,6 +546,43 @@ static void test_stopped_and_killed_node(void **state)
 	assert_null(cmds[1].reply);
 	want_str(cmds[2].reply, "here");
 	cluster_router_free(r);
+}
+
+/* ---- failing system calls ----
+ * hiredis (a shared library) and the router call these instead of libc's,
+ * which they call unless a test armed them: no hook in the router. */
+
+static int timeouts_to_fail; /* setsockopt SO_RCVTIMEO / SO_SNDTIMEO calls */
+static int polls_to_fail;    /* poll calls waiting to read (POLLIN) */
+static int poll_errno;       /* what they fail with */
+
+int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	typedef int (*fn_t)(int, int, int, const void *, socklen_t);
+	static fn_t real;
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "setsockopt");
+	if (level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO) &&
+	    timeouts_to_fail > 0) {
+		timeouts_to_fail--;
+		errno = ENOMEM;
+		return -1;
+	}
+	return real(fd, level, name, val, len);
+}
+
+int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	typedef int (*fn_t)(struct pollfd *, nfds_t, int);
+	static fn_t real;
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "poll");
+	if (n == 1 && (fds[0].events & POLLIN) && polls_to_fail > 0) {
+		polls_to_fail--;
+		errno = poll_errno;
+		return -1;
+	}
+	return real(fds, n, timeout);
 }
 
 /* ---- fake nodes ---- */
@@ -1282,6 +1338,73 @@ static void test_fake_moved_for_another_slot_refused(void **state)
 	fake_stop(&b);
 }
 
+/* A poll that fails while the router waits for a reply fails the command,
+ * the node's error counted, with poll's reason (it said "no reply", errno
+ * lost); one interrupted (EINTR) is polled again and the reply read. */
+static void test_fake_poll_failures(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_listen(&f);
+	char map[160];
+	one_node_map(map, sizeof(map), f.port);
+	const char *maps[] = {map};
+	f.maps = maps;
+	f.n_maps = 1;
+	f.reply = "$1\r\nv\r\n";
+	fake_go(&f);
+	struct cluster_options o = {.command_timeout_ms = 500};
+	struct cluster_router *r = router_at(f.port, &o);
+	assert_int_equal(cluster_refresh(r), 0);
+	const char *argv[] = {"GET", "k"};
+	const size_t lens[] = {3, 1};
+	redisReply *rep = NULL;
+	poll_errno = EINTR;
+	polls_to_fail = 3;
+	assert_int_equal(cluster_command_argv(r, "k", 1, 2, argv, lens, &rep), 0);
+	assert_int_equal(polls_to_fail, 0);
+	want_str(rep, "v");
+	poll_errno = ENOMEM;
+	polls_to_fail = 1;
+	int rc = cluster_command_argv(r, "k", 1, 2, argv, lens, &rep);
+	polls_to_fail = 0;
+	assert_int_equal(rc, -1);
+	assert_null(rep);
+	error_says(r, "redis 127.0.0.1:%d: GET: poll: %s", f.port, strerror(ENOMEM));
+	assert_int_equal(cluster_stats(r).node_errors, 1);
+	assert_int_equal(cluster_stats(r).timeouts, 0);
+	cluster_router_free(r);
+	fake_stop(&f);
+}
+
+/* A connection whose socket timeouts cannot be set (setsockopt failing) is
+ * the node's failure, not a connection without deadlines; the node is used
+ * again after its backoff. */
+static void test_fake_timeouts_not_set(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_listen(&f);
+	char map[160];
+	one_node_map(map, sizeof(map), f.port);
+	f.reply = map;
+	fake_go(&f);
+	struct cluster_options o = {.command_timeout_ms = 500, .backoff_min_ms = 20};
+	struct cluster_router *r = router_at(f.port, &o);
+	timeouts_to_fail = 1;
+	int rc = cluster_refresh(r);
+	timeouts_to_fail = 0;
+	assert_int_equal(rc, -1);
+	error_says(r, "redis 127.0.0.1:%d: connect: cannot set the socket timeouts", f.port);
+	assert_int_equal(cluster_stats(r).node_errors, 1);
+	sleep_ms(30); /* past the node's backoff */
+	if (cluster_refresh(r) != 0)
+		fail_msg("the node is not used again: %s", cluster_error(r));
+	assert_int_equal(cluster_stats(r).connects, 2);
+	cluster_router_free(r);
+	fake_stop(&f);
+}
+
 /* A pipeline met by MOVED to a node of unknown endpoint ("?:port": Redis 7
  * when a node announces none; the map's metadata has its ip) just after the
  * map was read: the map is read again at once to learn the address, as
@@ -1437,6 +1560,8 @@ int main(void)
 	        cmocka_unit_test(test_fake_long_array_refused),
 	        cmocka_unit_test(test_fake_small_elements_bounded_in_memory),
 	        cmocka_unit_test(test_fake_moved_for_another_slot_refused),
+	        cmocka_unit_test(test_fake_poll_failures),
+	        cmocka_unit_test(test_fake_timeouts_not_set),
 	        cmocka_unit_test(test_fake_pipeline_follows_moved_to_unknown_endpoint),
 	        cmocka_unit_test(test_fake_masters_of_a_partial_map_read_again),
 	        cmocka_unit_test(test_fake_silence_after_taking_the_bytes),
