@@ -121,11 +121,20 @@ static int cmd_inspect_exec(const struct ctl_cmd_entry *self, const struct ctl_g
 	}
 	spec = e->model.len == 32 ? ctl_model_spec(&b, e->model.data, self->name) : NULL;
 	/* the bytes, to say whether each layer verifies (a quarantined entry is
-	 * not served: its layers are reported unverified) */
-	int have_bytes = 0;
+	 * not served: its layers are reported unverified). Bytes that cannot be
+	 * read (a chunk fails its checksum, the connection breaks) leave the
+	 * layers unchecked, and the exit code says so: never 0 */
+	int have_bytes = 0, unread = 0;
 	if (!e->quarantined) {
-		have_bytes = ctl_fetch_layers(&b, key, &layers, 0, self->name) == 0 &&
-		             layers.n == e->n_layers;
+		unread = ctl_fetch_layers(&b, key, &layers, 0, self->name);
+		if (!unread && layers.n != e->n_layers) {
+			fprintf(stderr,
+			        "k3cachectl inspect: the entry has %zu layers, %" PRIu32
+			        " were sent\n",
+			        e->n_layers, layers.n);
+			unread = CTL_EXIT_ERROR;
+		}
+		have_bytes = !unread;
 	}
 
 	char keyhex[65], fphex[65], size[32];
@@ -268,7 +277,7 @@ static int cmd_inspect_exec(const struct ctl_cmd_entry *self, const struct ctl_g
 		json_object_set_new(doc, "layers", jl);
 		ctl_print_json(stdout, doc);
 	}
-	rc = damaged ? CTL_EXIT_ERROR : CTL_EXIT_OK;
+	rc = unread ? unread : damaged ? CTL_EXIT_ERROR : CTL_EXIT_OK;
 out:
 	ctl_layers_free(&layers);
 	model_free(spec);
