@@ -55,9 +55,16 @@ static int cmd_models_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 		ctl_print_json(stdout, arr);
 	else
 		printf("%zu model%s\n", resp->n_models, resp->n_models == 1 ? "" : "s");
+	/* an answer that leaves damaged specs out says so: not the whole list */
+	rc = CTL_EXIT_OK;
+	if (resp->message && *resp->message) {
+		fprintf(stderr, "k3cachectl %s: the list is not whole: %s\n", self->name,
+		        resp->message);
+		rc = CTL_EXIT_ERROR;
+	}
 	ctl_response_free(&b, resp);
 	ctl_backend_close(&b);
-	return CTL_EXIT_OK;
+	return rc;
 }
 
 const struct ctl_cmd_entry ctl_cmd_models_entry = {

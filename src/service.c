@@ -302,8 +302,19 @@ static int models_cb(const struct k3cache_model *spec, void *arg)
 static void service_list_models(struct store *s, frame_response *resp)
 {
 	struct status st;
-	if (store_list_models(s, models_cb, resp, &st) != STATUS_OK)
+	uint64_t damaged = 0;
+	if (store_list_models(s, models_cb, resp, &damaged, &st) != STATUS_OK) {
 		service_fail(resp, &st);
+	} else if (damaged) { /* an OK answer, its message saying what it leaves out */
+		status_set(&st, STATUS_CORRUPT,
+		           "%llu stored model spec%s damaged (%s fingerprint) and not listed: "
+		           "`k3cachectl model add SPEC.json` with the same spec repairs it",
+		           (unsigned long long)damaged, damaged == 1 ? " is" : "s are",
+		           damaged == 1 ? "it no longer matches its"
+		                        : "they no longer match their");
+		service_fail(resp, &st);
+		resp->code = K3CACHE__V1__CODE__OK;
+	}
 }
 
 /* ---- evict and verify ----------------------------------------------------- */

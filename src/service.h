@@ -44,6 +44,8 @@ void service_verify_cancel(struct store_verify **walk, const char *why, frame_re
 	  "Blocks kept privately because their bytes differed from the stored block.")             \
 	X("models_repaired", models_repaired, "models_repaired_total", 1,                          \
 	  "Damaged model specs replaced by a put of the same spec, since open.")                   \
+	X("models_damaged", models_damaged, "models_damaged_total", 1,                             \
+	  "Damaged model specs found (and skipped) while listing or reading them, since open.")    \
 	X("indexes_rebuilt", indexes_rebuilt, "indexes_rebuilt_total", 1,                          \
 	  "Times verify rebuilt the indexes, since open.")                                         \
 	X("row_block", row_block, "row_block_rows", 0, "Token rows per shared MLA block.")         \

@@ -121,10 +121,13 @@ struct k3cache_model *store_get_model(struct store *s, const uint8_t fp[MODEL_FI
  * of the spec repairs a damaged one). */
 int store_model_stored(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN]);
 
-/* Calls fn for every stored spec; stops early when fn returns non-zero. */
+/* Calls fn for every stored spec; stops early when fn returns non-zero. A
+ * spec that no longer decodes to its fingerprint (damaged on disk) is
+ * skipped, counted in *damaged and in models_damaged, so that one damaged
+ * spec does not hide the others. */
 enum status_code store_list_models(struct store *s,
                                    int (*fn)(const struct k3cache_model *spec, void *ctx),
-                                   void *ctx, struct status *st);
+                                   void *ctx, uint64_t *damaged, struct status *st);
 
 /* ---- publish ---- */
 
@@ -593,6 +596,7 @@ struct store_stats {
 	uint64_t blocks;            /* shared MLA row blocks */
 	uint64_t blocks_mismatched; /* since open: blocks kept private, their bytes differing */
 	uint64_t models_repaired;   /* since open: damaged specs replaced by a put of the same */
+	uint64_t models_damaged;    /* since open: damaged specs found and skipped */
 	uint64_t indexes_rebuilt;   /* since open: verify made the indexes again */
 	uint32_t row_block;         /* rows per shared block */
 	uint64_t models;

@@ -898,6 +898,7 @@ enum status_code store_get_stats(struct store *s, struct store_stats *out, struc
 	out->row_block = s->row_block;
 	out->blocks_mismatched = atomic_load(&s->blocks_mismatched);
 	out->models_repaired = atomic_load(&s->models_repaired);
+	out->models_damaged = atomic_load(&s->models_damaged);
 	out->indexes_rebuilt = atomic_load(&s->indexes_rebuilt);
 	/* free pages: the free list (dbi 0) maps txn ids to page lists whose first
 	 * word is their length */

@@ -82,7 +82,7 @@ struct store {
 	atomic_uint_fast64_t staging_bytes; /* chunks written by staged publishes in progress */
 	atomic_uint_fast64_t hits, misses, hit_tokens, publishes, publish_exists, evictions,
 	        quarantined, restores, corrupt, map_full_retries, blocks_mismatched,
-	        models_repaired, indexes_rebuilt;
+	        models_repaired, models_damaged, indexes_rebuilt;
 	/* evictions to make room (lru.c), and the bytes they freed */
 	atomic_uint_fast64_t room_evictions, room_evicted_bytes;
 };

@@ -103,8 +103,8 @@ struct k3cache_model *store_get_model(struct store *s, const uint8_t fp[MODEL_FI
 		           "add)");
 	else if (rc)
 		store_mdb_error(st, rc, "get model");
-	else
-		m = decode_model(&k, &v, st);
+	else if (!(m = decode_model(&k, &v, st)) && st && st->code == STATUS_CORRUPT)
+		atomic_fetch_add(&s->models_damaged, 1);
 	mdb_txn_abort(txn);
 	if (!m)
 		return NULL;
@@ -126,8 +126,9 @@ struct k3cache_model *store_get_model(struct store *s, const uint8_t fp[MODEL_FI
 
 enum status_code store_list_models(struct store *s,
                                    int (*fn)(const struct k3cache_model *spec, void *ctx),
-                                   void *ctx, struct status *st)
+                                   void *ctx, uint64_t *damaged, struct status *st)
 {
+	*damaged = 0;
 	MDB_txn *txn;
 	MDB_cursor *cur;
 	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
@@ -143,6 +144,11 @@ enum status_code store_list_models(struct store *s,
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
 		struct status why = {0};
 		struct k3cache_model *m = decode_model(&k, &v, &why);
+		if (!m && why.code == STATUS_CORRUPT) { /* the others are still good */
+			(*damaged)++;
+			atomic_fetch_add(&s->models_damaged, 1);
+			continue;
+		}
 		if (!m) {
 			code = status_set(st, why.code, "%s", why.message);
 			break;
