@@ -100,7 +100,7 @@ static size_t print_damaged(const frame_response *resp)
 {
 	size_t blocks = 0;
 	for (size_t i = 0; i < resp->n_damaged; i++) {
-		if (resp->damaged[i]->key.len != 32) { /* blocks, indexes */
+		if (resp->damaged[i]->key.len != 32) { /* blocks, indexes, specs */
 			printf("STORE    %s\n", resp->damaged[i]->why);
 			blocks++;
 			continue;
@@ -192,8 +192,9 @@ static int cmd_verify_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 		printf("verified %" PRIu64 " entr%s: %zu damaged", resp->checked,
 		       resp->checked == 1 ? "y" : "ies", resp->n_damaged - blocks);
 		if (blocks)
-			printf(", %zu problem%s with the shared blocks or the indexes", blocks,
-			       blocks == 1 ? "" : "s");
+			printf(", %zu problem%s with the shared blocks, the indexes or the model "
+			       "specs",
+			       blocks, blocks == 1 ? "" : "s");
 		printf("\n");
 	}
 	if (!rc && resp->n_damaged)

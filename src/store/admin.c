@@ -15,6 +15,7 @@
 #include "hexutil.h"
 #include "index.h"
 #include "lru.h"
+#include "models.h"
 #include "prefix.h"
 #include "record.h"
 #include "restore.h"
@@ -787,12 +788,16 @@ enum status_code store_verify_step(struct store_verify *v, uint64_t budget,
 	MDB_txn *txn;
 	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0)
 		return store_mdb_error(st, rc, "verify");
-	uint64_t index_problems = 0;
+	uint64_t index_problems = 0, model_problems = 0;
 	rc = store_index_verify(s, txn, fn, ctx, &index_problems);
+	/* the specs: one damaged leaves its entries served, but not salvaged */
+	int mrc = rc ? 0 : store_models_verify(s, txn, fn, ctx, &model_problems);
 	mdb_txn_abort(txn);
 	if (rc)
 		return store_mdb_error(st, rc, "verify: the indexes");
-	v->damaged += problems + index_problems;
+	if (mrc)
+		return store_mdb_error(st, mrc, "verify: the model specs");
+	v->damaged += problems + index_problems + model_problems;
 	if (index_problems && !s->opt.read_only)
 		return rebuild_indexes(s, fn, ctx, st);
 	return STATUS_OK;

@@ -1,6 +1,10 @@
 /* models: the model specs a store knows (models.h; store.h, "models"). */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "hexutil.h"
 
 #include "models.h"
 #include "txn.h"
@@ -161,6 +165,42 @@ enum status_code store_list_models(struct store *s,
 	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
 	return code;
+}
+
+int store_models_verify(struct store *s, MDB_txn *txn,
+                        void (*fn)(const uint8_t *key, const char *why, void *ctx), void *ctx,
+                        uint64_t *problems)
+{
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, s->models, &cur);
+	if (rc)
+		return rc;
+	MDB_val k, v;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct status why = {0};
+		struct k3cache_model *m = decode_model(&k, &v, &why);
+		model_free(m);
+		if (m)
+			continue;
+		if (why.code != STATUS_CORRUPT) {
+			rc = ENOMEM;
+			break;
+		}
+		(*problems)++;
+		char fp[2 * MODEL_FINGERPRINT_LEN + 1] = "(of a malformed key)";
+		if (k.mv_size == MODEL_FINGERPRINT_LEN)
+			hexutil_encode(k.mv_data, MODEL_FINGERPRINT_LEN, fp);
+		char msg[STATUS_MESSAGE_MAX];
+		snprintf(msg, sizeof(msg),
+		         "the model spec %.16s is damaged (%.64s): salvage cannot save its "
+		         "entries; `k3cachectl model add SPEC.json` with the same spec repairs it",
+		         fp, why.message);
+		if (fn)
+			fn(NULL, msg, ctx);
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
 int store_model_stored(struct store *s, const uint8_t fp[MODEL_FINGERPRINT_LEN])

@@ -67,6 +67,9 @@ for mode in db daemon; do
   ok "$mode: ls --model of the sound model (rc $rc: $out)" $([ $rc = 0 ] && grep -q '^1 entry' <<<"$out"; echo $?)
   out=$(cc inspect "${good:0:16}" 2>&1); rc=$?
   ok "$mode: inspect validates the sound model's layers (rc $rc)" $([ $rc = 0 ] && [ "$(grep -c ' yes$' <<<"$out")" = 8 ]; echo $?)
+  # verify says the spec is damaged: salvage would lose its model's entries
+  out=$(cc verify 2>&1); rc=$?
+  ok "$mode: verify names the damaged spec, exits 1 (rc $rc: $out)" $([ $rc = 1 ] && grep -q '^STORE .*model spec c67bf269.* is damaged' <<<"$out"; echo $?)
 done
 n=$(c --json stat | sed -n 's/.*"models_damaged": *\([0-9]*\).*/\1/p')
 ok "the damaged spec is counted (models_damaged $n)" $([ "${n:-0}" -ge 1 ]; echo $?)
