@@ -229,6 +229,8 @@ static enum status_code save_entry(struct salvage *sv, const uint8_t *key, struc
 	if (!m) {
 		if (est.code == STATUS_INTERNAL)
 			code = status_set(st, est.code, "%s", est.message);
+		else if (est.code == STATUS_CORRUPT) /* there, but not readable */
+			lose(sv, key, "its model spec is damaged (%s)", est.message);
 		else
 			lose(sv, key, "its model is not in the store");
 		goto out;

@@ -26,6 +26,7 @@ start
 c model add "$tiny" >/dev/null && c model add "$twin" >/dev/null
 bad=$("$pub" "$sock" "$tiny" 1,2,3,4,5)
 good=$("$pub" "$sock" "$twin" N:40)
+sound=$("$pub" "$sock" "$tiny" 7,8,9)  # its bytes stay whole; its spec will not
 ok "published two entries" $([ ${#bad} = 64 ] && [ ${#good} = 64 ]; echo $?)
 stop
 "$corrupt" "$dir/db" "$bad" flip 0 >/dev/null; ok "damaged a chunk of one" $?
@@ -74,6 +75,11 @@ done
 n=$(c --json stat | sed -n 's/.*"models_damaged": *\([0-9]*\).*/\1/p')
 ok "the damaged spec is counted (models_damaged $n)" $([ "${n:-0}" -ge 1 ]; echo $?)
 stop
+# salvage cannot save an entry whose spec is damaged: it says that, not
+# that the model is missing
+out=$("$ctl" --db "$dir/db" salvage --to "$dir/new" 2>&1); rc=$?
+ok "salvage names the damaged spec as the loss of ${sound:0:16} (rc $rc: $out)" $([ $rc = 0 ] && grep -q "^LOST ${sound:0:16}  its model spec is damaged" <<<"$out"; echo $?)
+ok "and saves the sound model's entry" $(grep -q '^saved 1 of 3 entries' <<<"$out"; echo $?)
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
