@@ -396,9 +396,26 @@ int main(int argc, char **argv)
 			cfg.admin_group = optarg;
 			break;
 		case O_SHARE: {
+			/* this list after the earlier ones: a uid in two of them
+			 * would keep only the last one's namespace */
 			struct k3d_tenancy probe = {0};
-			int bad_list = k3d_tenancy_share(&probe, optarg) != 0;
+			uint32_t twice = 0;
+			int list_rc = 0;
+			for (int i = 0; !list_rc && i < cfg.n_share_uids; i++)
+				list_rc = k3d_tenancy_share(&probe, cfg.share_uids[i], &twice);
+			if (!list_rc)
+				list_rc = k3d_tenancy_share(&probe, optarg, &twice);
 			k3d_tenancy_free(&probe);
+			if (list_rc == K3D_SHARE_TWICE) {
+				fprintf(stderr,
+				        "k3cached: --share-uids %s: uid %u is in an earlier list "
+				        "or "
+				        "twice in this one: a uid goes in one list only (one "
+				        "namespace)\n",
+				        optarg, (unsigned)twice);
+				return 2;
+			}
+			int bad_list = list_rc != 0;
 			if (bad_list || cfg.n_share_uids == 16)
 				return bad(
 				        "--share-uids", optarg,

@@ -415,8 +415,9 @@ int k3d_server_run(const struct k3d_config *cfg)
 	}
 	int tenancy_ok = k3d_tenancy_load(&srv->tenancy, cfg->token_file, cfg->admin_group) == 0;
 	srv->tenancy.insecure_tcp = cfg->insecure_tcp;
+	uint32_t twice = 0; /* the flags' parse refused a uid in two lists */
 	for (int i = 0; tenancy_ok && i < cfg->n_share_uids; i++)
-		tenancy_ok = k3d_tenancy_share(&srv->tenancy, cfg->share_uids[i]) == 0;
+		tenancy_ok = k3d_tenancy_share(&srv->tenancy, cfg->share_uids[i], &twice) == 0;
 	if (!tenancy_ok) {
 		k3d_tenancy_free(&srv->tenancy);
 		free(srv);

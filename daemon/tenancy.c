@@ -89,7 +89,7 @@ int k3d_tenancy_load(struct k3d_tenancy *t, const char *token_file, const char *
 	return token_file ? load_tokens(t, token_file) : 0;
 }
 
-int k3d_tenancy_share(struct k3d_tenancy *t, const char *list)
+int k3d_tenancy_share(struct k3d_tenancy *t, const char *list, uint32_t *twice)
 {
 	char *copy = strdup(list), *save = NULL;
 	if (!copy)
@@ -106,12 +106,19 @@ int k3d_tenancy_share(struct k3d_tenancy *t, const char *list)
 			break;
 		}
 		t->share = s;
+		for (size_t i = 0; i < t->n_share && !rc; i++)
+			if (t->share[i].uid == (uint32_t)v) {
+				*twice = (uint32_t)v;
+				rc = K3D_SHARE_TWICE;
+			}
+		if (rc)
+			break;
 		if (n++ == 0)
 			first = (uint32_t)v;
 		t->share[t->n_share++] = (struct k3d_share){(uint32_t)v, first};
 	}
 	free(copy);
-	return rc || n < 2 ? -1 : 0;
+	return rc ? rc : n < 2 ? -1 : 0;
 }
 
 void k3d_tenancy_free(struct k3d_tenancy *t)

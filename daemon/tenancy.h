@@ -65,8 +65,11 @@ struct k3d_tenancy {
  * skipped) and resolves --admin-group. 0, or -1 after logging why. */
 int k3d_tenancy_load(struct k3d_tenancy *t, const char *token_file, const char *admin_group);
 /* Parses a --share-uids list ("1000,1001": all in the first one's
- * namespace) into t. 0 or -1. */
-int k3d_tenancy_share(struct k3d_tenancy *t, const char *list);
+ * namespace) into t. 0; -1 for a malformed list or one of fewer than two
+ * uids; K3D_SHARE_TWICE when a uid is in an earlier list of t or twice in
+ * this one (*twice is that uid): a uid has one namespace. */
+#define K3D_SHARE_TWICE (-2)
+int k3d_tenancy_share(struct k3d_tenancy *t, const char *list, uint32_t *twice);
 void k3d_tenancy_free(struct k3d_tenancy *t);
 
 /* Who the peer on fd is: tcp says whether it came in on --listen. */

@@ -296,6 +296,13 @@ def test_bad_tenancy_flags(tmp_path):
     r = subprocess.run([env("K3CACHED"), "--db", db, "--socket", sock, "--share-uids", "1000"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "two or more uids" in r.stderr, r.stderr
+    # a uid in two lists (or twice in one) would keep only the last list's
+    # namespace, silently parting it from the first list's uids: refused
+    for lists in (["1000,1001", "1001,1002"], ["1000,1001,1000"]):
+        args = [a for l in lists for a in ("--share-uids", l)]
+        r = subprocess.run([env("K3CACHED"), "--db", db, "--socket", sock, *args],
+                           capture_output=True, text=True, timeout=5)
+        assert r.returncode == 2 and "uid 1" in r.stderr and "one list" in r.stderr, (lists, r)
 
 
 def test_one_tenant_holds_at_most_its_share_of_restores():
