@@ -11,6 +11,7 @@
 
 #include "cmd.h"
 #include "frame.h"
+#include "units.h"
 
 static int is_size_counter(const char *name)
 {
@@ -134,6 +135,21 @@ static int repeat(struct ctl_backend *b, double interval, long count, int json)
 	return 0;
 }
 
+/* --interval: a duration as the other flags take one (units.h), to the
+ * millisecond; a bare number is seconds ("0.5"), a unit may follow ("2s",
+ * "500ms", "1.5m"). 0, or -1 for anything else (a sign, a space, an
+ * exponent, hex). */
+static int parse_interval(const char *s, uint64_t *ms)
+{
+	size_t n = strlen(s);
+	char buf[64];
+	if (n && n < sizeof(buf) - 1 && (s[n - 1] == '.' || (s[n - 1] >= '0' && s[n - 1] <= '9'))) {
+		snprintf(buf, sizeof(buf), "%ss", s); /* bare seconds */
+		s = buf;
+	}
+	return units_parse_ms(s, ms);
+}
+
 static int cmd_stat_exec(const struct ctl_cmd_entry *self, const struct ctl_globals *g, int argc,
                          char **argv)
 {
@@ -144,7 +160,7 @@ static int cmd_stat_exec(const struct ctl_cmd_entry *self, const struct ctl_glob
 	int json = g->json, c;
 	double interval = 0;
 	long count = 0;
-	char *end;
+	uint64_t v;
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -152,16 +168,17 @@ static int cmd_stat_exec(const struct ctl_cmd_entry *self, const struct ctl_glob
 			json = 1;
 			break;
 		case 'i':
-			interval = strtod(optarg, &end);
-			if (*end || !(interval >= 0.1 && interval <= 86400))
-				return ctl_cmd_usage_error(
-				        self, "--interval: seconds, from 0.1 to 86400");
+			if (parse_interval(optarg, &v) || v < 100 || v > 86400000)
+				return ctl_cmd_usage_error(self,
+				                           "--interval: seconds (0.5, 2s, 500ms), "
+				                           "from 0.1 to 86400");
+			interval = (double)v / 1000.0;
 			break;
 		case 'c':
-			count = strtol(optarg, &end, 10);
-			if (*end || count < 1)
+			if (units_parse_uint(optarg, 1, UINT32_MAX, &v))
 				return ctl_cmd_usage_error(
 				        self, "--count: a number of lines, at least 1");
+			count = (long)v;
 			break;
 		default:
 			return ctl_cmd_option_error(self, argv, opts, "");

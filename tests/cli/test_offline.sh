@@ -143,6 +143,20 @@ for v in " 1" "1 " +1 -1 1.0 0x1 1e0 x ""; do
   "$ctl" --socket /nonexistent/k3.sock inspect 0123456789abcdef --layer "$v" >/dev/null 2>&1; rc=$?
   [ $rc = 2 ]; check "inspect --layer '$v' is a usage error (rc $rc)" $?
 done
+# stat --interval is a duration like the others (a bare number is seconds,
+# a fraction allowed): no sign, space, exponent or hex; --count is digits
+for v in " 1" "1 " +1 -1 0x1 1e0 x "" inf nan 0.05 86401 1h1; do
+  "$ctl" --socket /nonexistent/k3.sock stat --interval "$v" --count 1 >/dev/null 2>&1; rc=$?
+  [ $rc = 2 ]; check "stat --interval '$v' is a usage error (rc $rc)" $?
+done
+for v in 0.2 1 1s 500ms 1.5m; do
+  "$ctl" --socket /nonexistent/k3.sock stat --interval "$v" --count 1 >/dev/null 2>&1; rc=$?
+  [ $rc = 3 ]; check "stat --interval '$v' is an interval (then: no daemon, rc $rc)" $?
+done
+for v in " 1" "1 " +1 -1 1.0 0x1 1e0 x "" 0 99999999999999999999; do
+  "$ctl" --socket /nonexistent/k3.sock stat --interval 1 --count "$v" >/dev/null 2>&1; rc=$?
+  [ $rc = 2 ]; check "stat --count '$v' is a usage error (rc $rc)" $?
+done
 "$ctl" blob "$blob" --prefix-len 4294967296 >/dev/null 2>&1; [ $? = 2 ]; check "blob --prefix-len past u32 is a usage error" $?
 # token lists: an empty item (doubled, leading or trailing comma) is refused,
 # not skipped (1,,3 used to give the key of 1,3)
