@@ -300,6 +300,35 @@ out:
 	return code;
 }
 
+/* Every spec of the scratch store that decodes to its fingerprint goes to
+ * the new store, used by a saved entry or not: a tenant's workers may not
+ * add a model (tenancy), so one an admin added before they publish must
+ * not be lost with the old store. */
+struct spec_copy {
+	struct salvage *sv;
+	enum status_code code;
+	struct status st;
+};
+
+static int copy_spec(const struct k3cache_model *spec, void *ctx)
+{
+	struct spec_copy *c = ctx;
+	int created = 0;
+	c->code = store_put_model(c->sv->out, spec, &created, &c->st);
+	c->sv->res->models += created != 0;
+	return c->code != STATUS_OK;
+}
+
+static enum status_code save_models(struct salvage *sv, struct status *st)
+{
+	struct spec_copy c = {.sv = sv};
+	uint64_t damaged = 0; /* their entries were lost, and said so */
+	enum status_code code = store_list_models(sv->tmp, copy_spec, &c, &damaged, st);
+	if (code == STATUS_OK && c.code != STATUS_OK)
+		code = status_set(st, c.code, "writing the new store: %s", c.st.message);
+	return code;
+}
+
 static void remove_scratch(const char *dir)
 {
 	char p[4096 + 16];
@@ -413,6 +442,8 @@ enum status_code store_salvage(const char *from, const char *to,
 			goto done;
 		}
 	}
+	if ((code = save_models(&sv, st)) != STATUS_OK)
+		goto done;
 	code = store_sync(out, st);
 done:
 	free(found);

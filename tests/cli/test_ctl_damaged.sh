@@ -24,6 +24,10 @@ c() { "$ctl" --socket "$sock" "$@"; }
 
 start
 c model add "$tiny" >/dev/null && c model add "$twin" >/dev/null
+# a model no entry uses yet (added by root before its workers, tenants,
+# publish: they may not add one)
+sed 's/"tiny-hybrid"/"unused-yet"/' "$tiny" > "$dir/unused.json"
+c model add "$dir/unused.json" >/dev/null
 bad=$("$pub" "$sock" "$tiny" 1,2,3,4,5)
 good=$("$pub" "$sock" "$twin" N:40)
 sound=$("$pub" "$sock" "$tiny" 7,8,9)  # its bytes stay whole; its spec will not
@@ -80,6 +84,8 @@ stop
 out=$("$ctl" --db "$dir/db" salvage --to "$dir/new" 2>&1); rc=$?
 ok "salvage names the damaged spec as the loss of ${sound:0:16} (rc $rc: $out)" $([ $rc = 0 ] && grep -q "^LOST ${sound:0:16}  its model spec is damaged" <<<"$out"; echo $?)
 ok "and saves the sound model's entry" $(grep -q '^saved 1 of 3 entries' <<<"$out"; echo $?)
+out=$("$ctl" --db "$dir/new" models 2>&1); rc=$?
+ok "and every sound spec, used or not (rc $rc: $out)" $([ $rc = 0 ] && grep -q '^unused-yet ' <<<"$out" && grep -q '^kimi-k3-0.40b-twin ' <<<"$out" && grep -q '^2 models' <<<"$out"; echo $?)
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
