@@ -239,12 +239,24 @@ static enum status_code save_entry(struct salvage *sv, const uint8_t *key, struc
 	if ((code = store_put_model(sv->out, m, &created, st)) != STATUS_OK)
 		goto out;
 	sv->res->models += created != 0;
-	if (store_restore_opt(sv->tmp, key, 0, &snap, &est) != STATUS_OK) {
+	/* deferred: a damage found is said as found, not with the scratch
+	 * store's quarantine (nothing of DIR is quarantined), and a damaged
+	 * shared block loses each entry that uses it for that reason, when
+	 * its turn comes; every piece is checked here before it is copied */
+	if (store_restore_opt(sv->tmp, key, STORE_RESTORE_DEFER, &snap, &est) != STATUS_OK) {
 		if (est.code == STATUS_INTERNAL)
 			code = status_set(st, est.code, "%s", est.message);
 		else
 			lose(sv, key, "%s", est.message);
 		goto out;
+	}
+	for (uint64_t c = 0; c < store_snapshot_chunks(snap); c++) {
+		const void *data;
+		size_t len;
+		if (store_snapshot_chunk(snap, c, &data, &len, &est) != STATUS_OK) {
+			lose(sv, key, "%s", est.message);
+			goto out;
+		}
 	}
 	blobs = calloc(snap->n_layers ? snap->n_layers : 1, sizeof(*blobs));
 	for (uint32_t i = 0; blobs && i < snap->n_layers; i++) {

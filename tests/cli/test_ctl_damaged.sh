@@ -87,5 +87,20 @@ ok "and saves the sound model's entry" $(grep -q '^saved 1 of 3 entries' <<<"$ou
 out=$("$ctl" --db "$dir/new" models 2>&1); rc=$?
 ok "and every sound spec, used or not (rc $rc: $out)" $([ $rc = 0 ] && grep -q '^unused-yet ' <<<"$out" && grep -q '^kimi-k3-0.40b-twin ' <<<"$out" && grep -q '^2 models' <<<"$out"; echo $?)
 
+# salvage reads DIR without writing it: an entry it cannot save is reported
+# as found, never as "quarantined" (nothing of DIR is)
+mv "$dir/db" "$dir/db.old"
+start
+c model add "$tiny" >/dev/null
+flipped=$("$pub" "$sock" "$tiny" 4,3,2,1)
+dropped=$("$pub" "$sock" "$tiny" 5,6,7,8)
+stop
+"$corrupt" "$dir/db" "$flipped" flip 0 >/dev/null && "$corrupt" "$dir/db" "$dropped" drop 0 >/dev/null
+ok "damaged two fresh entries" $?
+out=$("$ctl" --db "$dir/db" salvage --to "$dir/new2" 2>&1); rc=$?
+ok "salvage: the flipped chunk is named (rc $rc: $out)" $([ $rc = 0 ] && grep -q "^LOST ${flipped:0:16}  chunk 0 .*fails its checksum" <<<"$out"; echo $?)
+ok "salvage: the dropped chunk is named" $(grep -q "^LOST ${dropped:0:16}  chunk 0 is missing" <<<"$out"; echo $?)
+ok "salvage: nothing is said to be quarantined" $(! grep -qi 'quarantin' <<<"$out"; echo $?)
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
