@@ -94,6 +94,7 @@ static int cmd_evict_exec(const struct ctl_cmd_entry *self, const struct ctl_glo
 	uint8_t(*keys)[32] = nkeys ? calloc((size_t)nkeys, 32) : NULL;
 	ProtobufCBinaryData *kb = nkeys ? calloc((size_t)nkeys, sizeof(*kb)) : NULL;
 	uint8_t fp[32];
+	int unlisted = 0;
 	frame_response *resp = NULL;
 	for (int i = 0; i < nkeys; i++) {
 		if ((rc = ctl_resolve_key(&b, argv[optind + i], keys[i], self->name)) != 0)
@@ -104,7 +105,7 @@ static int cmd_evict_exec(const struct ctl_cmd_entry *self, const struct ctl_glo
 	if (model) {
 		uint8_t(*fps)[32];
 		size_t found;
-		if ((rc = ctl_models_named(&b, model, &fps, &found, self->name)) != 0)
+		if ((rc = ctl_models_named(&b, model, &unlisted, &fps, &found, self->name)) != 0)
 			goto out;
 		if (found == 1)
 			memcpy(fp, fps[0], 32);
@@ -133,6 +134,14 @@ static int cmd_evict_exec(const struct ctl_cmd_entry *self, const struct ctl_glo
 	req.evict = &ev;
 	if ((rc = ctl_call_ok(&b, &req, &resp, self->name)) != 0)
 		goto out;
+	if (unlisted && resp->n_entries == 0) { /* a typo, as a name no model has */
+		fprintf(stderr,
+		        "k3cachectl evict: no model has fingerprint %s, and no entry (see "
+		        "k3cachectl models)\n",
+		        model);
+		rc = CTL_EXIT_NOTFOUND;
+		goto out;
+	}
 	uint64_t bytes = 0;
 	for (size_t i = 0; i < resp->n_entries; i++)
 		bytes += resp->entries[i]->bytes;

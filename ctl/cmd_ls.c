@@ -170,7 +170,8 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 	if (model) {
 		uint8_t(*fps)[32];
 		size_t nfp;
-		rc = ctl_models_named(&b, model, &fps, &nfp, self->name);
+		int unlisted = 0;
+		rc = ctl_models_named(&b, model, &unlisted, &fps, &nfp, self->name);
 		for (size_t i = 0; !rc && i < nfp; i++)
 			rc = collect_rows(&b, fps[i], tier2, &rows, &n, &cap, partial,
 			                  sizeof(partial));
@@ -178,6 +179,12 @@ static int cmd_ls_exec(const struct ctl_cmd_entry *self, const struct ctl_global
 		if (!rc && !nfp) {
 			fprintf(stderr,
 			        "k3cachectl ls: no model named \"%s\" (see k3cachectl models)\n",
+			        model);
+			rc = CTL_EXIT_NOTFOUND;
+		} else if (!rc && unlisted && !n) {
+			fprintf(stderr,
+			        "k3cachectl ls: no model has fingerprint %s, and no entry "
+			        "(see k3cachectl models)\n",
 			        model);
 			rc = CTL_EXIT_NOTFOUND;
 		}

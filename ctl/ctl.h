@@ -118,10 +118,13 @@ struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32]
 
 /* The fingerprints a --model argument names: a 64-hex fingerprint as it is,
  * or those of every stored spec with that name (none, one, or several).
+ * *unlisted (when not NULL) says a fingerprint given is no listed spec's: a
+ * typo, or a spec damaged on disk whose entries are still there, so the
+ * caller says "not found" only when nothing was found under it either.
  * Returns 0 with *fps (malloc'd, caller frees) and *n, or an exit code
  * after printing why. */
-int ctl_models_named(struct ctl_backend *b, const char *arg, uint8_t (**fps)[32], size_t *n,
-                     const char *cmd);
+int ctl_models_named(struct ctl_backend *b, const char *arg, int *unlisted, uint8_t (**fps)[32],
+                     size_t *n, const char *cmd);
 
 /* ---- formatting (util.c) ---- */
 

@@ -40,35 +40,38 @@ struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32]
 	return spec;
 }
 
-int ctl_models_named(struct ctl_backend *b, const char *arg, uint8_t (**fps)[32], size_t *n,
-                     const char *cmd)
+int ctl_models_named(struct ctl_backend *b, const char *arg, int *unlisted, uint8_t (**fps)[32],
+                     size_t *n, const char *cmd)
 {
 	*fps = NULL;
 	*n = 0;
+	if (unlisted)
+		*unlisted = 0;
 	uint8_t fp[32];
-	if (strlen(arg) == 64 && hexutil_decode(arg, fp, 32) == 0) {
-		if (!(*fps = malloc(32)))
-			goto nomem;
-		memcpy(**fps, fp, 32);
-		*n = 1;
-		return 0;
-	}
+	int is_fp = strlen(arg) == 64 && hexutil_decode(arg, fp, 32) == 0;
 	frame_response *models;
 	int rc = ctl_fetch_models(b, &models, cmd);
 	if (rc)
 		return rc;
 	*fps = malloc((models->n_models ? models->n_models : 1) * 32);
+	int listed = 0;
 	for (size_t i = 0; *fps && i < models->n_models; i++) {
 		char err[MODEL_ERROR_MAX];
 		struct k3cache_model *m = service_spec_from_wire(models->models[i], err);
-		if (m && !strcmp(m->name, arg))
+		if (m && !is_fp && !strcmp(m->name, arg))
 			memcpy((*fps)[(*n)++], m->fingerprint, 32);
+		listed |= m && is_fp && !memcmp(m->fingerprint, fp, 32);
 		model_free(m);
+	}
+	if (*fps && is_fp) { /* as it is, listed or not */
+		memcpy((*fps)[0], fp, 32);
+		*n = 1;
+		if (unlisted)
+			*unlisted = !listed;
 	}
 	ctl_response_free(b, models);
 	if (*fps)
 		return 0;
-nomem:
 	fprintf(stderr, "k3cachectl %s: out of memory\n", cmd);
 	return CTL_EXIT_ERROR;
 }

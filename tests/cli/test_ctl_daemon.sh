@@ -61,6 +61,12 @@ out=$(c ls --sort len --limit 1); ok "ls --sort len --limit 1" $(grep -q "^${k2:
 out=$(c ls --sort size); ok "ls --sort size puts the largest first" $(sed -n 2p <<<"$out" | grep -q "^${k2:0:16}"; echo $?)
 c ls --sort bogus >/dev/null 2>&1; ok "ls --sort bogus is a usage error" $([ $? = 2 ]; echo $?)
 c ls --model nosuch >/dev/null 2>&1; ok "ls --model unknown exits 4" $([ $? = 4 ]; echo $?)
+# a fingerprint no model has (a typo) is not found either, as a name is
+nofp=$(printf '0%.0s' $(seq 64))
+out=$(c ls --model $nofp 2>&1); rc=$?
+ok "ls --model of an unknown fingerprint exits 4 ($out)" $([ $rc = 4 ] && grep -q 'no model has fingerprint' <<<"$out"; echo $?)
+out=$(c evict --model $nofp 2>&1); rc=$?
+ok "evict --model of an unknown fingerprint exits 4 ($out)" $([ $rc = 4 ] && grep -q 'no model has fingerprint' <<<"$out"; echo $?)
 
 out=$(c inspect "${k2:0:8}")
 ok "inspect header" $(grep -q "^key  *$k2" <<<"$out" && grep -q '^prefix  *40 tokens: 1 2 3' <<<"$out" && grep -q '^salt  *8 bytes' <<<"$out"; echo $?)

@@ -72,6 +72,9 @@ for mode in db daemon; do
   ok "$mode: ls --model of the sound model (rc $rc: $out)" $([ $rc = 0 ] && grep -q '^1 entry' <<<"$out"; echo $?)
   out=$(cc inspect "${good:0:16}" 2>&1); rc=$?
   ok "$mode: inspect validates the sound model's layers (rc $rc)" $([ $rc = 0 ] && [ "$(grep -c ' yes$' <<<"$out")" = 8 ]; echo $?)
+  # the damaged spec's entries are still found by its fingerprint
+  out=$(cc evict --model c67bf269b47a8bcd6adc637780f384ef63a302e0d9d6541c5bc7886a5f84f2e6 --dry-run 2>&1); rc=$?
+  ok "$mode: evict --model FP --dry-run finds the damaged spec's entries (rc $rc: $out)" $([ $rc = 0 ] && grep -q '^would evict 2 entries' <<<"$out"; echo $?)
   # verify says the spec is damaged: salvage would lose its model's entries
   out=$(cc verify 2>&1); rc=$?
   ok "$mode: verify names the damaged spec, exits 1 (rc $rc: $out)" $([ $rc = 1 ] && grep -q '^STORE .*model spec c67bf269.* is damaged' <<<"$out"; echo $?)
