@@ -82,7 +82,9 @@ static int cmd_evict_exec(const struct ctl_cmd_entry *self, const struct ctl_glo
 			              "confirm on: add --yes");
 		fprintf(stderr, "Evict every entry? Type 'yes' to go on: ");
 		char line[16] = "";
-		if (!fgets(line, sizeof(line), stdin) || strncmp(line, "yes", 3) != 0) {
+		/* exactly "yes": not "yesterday", nor "yes, wait" */
+		if (!fgets(line, sizeof(line), stdin) ||
+		    (strcmp(line, "yes\n") != 0 && strcmp(line, "yes") != 0)) {
 			fprintf(stderr, "nothing evicted\n");
 			return CTL_EXIT_ERROR;
 		}

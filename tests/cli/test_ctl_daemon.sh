@@ -212,6 +212,10 @@ out=$(c evict --all --dry-run </dev/null); ok "evict --all --dry-run needs no --
 if script -qec true /dev/null >/dev/null 2>&1; then
   out=$(printf 'no\n' | script -qec "'$ctl' --socket '$sock' evict --all" /dev/null 2>&1)
   ok "evict --all on a terminal asks, and 'no' evicts nothing ($out)" $(grep -q "Type 'yes'" <<<"$out" && grep -q 'nothing evicted' <<<"$out" && [ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
+  for answer in yesterday 'yes, wait' yess; do
+    out=$(printf '%s\n' "$answer" | script -qec "'$ctl' --socket '$sock' evict --all" /dev/null 2>&1)
+    ok "evict --all on a terminal: '$answer' is not yes ($out)" $(grep -q 'nothing evicted' <<<"$out" && [ "$(c --json stat | json_num entries)" = 1 ]; echo $?)
+  done
   out=$(printf 'yes\n' | script -qec "'$ctl' --socket '$sock' evict --all" /dev/null 2>&1)
   ok "evict --all on a terminal, answered yes, evicts" $(grep -q 'evicted 1 entry' <<<"$out" && [ "$(c --json stat | json_num entries)" = 0 ]; echo $?)
   "$pub" "$sock" "$tiny" 9,9,9 >/dev/null
