@@ -44,6 +44,13 @@ static int load_tokens(struct k3d_tenancy *t, const char *path)
 	int rc = 0;
 	while (fgets(line, sizeof(line), f)) {
 		no++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			/* its tail must not be read as a line of its own */
+			k3d_log(K3D_LOG_ERROR, "--token-file %s:%u: a line longer than %zu bytes",
+			        path, no, sizeof(line) - 2);
+			rc = -1;
+			break;
+		}
 		const char *p = line + strspn(line, " \t\r\n");
 		if (!*p || *p == '#')
 			continue;

@@ -293,6 +293,14 @@ def test_bad_tenancy_flags(tmp_path):
                         str(tokens), "--insecure-tcp", "--listen", "127.0.0.1:1"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "tokens:2: expected NAME TOKEN [admin]" in r.stderr, r.stderr
+    # a line longer than the reader's buffer is refused whole: its tail is
+    # not read as a line of its own (here a comment's tail that looks like
+    # a token line, which would have let "mallory" in)
+    tokens.write_text("#" + " " * 600 + "mallory %s\nalice %s\n" % ("m" * 32, "a" * 32))
+    r = subprocess.run([env("K3CACHED"), "--db", db, "--socket", sock, "--token-file",
+                        str(tokens), "--insecure-tcp", "--listen", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=5)
+    assert r.returncode == 1 and "tokens:1: a line longer than" in r.stderr, r.stderr
     r = subprocess.run([env("K3CACHED"), "--db", db, "--socket", sock, "--share-uids", "1000"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "two or more uids" in r.stderr, r.stderr
