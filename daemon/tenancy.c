@@ -63,6 +63,20 @@ static int load_tokens(struct k3d_tenancy *t, const char *path)
 			rc = -1;
 			break;
 		}
+		size_t same = t->n_tokens;
+		for (size_t i = 0; i < t->n_tokens && same == t->n_tokens; i++)
+			if (t->tokens[i].len == tok.len &&
+			    !memcmp(t->tokens[i].token, tok.token, tok.len))
+				same = i;
+		if (same < t->n_tokens) { /* a client would be the first line's only */
+			k3d_log(K3D_LOG_ERROR,
+			        "--token-file %s:%u: the token of line %u again: one token per "
+			        "name",
+			        path, no, t->tokens[same].line);
+			rc = -1;
+			break;
+		}
+		tok.line = no;
 		struct k3d_token *n = realloc(t->tokens, (t->n_tokens + 1) * sizeof(*n));
 		if (!n) {
 			rc = -1;

@@ -45,6 +45,7 @@ struct k3d_token {
 	char token[128];
 	size_t len;
 	int admin;
+	unsigned line; /* of the --token-file, for messages */
 };
 
 struct k3d_share {

@@ -301,6 +301,13 @@ def test_bad_tenancy_flags(tmp_path):
                         str(tokens), "--insecure-tcp", "--listen", "127.0.0.1:1"],
                        capture_output=True, text=True, timeout=5)
     assert r.returncode == 1 and "tokens:1: a line longer than" in r.stderr, r.stderr
+    # one token on two lines names two tenants (and maybe an admin): which
+    # one a client became was the first line's, silently
+    tokens.write_text("alice %s\nops %s admin\n" % ("a" * 32, "a" * 32))
+    r = subprocess.run([env("K3CACHED"), "--db", db, "--socket", sock, "--token-file",
+                        str(tokens), "--insecure-tcp", "--listen", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=5)
+    assert r.returncode == 1 and "tokens:2: the token of line 1 again" in r.stderr, r.stderr
     r = subprocess.run([env("K3CACHED"), "--db", db, "--socket", sock, "--share-uids", "1000"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "two or more uids" in r.stderr, r.stderr
