@@ -189,8 +189,8 @@ static int cmd_export_exec(const struct ctl_cmd_entry *self, const struct ctl_gl
 	if ((rc = ctl_inspect_entry(&b, key, &info, self->name)) != 0)
 		goto done;
 	const K3cache__V1__EntryInfo *e = info->entries[0];
-	if (e->model.len == 32)
-		spec = ctl_model_spec(&b, e->model.data, self->name);
+	if (e->model.len == 32 && (rc = ctl_model_spec(&b, e->model.data, &spec, self->name)) != 0)
+		goto done;
 	if (!spec) {
 		fprintf(stderr, "k3cachectl export: the entry's model spec is not in the store\n");
 		rc = CTL_EXIT_ERROR;

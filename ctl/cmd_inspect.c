@@ -119,7 +119,8 @@ static int cmd_inspect_exec(const struct ctl_cmd_entry *self, const struct ctl_g
 		rc = CTL_EXIT_USAGE;
 		goto out;
 	}
-	spec = e->model.len == 32 ? ctl_model_spec(&b, e->model.data, self->name) : NULL;
+	if (e->model.len == 32 && (rc = ctl_model_spec(&b, e->model.data, &spec, self->name)) != 0)
+		goto out;
 	/* the bytes, to say whether each layer verifies (a quarantined entry is
 	 * not served: its layers are reported unverified). Bytes that cannot be
 	 * read (a chunk fails its checksum, the connection breaks) leave the

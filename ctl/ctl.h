@@ -113,8 +113,12 @@ void ctl_layers_free(struct ctl_layers *l);
  * with ctl_response_free), or an exit code after printing why. */
 int ctl_fetch_models(struct ctl_backend *b, frame_response **resp, const char *cmd);
 
-/* The stored model spec with this fingerprint (caller frees), or NULL. */
-struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd);
+struct k3cache_model;
+/* The stored model spec with this fingerprint in *spec (caller frees), NULL
+ * when none is stored: 0; or an exit code after printing why the specs
+ * could not be read (3 for a daemon lost), *spec NULL. */
+int ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], struct k3cache_model **spec,
+                   const char *cmd);
 
 /* The fingerprints a --model argument names: a 64-hex fingerprint as it is,
  * or those of every stored spec with that name (none, one, or several).

@@ -18,26 +18,24 @@ int ctl_fetch_models(struct ctl_backend *b, frame_response **resp, const char *c
 	return ctl_call_ok(b, &req, resp, cmd);
 }
 
-struct k3cache_model *ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], const char *cmd)
+int ctl_model_spec(struct ctl_backend *b, const uint8_t fp[32], struct k3cache_model **spec,
+                   const char *cmd)
 {
-	frame_request req = K3CACHE__V1__REQUEST__INIT;
-	K3cache__V1__ListModels lm = K3CACHE__V1__LIST_MODELS__INIT;
-	req.op_case = K3CACHE__V1__REQUEST__OP_LIST_MODELS;
-	req.list_models = &lm;
+	*spec = NULL;
 	frame_response *resp = NULL;
-	if (ctl_call(b, &req, &resp, cmd) != 0 || !resp)
-		return NULL;
-	struct k3cache_model *spec = NULL;
-	for (size_t i = 0; resp->code == 0 && i < resp->n_models && !spec; i++) {
+	int rc = ctl_fetch_models(b, &resp, cmd);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < resp->n_models && !*spec; i++) {
 		char err[MODEL_ERROR_MAX];
 		struct k3cache_model *m = service_spec_from_wire(resp->models[i], err);
 		if (m && !memcmp(m->fingerprint, fp, 32))
-			spec = m;
+			*spec = m;
 		else
 			model_free(m);
 	}
 	ctl_response_free(b, resp);
-	return spec;
+	return 0;
 }
 
 int ctl_models_named(struct ctl_backend *b, const char *arg, int *unlisted, uint8_t (**fps)[32],

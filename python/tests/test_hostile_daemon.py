@@ -209,7 +209,8 @@ class SwapProxy(Server):
     """In front of a real daemon: a request naming key a asks for key b, and
     the answer then names a (mode "rename") or no entry at all ("strip"); or
     (mode "flip", a == b) a restore's payload has one bit flipped, or ("cut")
-    ends halfway, the connection closed."""
+    ends halfway, the connection closed; or ("lose-models") a request for
+    the model specs is met by the connection closed unanswered."""
 
     def __init__(self, daemon, a, b, mode):
         self.daemon, self.a, self.b, self.mode = daemon.sock, a, b, mode
@@ -226,6 +227,8 @@ class SwapProxy(Server):
         try:
             while True:
                 h = read_frame(cs)
+                if self.mode == "lose-models" and any(f == OP_LIST_MODELS for f, _, _ in fields(h)):
+                    return
                 body = recv_exact(cs, field(h, 2)) if field(h, 2) else b""
                 restore = any(f == OP_RESTORE for f, _, _ in fields(h))
                 h = h.replace(self.a, self.b)
@@ -239,7 +242,7 @@ class SwapProxy(Server):
                     body = bytearray(body)
                     body[len(body) // 2] ^= 0x10
                     body = bytes(body)
-                elif restore:
+                elif restore and self.mode != "lose-models":
                     r = self._answer(r)
                 cs.sendall(struct.pack("<I", len(r)) + r + body)
         except (EOFError, OSError):
@@ -323,5 +326,26 @@ def test_a_restore_cut_short_says_what_may_have_cut_it(daemon, twin_path):
         # connection lost, no answer)
         r = ctl(proxy.path, "export", a.hex()[:16], "-o", "/dev/null")
         assert r.returncode == 3 and "--min-download-rate" in r.stderr, (r.returncode, r.stderr)
+    finally:
+        proxy.close()
+
+
+def test_ctl_a_daemon_lost_reading_the_models_is_no_missing_model(daemon, twin_path, tmp_path):
+    """The connection lost while export or inspect read the model specs: export
+    said "the entry's model spec is not in the store" and exited 1 (inspect
+    went on to "model unknown"). A lost daemon is exit 3, saying so."""
+    spec = model_of(twin_path)
+    with k3cache.Client(daemon.sock) as c:
+        fp = c.put_model(twin_path)
+        a = c.publish(fp, tokens(64, 6000), state(spec, 64, 3))
+    proxy = SwapProxy(daemon, a, a, "lose-models")
+    out = tmp_path / "a.k3snap"
+    try:
+        for args in (("export", a.hex()[:16], "-o", str(out)), ("inspect", a.hex()[:16])):
+            r = ctl(proxy.path, *args)
+            assert r.returncode == 3, (args[0], r.returncode, r.stdout, r.stderr)
+            assert "not in the store" not in r.stderr, r.stderr
+            assert "model unknown" not in r.stdout, r.stdout
+        assert not out.exists()
     finally:
         proxy.close()
