@@ -63,16 +63,21 @@ void store_pending_live_remove(struct store *s, const uint8_t *key)
 /* Whether the pending row v of key belongs to a publish that may still be
  * running: its process exists (same pid, same start time) and, when it is
  * this process, has the key in progress (a row of ours whose cleanup failed
- * is dead). */
+ * is dead). A row with this process's pid is judged by the keys in progress
+ * alone: /proc cannot always be read (a daemon out of file descriptors; its
+ * own rows then say no start time), and a publish of ours taken for a dead
+ * one would have its chunks deleted under it. An older process with this
+ * pid has no key in progress here: a publish of ours of that key replaced
+ * its row when it began. */
 int store_pending_alive(struct store *s, const uint8_t *key, const MDB_val *v)
 {
 	if (v->mv_size != PENDING_LEN)
 		return 0;
 	long pid = (long)store_get_be32(v->mv_data);
 	uint64_t start = store_get_be64((const unsigned char *)v->mv_data + 4);
-	if (start == 0 || store_process_start(pid) != start)
-		return 0;
-	return pid != (long)getpid() || live_has(s, key);
+	if (pid == (long)getpid())
+		return live_has(s, key);
+	return start != 0 && store_process_start(pid) == start;
 }
 
 int store_pending_busy(struct store *s, MDB_txn *txn, const uint8_t *key)

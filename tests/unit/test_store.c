@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -421,6 +422,73 @@ static void test_own_dead_pending_row_is_replaced(void **state)
 	model_free(big);
 }
 
+/* Gives staged publish g all of sn's bytes, runs it to its end, and
+ * expects the entry created and restored byte for byte; frees sn. */
+static void finish_staged(struct fixture *f, struct store_stage *g, struct storeutil_snap *sn)
+{
+	struct store_publish_res res;
+	struct status st;
+	store_stage_arrived(g, UINT64_MAX);
+	int step;
+	while ((step = store_stage_step(g, 0)) == STORE_STAGE_WAIT || step == STORE_STAGE_MORE)
+		if (step == STORE_STAGE_WAIT)
+			store_stage_wait(g);
+	assert_int_equal(step, STORE_STAGE_READY);
+	assert_int_equal(store_stage_end(g, &res, &st), STATUS_OK);
+	assert_true(res.created);
+	struct store_snapshot *snap;
+	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_OK);
+	expect_same_layers(snap, sn);
+	store_snapshot_release(snap);
+	storeutil_snap_free(sn);
+}
+
+/* A staged publish of a key in progress is this process's own, whatever
+ * /proc says: a daemon out of file descriptors cannot read /proc/PID/stat,
+ * and must still answer a second publish of the key BUSY rather than take
+ * the first one's pending row for a dead writer's and delete its chunks. */
+static void test_own_live_pending_row_without_proc(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(reopen_staged(f, 0), 0);
+	struct k3cache_model *big = storeutil_model("big", 700000);
+	store_put_model(f->st, big, NULL, NULL);
+	uint32_t t[20];
+	seq(t, 20, 450);
+	struct storeutil_snap sn = storeutil_snap(big, 20, 6);
+	struct store_publish_req req = {big->fingerprint, "", 0, t, 20, sn.blobs, sn.n};
+	struct store_publish_res res, res2;
+	struct status st, st2;
+	struct store_stage *g = NULL, *g2 = NULL;
+	/* no descriptor left (fopen("/proc/self/stat") fails with EMFILE) from
+	 * before the first publish begins: its row says no start time */
+	struct rlimit was;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+	int fds[64], n = 0;
+	int low = dup(0);
+	assert_true(low >= 0);
+	close(low);
+	struct rlimit few = {(rlim_t)low + 16, was.rlim_max};
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &few), 0);
+	for (int fd; n < 64 && (fd = dup(0)) >= 0;)
+		fds[n++] = fd;
+	enum status_code first = store_stage_begin(f->st, &req, 0, NULL, NULL, &g, &res, &st);
+	enum status_code code = store_stage_begin(f->st, &req, 0, NULL, NULL, &g2, &res2, &st2);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+	if (g2) { /* the bug: end it, so that the store is left whole */
+		store_stage_cancel(g2);
+		(void)store_stage_end(g2, &res2, &st2);
+	}
+	assert_int_equal(first, STATUS_OK);
+	assert_non_null(g);
+	assert_int_equal(code, STATUS_BUSY);
+	assert_null(g2);
+	finish_staged(f, g, &sn);
+	model_free(big);
+}
+
 /* While a staged publish of a key is in progress, a one-transaction publish
  * of the same key (another writer with another stage size) is told BUSY and
  * writes no chunk over the staged ones. */
@@ -442,19 +510,7 @@ static void test_one_commit_publish_waits_for_staged_key(void **state)
 	f->st->opt.stage_bytes = UINT64_MAX; /* the next publish takes one commit */
 	assert_int_equal(store_publish(f->st, &req, &res, &st), STATUS_BUSY);
 	f->st->opt.stage_bytes = 256u << 10;
-	store_stage_arrived(g, UINT64_MAX);
-	int step;
-	while ((step = store_stage_step(g, 0)) == STORE_STAGE_WAIT || step == STORE_STAGE_MORE)
-		if (step == STORE_STAGE_WAIT)
-			store_stage_wait(g);
-	assert_int_equal(step, STORE_STAGE_READY);
-	assert_int_equal(store_stage_end(g, &res, &st), STATUS_OK);
-	assert_true(res.created);
-	struct store_snapshot *snap;
-	assert_int_equal(store_restore(f->st, res.key, &snap, &st), STATUS_OK);
-	expect_same_layers(snap, &sn);
-	store_snapshot_release(snap);
-	storeutil_snap_free(&sn);
+	finish_staged(f, g, &sn);
 	model_free(big);
 }
 
@@ -3691,6 +3747,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_staged_existing_evicts_nothing, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_own_dead_pending_row_is_replaced, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_own_live_pending_row_without_proc, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_one_commit_publish_waits_for_staged_key, setup,
 	                                        teardown),
