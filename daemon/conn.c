@@ -241,14 +241,21 @@ static void release_reservation(struct k3d_conn *c)
 	}
 }
 
+/* Frees the current request (decoded: its tokens and layer list) and gives
+ * back the share of header_bytes its header was charged. */
+static void drop_request(struct k3d_conn *c)
+{
+	c->srv->header_bytes -= c->hcharge;
+	c->hcharge = 0;
+	frame_request_free(c->req);
+	c->req = NULL;
+}
+
 void k3d_conn_reset(struct k3d_conn *c)
 {
 	free(c->hdr);
 	c->hdr = NULL;
-	c->srv->header_bytes -= c->hcharge; /* the request's tokens are freed below */
-	c->hcharge = 0;
-	frame_request_free(c->req);
-	c->req = NULL;
+	drop_request(c);
 	release_reservation(c); /* first: the pool may keep what it frees */
 	k3d_pool_put(c->srv, c->payload, c->pcap);
 	c->payload = NULL;
@@ -529,15 +536,21 @@ static void fatal_frame(struct k3d_conn *c, const struct status *st)
 static void refuse_payload(struct k3d_conn *c, const struct status *st)
 {
 	c->pending = *st;
+	c->pending_id = c->req->id;
+	c->pending_op = (int)ops_of(c->req);
 	release_reservation(c);
 	k3d_pool_put(c->srv, c->payload, c->pcap);
 	c->payload = NULL;
 	c->pcap = 0;
 	c->trial = 0;
 	if (c->plen > store_stage_bytes(c->srv->store)) {
-		k3d_conn_error(c, c->req->id, &c->pending);
+		k3d_conn_error(c, c->pending_id, &c->pending);
 		c->answered = 1;
 	}
+	/* skipping the payload needs none of the request: its decoded header
+	 * (a layer list many times the header's size) is not kept, uncharged,
+	 * for as long as the client takes to send what is skipped */
+	drop_request(c);
 	k3d_conn_set_state(c, K3D_DISCARD);
 }
 
@@ -863,9 +876,13 @@ static void process(struct k3d_conn *c)
 			break;
 		case K3D_DISCARD:
 			if (c->pgot == c->plen) {
+				if (!c->answered && c->t_request > 0) {
+					k3d_metrics_observe(c->srv, c->pending_op,
+					                    k3d_now() - c->t_request);
+					c->t_request = 0;
+				}
 				if (!c->answered)
-					k3d_conn_error(c, c->req ? c->req->id : c->pending_id,
-					               &c->pending);
+					k3d_conn_error(c, c->pending_id, &c->pending);
 				c->pending_id = 0;
 				/* what it held (a trial window) goes to those waiting
 				 * at the next tick (on_tick): not from here, inside

@@ -216,7 +216,8 @@ struct k3d_conn {
 	unsigned down_ticks;        /* seconds of that window the client's socket was full */
 	uint64_t pcap;              /* capacity of the payload buffer */
 	struct status pending;      /* the error to answer after a discard */
-	uint64_t pending_id;        /* its request's id when the request went to a job */
+	uint64_t pending_id;        /* its request's id (the request is freed, or a job's) */
+	int pending_op;             /* its op (enum ops_id), for the answer's latency */
 	struct k3d_job *ingest;     /* a publish written while its payload arrives */
 	struct k3d_window *win;     /* its receive window (the job's; window.h) */
 	struct k3d_stream *sending; /* a restore whose chunks are still to queue */

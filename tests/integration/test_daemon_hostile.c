@@ -393,6 +393,69 @@ static void test_half_close_gets_answer(void **state)
 	assert_served();
 }
 
+/* The daemon's resident memory, KiB (VmRSS). */
+static uint64_t daemon_rss_kib(void)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	uint64_t kib = 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "VmRSS:", 6))
+			kib = strtoull(line + 6, NULL, 10);
+	fclose(f);
+	return kib;
+}
+
+/* A refused request whose payload is being skipped holds none of its decoded
+ * header: a header under the free 64 KiB of empty layer refs decodes to over
+ * 30 times its size, and clients that stop sending the skipped payload must
+ * not park that memory, uncharged, for as long as they trickle. */
+static void test_refused_request_holds_no_header(void **state)
+{
+	(void)state;
+	enum { REFS = 30000, CONNS = 40 };
+	uint8_t fp[32] = {1};
+	uint32_t tokens[3] = {1, 2, 3};
+	frame_request req;
+	K3cache__V1__Publish pub;
+	K3cache__V1__LayerRef *refs = calloc(REFS, sizeof(*refs));
+	K3cache__V1__LayerRef **prefs = calloc(REFS, sizeof(*prefs));
+	uint64_t *sizes = calloc(REFS, sizeof(*sizes));
+	assert_non_null(refs);
+	assert_non_null(prefs);
+	assert_non_null(sizes);
+	publish_header(&req, &pub, refs, prefs, fp, tokens, sizes, REFS);
+	for (size_t i = 0; i < REFS; i++)
+		refs[i].index = 0; /* out of order: INVALID, the payload skipped */
+	req.payload_len = 1000;
+	unsigned char *wire;
+	size_t n = frame_encode_request(&req, &wire);
+	assert_true(n > 0 && n < 64u << 10);
+	uint64_t before = daemon_rss_kib();
+	int fds[CONNS];
+	for (int i = 0; i < CONNS; i++) {
+		fds[i] = daemonutil_connect_raw(d.sock);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(daemonutil_write_all(fds[i], wire, n), 0);
+	}
+	assert_served();
+	daemonutil_sleep_ms(300); /* every header above is in and decoded */
+	uint64_t held = daemon_rss_kib();
+	for (int i = 0; i < CONNS; i++)
+		close(fds[i]);
+	assert_served();
+	free(wire);
+	free(sizes);
+	free(prefs);
+	free(refs);
+	/* each connection holds its 64 KiB input buffer; not 2 MiB of refs */
+	fprintf(stderr, "rss %llu KiB -> %llu KiB\n", (unsigned long long)before,
+	        (unsigned long long)held);
+	assert_true(held < before + UINT64_C(16) * 1024);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -404,6 +467,7 @@ int main(void)
 	        cmocka_unit_test(test_closed_mid_payload),
 	        cmocka_unit_test(test_bad_publish_content),
 	        cmocka_unit_test(test_half_close_gets_answer),
+	        cmocka_unit_test(test_refused_request_holds_no_header),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
