@@ -1,6 +1,7 @@
 #include "frame.h"
 #include "ops.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "frame_tokens.h"
@@ -30,16 +31,26 @@ enum status_code frame_check_header_len(uint32_t len, struct status *st)
 
 /* protobuf-c's unpack answers NULL both for bytes it refuses and for memory
  * it could not get: this allocator (malloc and free, so that what it gives
- * is freed as usual) tells the two apart. */
+ * is freed as usual) tells the two apart, and refuses to give more than
+ * `left` bytes in all (a header is decoded within FRAME_DECODE_RATIO times
+ * its length). */
 struct watch {
-	int failed;
+	int failed, over;
+	size_t left;
 };
 
 static void *watch_alloc(void *data, size_t size)
 {
+	struct watch *w = data;
+	if (size > w->left) {
+		w->over = 1;
+		return NULL;
+	}
 	void *p = malloc(size);
 	if (!p)
-		((struct watch *)data)->failed = 1;
+		w->failed = 1;
+	else
+		w->left -= size;
 	return p;
 }
 
@@ -49,15 +60,28 @@ static void watch_free(void *data, void *p)
 	free(p);
 }
 
+size_t frame_decode_budget(size_t len)
+{
+	return (size_t)FRAME_DECODE_FLOOR + (size_t)FRAME_DECODE_RATIO * len;
+}
+
 frame_request *frame_decode_request(const void *header, size_t len, struct status *st)
 {
-	frame_request *req = frame_tokens_decode_request(header, len);
+	struct watch w = {.left = frame_decode_budget(len)};
+	ProtobufCAllocator a = {watch_alloc, watch_free, &w};
+	frame_request *req = frame_tokens_decode_request(header, len, &a);
 	if (req)
 		return req;
-	struct watch w = {0};
-	ProtobufCAllocator a = {watch_alloc, watch_free, &w};
-	req = k3cache__v1__request__unpack(&a, len, header);
-	if (!req && w.failed)
+	if (!w.over) { /* the fast path did not apply: protobuf-c, within the same budget */
+		w = (struct watch){.left = frame_decode_budget(len)};
+		req = k3cache__v1__request__unpack(&a, len, header);
+	}
+	if (!req && w.over)
+		status_set(st, STATUS_TOO_LARGE,
+		           "the frame header of %zu bytes decodes to more than %zu bytes (%u "
+		           "times its length): too many list entries for their size",
+		           len, frame_decode_budget(len), FRAME_DECODE_RATIO);
+	else if (!req && w.failed)
 		status_set(st, STATUS_INTERNAL, "out of memory decoding the frame header");
 	else if (!req)
 		status_set(st, STATUS_INVALID, "the frame header is not a valid Request message");
@@ -72,7 +96,7 @@ void frame_request_free(frame_request *req)
 
 frame_response *frame_decode_response(const void *header, size_t len, struct status *st)
 {
-	struct watch w = {0};
+	struct watch w = {.left = SIZE_MAX};
 	ProtobufCAllocator a = {watch_alloc, watch_free, &w};
 	frame_response *r = k3cache__v1__response__unpack(&a, len, header);
 	if (!r && w.failed)

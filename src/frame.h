@@ -30,8 +30,21 @@ void frame_put_len(unsigned char prefix[FRAME_PREFIX_LEN], uint32_t len);
  * Either way the stream cannot be trusted past it. */
 enum status_code frame_check_header_len(uint32_t len, struct status *st);
 
-/* Decodes a Request header. NULL with INVALID when it is not valid protobuf
- * (the stream cannot be trusted: close it). Free with frame_request_free(). */
+/* A header's decoded request (its structs, lists and bytes, but the fast
+ * path's token array, 4 bytes a token) is allowed at most
+ * frame_decode_budget(len) = FRAME_DECODE_FLOOR + FRAME_DECODE_RATIO * len
+ * bytes: a list of empty entries (2 bytes each on the wire, a 72-byte
+ * struct and pointer each decoded) would otherwise make a 16 MiB header
+ * hundreds of MiB. Real headers stay well under it (a layer ref of ~20
+ * bytes decodes to 72, a token to 4). */
+#define FRAME_DECODE_RATIO 8u
+#define FRAME_DECODE_FLOOR (1u << 20)
+size_t frame_decode_budget(size_t len);
+
+/* Decodes a Request header. NULL with INVALID when it is not valid protobuf,
+ * TOO_LARGE when it decodes to more than frame_decode_budget(len) (either
+ * way the stream cannot be trusted: close it). Free with
+ * frame_request_free(). */
 frame_request *frame_decode_request(const void *header, size_t len, struct status *st);
 void frame_request_free(frame_request *req);
 

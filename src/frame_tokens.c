@@ -274,7 +274,7 @@ static uint32_t *get_tokens(const uint8_t *p, const uint8_t *end, size_t *n_out)
 	return t;
 }
 
-frame_request *frame_tokens_decode_request(const void *header, size_t len)
+frame_request *frame_tokens_decode_request(const void *header, size_t len, ProtobufCAllocator *a)
 {
 	const uint8_t *h = header, *end = h + len, *p = h;
 	struct field f, sub = {0}, tok = {0};
@@ -327,14 +327,14 @@ frame_request *frame_tokens_decode_request(const void *header, size_t len)
 	w += tok.start - sub.data;
 	memcpy(w, tok.end, (size_t)(end - tok.end));
 	w += end - tok.end;
-	frame_request *req = k3cache__v1__request__unpack(NULL, (size_t)(w - s), s);
+	frame_request *req = k3cache__v1__request__unpack(a, (size_t)(w - s), s);
 	free(s);
 	uint32_t **slot = NULL;
 	size_t *count = NULL;
 	if (!req || tokens_of(req, &slot, &count) != sub.number || *count != 0) {
 		/* not what the scan said: let protobuf-c decide on the whole */
 		if (req)
-			k3cache__v1__request__free_unpacked(req, NULL);
+			k3cache__v1__request__free_unpacked(req, a);
 		free(tokens);
 		return NULL;
 	}

@@ -34,7 +34,8 @@
 size_t frame_tokens_encode_request(const frame_request *req, unsigned char **out);
 
 /* As frame_decode_request() for a valid header; NULL when the fast path does
- * not apply (including an invalid header: protobuf-c then says so). */
-frame_request *frame_tokens_decode_request(const void *header, size_t len);
+ * not apply (including an invalid header: protobuf-c then says so). The rest
+ * of the header is unpacked with allocator a (NULL: protobuf-c's default). */
+frame_request *frame_tokens_decode_request(const void *header, size_t len, ProtobufCAllocator *a);
 
 #endif

@@ -33,7 +33,7 @@ static void same_bytes(ProtobufCBinaryData a, ProtobufCBinaryData b)
 /* The fast path against protobuf-c on one header. */
 static void check_tokens_path(const uint8_t *h, size_t len)
 {
-	frame_request *f = frame_tokens_decode_request(h, len);
+	frame_request *f = frame_tokens_decode_request(h, len, NULL);
 	frame_request *p = k3cache__v1__request__unpack(NULL, len, h);
 	if (f) {
 		if (!p || f->id != p->id || f->payload_len != p->payload_len ||

@@ -393,8 +393,8 @@ static void test_half_close_gets_answer(void **state)
 	assert_served();
 }
 
-/* The daemon's resident memory, KiB (VmRSS). */
-static uint64_t daemon_rss_kib(void)
+/* A field of the daemon's /proc status ("VmRSS:", "VmHWM:"), KiB. */
+static uint64_t daemon_kib(const char *field)
 {
 	char path[64], line[256];
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
@@ -402,38 +402,53 @@ static uint64_t daemon_rss_kib(void)
 	assert_non_null(f);
 	uint64_t kib = 0;
 	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "VmRSS:", 6))
-			kib = strtoull(line + 6, NULL, 10);
+		if (!strncmp(line, field, strlen(field)))
+			kib = strtoull(line + strlen(field), NULL, 10);
 	fclose(f);
 	return kib;
 }
 
-/* A refused request whose payload is being skipped holds none of its decoded
- * header: a header under the free 64 KiB of empty layer refs decodes to over
- * 30 times its size, and clients that stop sending the skipped payload must
- * not park that memory, uncharged, for as long as they trickle. */
-static void test_refused_request_holds_no_header(void **state)
+/* A publish frame (prefix and header) of n empty layer refs: index 0 and no
+ * size, 2 bytes each on the wire (so out of order: INVALID), a 72-byte
+ * struct and pointer each decoded; *len its length. */
+static unsigned char *empty_refs_frame(size_t n, uint64_t payload_len, size_t *len)
 {
-	(void)state;
-	enum { REFS = 30000, CONNS = 40 };
 	uint8_t fp[32] = {1};
 	uint32_t tokens[3] = {1, 2, 3};
 	frame_request req;
 	K3cache__V1__Publish pub;
-	K3cache__V1__LayerRef *refs = calloc(REFS, sizeof(*refs));
-	K3cache__V1__LayerRef **prefs = calloc(REFS, sizeof(*prefs));
-	uint64_t *sizes = calloc(REFS, sizeof(*sizes));
+	K3cache__V1__LayerRef *refs = calloc(n, sizeof(*refs));
+	K3cache__V1__LayerRef **prefs = calloc(n, sizeof(*prefs));
+	uint64_t *sizes = calloc(n, sizeof(*sizes));
 	assert_non_null(refs);
 	assert_non_null(prefs);
 	assert_non_null(sizes);
-	publish_header(&req, &pub, refs, prefs, fp, tokens, sizes, REFS);
-	for (size_t i = 0; i < REFS; i++)
-		refs[i].index = 0; /* out of order: INVALID, the payload skipped */
-	req.payload_len = 1000;
+	publish_header(&req, &pub, refs, prefs, fp, tokens, sizes, n);
+	for (size_t i = 0; i < n; i++)
+		refs[i].index = 0;
+	req.payload_len = payload_len;
 	unsigned char *wire;
-	size_t n = frame_encode_request(&req, &wire);
-	assert_true(n > 0 && n < 64u << 10);
-	uint64_t before = daemon_rss_kib();
+	*len = frame_encode_request(&req, &wire);
+	assert_true(*len > 0);
+	free(sizes);
+	free(prefs);
+	free(refs);
+	return wire;
+}
+
+/* A refused request whose payload is being skipped holds none of its decoded
+ * header: a 20 KB header of empty layer refs (under the free 64 KiB, and
+ * within frame_decode_budget()'s 1 MiB floor) decodes to ~0.9 MB, and
+ * clients that stop sending the skipped payload must not park that memory,
+ * uncharged, for as long as they trickle (40 of them held 30 MB). */
+static void test_refused_request_holds_no_header(void **state)
+{
+	(void)state;
+	enum { CONNS = 40 };
+	size_t n;
+	unsigned char *wire = empty_refs_frame(10000, 1000, &n);
+	assert_true(n < 64u << 10);
+	uint64_t before = daemon_kib("VmRSS:");
 	int fds[CONNS];
 	for (int i = 0; i < CONNS; i++) {
 		fds[i] = daemonutil_connect_raw(d.sock);
@@ -442,18 +457,32 @@ static void test_refused_request_holds_no_header(void **state)
 	}
 	assert_served();
 	daemonutil_sleep_ms(300); /* every header above is in and decoded */
-	uint64_t held = daemon_rss_kib();
+	uint64_t held = daemon_kib("VmRSS:");
 	for (int i = 0; i < CONNS; i++)
 		close(fds[i]);
 	assert_served();
 	free(wire);
-	free(sizes);
-	free(prefs);
-	free(refs);
-	/* each connection holds its 64 KiB input buffer; not 2 MiB of refs */
+	/* each connection holds its 64 KiB input buffer; not 1 MB of refs */
 	fprintf(stderr, "rss %llu KiB -> %llu KiB\n", (unsigned long long)before,
 	        (unsigned long long)held);
 	assert_true(held < before + UINT64_C(16) * 1024);
+}
+
+/* A header of empty layer refs is refused once its decoding passes
+ * frame_decode_budget(), not decoded whole: a 4 MiB header (charged 20 MiB
+ * to --max-inflight) took the daemon's peak memory up by ~200 MiB, a 16 MiB
+ * one by 830 MiB. The stream cannot be trusted past it: TOO_LARGE, closed. */
+static void test_header_decoding_is_bounded(void **state)
+{
+	(void)state;
+	size_t n;
+	unsigned char *wire = empty_refs_frame(2u << 20, 0, &n);
+	assert_true(n > (4u << 20) && n < (5u << 20));
+	uint64_t before = daemon_kib("VmHWM:");
+	raw_frame_then_close(wire, n, STATUS_TOO_LARGE);
+	uint64_t peak = daemon_kib("VmHWM:");
+	free(wire);
+	assert_true(peak < before + UINT64_C(48) * 1024);
 }
 
 int main(void)
@@ -468,6 +497,7 @@ int main(void)
 	        cmocka_unit_test(test_bad_publish_content),
 	        cmocka_unit_test(test_half_close_gets_answer),
 	        cmocka_unit_test(test_refused_request_holds_no_header),
+	        cmocka_unit_test(test_header_decoding_is_bounded),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

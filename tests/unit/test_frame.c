@@ -89,7 +89,7 @@ static void assert_same_publish(const K3cache__V1__Publish *a, const K3cache__V1
 /* Decodes header both ways; fast says whether the fast path must apply. */
 static void assert_same_decoding(const unsigned char *header, size_t len, int fast)
 {
-	frame_request *f = frame_tokens_decode_request(header, len);
+	frame_request *f = frame_tokens_decode_request(header, len, NULL);
 	frame_request *p = k3cache__v1__request__unpack(NULL, len, header);
 	if (!fast) {
 		assert_null(f);
@@ -320,14 +320,14 @@ static void test_unusual_forms_fall_back(void **state)
 
 	/* a last varint cut short: invalid for both */
 	h = wrap_lookup(hdr, sub, put_packed(sub, 0, N, 300, 0, 1));
-	assert_null(frame_tokens_decode_request(hdr, h));
+	assert_null(frame_tokens_decode_request(hdr, h, NULL));
 	assert_null(frame_decode_request(hdr, h, &st));
 
 	/* two op fields: protobuf-c keeps the last, a Hello */
 	h = wrap_lookup(hdr, sub, put_packed(sub, 0, N, 0, 0, 0));
 	hdr[h++] = 10u << 3 | 2u; /* hello {} */
 	hdr[h++] = 0;
-	assert_null(frame_tokens_decode_request(hdr, h));
+	assert_null(frame_tokens_decode_request(hdr, h, NULL));
 	frame_request *r = frame_decode_request(hdr, h, &st);
 	assert_non_null(r);
 	assert_int_equal(r->op_case, K3CACHE__V1__REQUEST__OP_HELLO);
@@ -366,7 +366,7 @@ static void test_unusual_forms_fall_back(void **state)
 			memcpy(hdr + h, wide, w);
 			h += w;
 			free(wide);
-			assert_null(frame_tokens_decode_request(hdr, h));
+			assert_null(frame_tokens_decode_request(hdr, h, NULL));
 			frame_request *pc = k3cache__v1__request__unpack(NULL, h, hdr);
 			frame_request *mine = frame_decode_request(hdr, h, &st);
 			assert_true((pc == NULL) == (mine == NULL));
