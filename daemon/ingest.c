@@ -164,7 +164,11 @@ void k3d_ingest_begin(struct k3d_writer *w, struct k3d_job *job)
 	}
 	in->blobs = k3d_publish_request(job, &in->req);
 	if (!in->blobs) {
+		/* refused at the start: the window lets the payload through, to
+		 * be answered once it is in (not begun again then) */
 		status_set(&job->st, STATUS_BUSY, "out of memory; retry later");
+		in->retried = 1;
+		tell_consumed(in, UINT64_MAX);
 		return;
 	}
 	struct store_stage *g = NULL;

@@ -523,14 +523,14 @@ struct faulted {
 };
 
 static void start_faulted(struct faulted *f, const char *a1, const char *a2, const char *a3,
-                          const char *a4)
+                          const char *a4, const char *a5, const char *a6)
 {
 	assert_int_equal(daemonutil_init(&f->d), 0);
 	snprintf(f->arm, sizeof(f->arm), "%s/arm", f->d.dir);
 	snprintf(f->hit, sizeof(f->hit), "%s.hit", f->arm);
 	setenv("LD_PRELOAD", K3_FAULT_ALLOC, 1);
 	setenv("K3FAULT_ALLOC_ARM", f->arm, 1);
-	int rc = daemonutil_start(&f->d, a1, a2, a3, a4, (char *)NULL);
+	int rc = daemonutil_start(&f->d, a1, a2, a3, a4, a5, a6, (char *)NULL);
 	unsetenv("LD_PRELOAD");
 	unsetenv("K3FAULT_ALLOC_ARM");
 	assert_int_equal(rc, 0);
@@ -574,7 +574,7 @@ static void test_publish_refused_for_memory_holds_nothing(void **state)
 	skip(); /* the sanitizers own malloc */
 #else
 	struct faulted f;
-	start_faulted(&f, "--stage-size", "64KiB", "--max-inflight", "4MiB");
+	start_faulted(&f, "--stage-size", "64KiB", "--max-inflight", "4MiB", NULL, NULL);
 	struct daemonutil *d = &f.d;
 	uint32_t p = p_for(3u << 20);
 	int refused = 0;
@@ -629,6 +629,56 @@ static void test_publish_refused_for_memory_holds_nothing(void **state)
 #endif
 }
 
+/* A streamed publish whose start on the writer fails for memory (its layer
+ * list) is answered once its payload is in, as every refusal at the start
+ * is. Before, its window was never let through: the upload stopped at the
+ * window's 3 MiB, unanswered, until the stuck-window close (4 x
+ * --stall-timeout, 2 minutes by default) cut the connection. Each
+ * allocation of a whole streamed publish is failed in turn (fault_alloc):
+ * every round ends at once. */
+static void test_streamed_publish_out_of_memory_is_answered(void **state)
+{
+	(void)state;
+#ifndef K3_FAULT_ALLOC
+	skip(); /* the sanitizers own malloc */
+#else
+	struct faulted f;
+	start_faulted(&f, "--stage-size", "64KiB", "--stall-timeout", "1s", "--durability", "fast");
+	struct daemonutil *d = &f.d;
+	uint32_t p = p_for(6u << 20); /* over the window's three 1 MiB stages */
+	long n;
+	for (n = 1; n < 3000; n++) {
+		arm_at(&f, n);
+		double t0 = daemonutil_now();
+		int fd = daemonutil_connect_raw(d->sock);
+		assert_true(fd >= 0);
+		int sent =
+		        send_publish(fd, p, 9000000 + (uint32_t)n * 1000, (uint64_t)n, UINT64_MAX);
+		/* answered (or, where no answer can be queued, closed) at once,
+		 * whether the upload went whole or was refused and cut */
+		frame_response *r = daemonutil_read_response(fd, 8000);
+		int closed = r ? 0 : daemonutil_closed(fd, 8000);
+		double took = daemonutil_now() - t0;
+		int was_hit = disarm(&f);
+		if (took > 2.5)
+			print_message("allocation %ld failing: %s after %.1f s (upload %s)\n", n,
+			              r        ? "answered"
+			              : closed ? "closed"
+			                       : "nothing",
+			              took, sent ? "cut" : "whole");
+		assert_true(r || closed);
+		assert_true(took < 2.5);
+		frame_response_free(r);
+		close(fd);
+		if (!was_hit)
+			break; /* a round that failed nothing: every allocation was tried */
+	}
+	print_message("%ld allocations failed in turn\n", n - 1);
+	assert_true(daemonutil_alive(d));
+	daemonutil_cleanup(d);
+#endif
+}
+
 /* A Report whose check cannot be queued (out of memory) is counted in
  * reports_dropped, as one over the checks' bound is. Before, it was only
  * logged: every error path is counted. Each allocation of a Report's work
@@ -640,7 +690,7 @@ static void test_report_out_of_memory_is_counted(void **state)
 	skip(); /* the sanitizers own malloc */
 #else
 	struct faulted f;
-	start_faulted(&f, NULL, NULL, NULL, NULL);
+	start_faulted(&f, NULL, NULL, NULL, NULL, NULL, NULL);
 	struct daemonutil *d = &f.d;
 	uint8_t key[K3CACHE_KEY_LEN];
 	publish(d, 100, 3000, 5, key);
@@ -707,6 +757,7 @@ int main(void)
 	        cmocka_unit_test(test_damage_reports_are_bounded),
 	        cmocka_unit_test(test_sigterm_stops_a_verify),
 	        cmocka_unit_test(test_publish_refused_for_memory_holds_nothing),
+	        cmocka_unit_test(test_streamed_publish_out_of_memory_is_answered),
 	        cmocka_unit_test(test_report_out_of_memory_is_counted),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
