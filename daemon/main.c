@@ -13,6 +13,12 @@
 #include "tier2/tier2.h"
 #include "units.h"
 
+/* Streaming restores at most: half the store's reader slots, the rest left
+ * to lookups, direct readers and k3cachectl (store.h). */
+#define MAX_RESTORES      (STORE_MAX_READERS / 2)
+#define MAX_RESTORES_TEXT "256"
+_Static_assert(MAX_RESTORES == 256, "MAX_RESTORES_TEXT says MAX_RESTORES");
+
 static void usage(FILE *f, const char *db, const char *sock)
 {
 	fprintf(f,
@@ -39,7 +45,8 @@ static void usage(FILE *f, const char *db, const char *sock)
 	        "                        one holds its window); past it, connections wait\n"
 	        "                        (default 2GiB); it bounds large request headers\n"
 	        "                        apart (past it: BUSY)\n"
-	        "  --max-restores N      restores streaming at once, 1 to 100000; past it BUSY\n"
+	        "  --max-restores N      restores streaming at once, 1 to " MAX_RESTORES_TEXT
+	        "; past it BUSY\n"
 	        "                        (default 64)\n"
 	        "  --max-restores-per-tenant N  of those, what one tenant (a uid, a token's\n"
 	        "                        name; admins are one) may hold, 1 to --max-restores\n"
@@ -363,8 +370,16 @@ int main(int argc, char **argv)
 				                   "a size such as 2GiB");
 			break;
 		case O_MAXR:
-			if (units_parse_uint(optarg, 1, 100000, &v))
-				return bad("--max-restores", optarg, "a number from 1 to 100000");
+			if (units_parse_uint(optarg, 1, UINT64_MAX, &v))
+				return bad("--max-restores", optarg,
+				           "a number from 1 to " MAX_RESTORES_TEXT);
+			if (v > MAX_RESTORES)
+				return bad(
+				        "--max-restores", optarg,
+				        "a number from 1 to " MAX_RESTORES_TEXT
+				        ": each streaming restore holds one of the store's reader "
+				        "slots, which lookups, direct readers and k3cachectl "
+				        "share");
 			cfg.max_restores = (uint32_t)v;
 			break;
 		case O_MAXR_TENANT:

@@ -46,6 +46,10 @@
 
 #define STORE_KEY_LEN        32
 #define STORE_FORMAT_VERSION 2u
+/* LMDB's reader table: each read transaction open at once in any process
+ * (a lookup, a streaming restore, a direct reader's call or view, a
+ * k3cachectl command) holds one slot; past it, reads fail. */
+#define STORE_MAX_READERS 512
 
 /* When store_open walks the data file's structure (store/walk.h) before
  * LMDB reads a page of it. */

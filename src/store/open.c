@@ -443,7 +443,7 @@ enum status_code store_open(const char *dir, const struct store_options *opt, st
 		goto fail;
 	}
 	mdb_env_set_maxdbs(s->env, 16);
-	mdb_env_set_maxreaders(s->env, 512);
+	mdb_env_set_maxreaders(s->env, STORE_MAX_READERS);
 	if (!s->opt.read_only)
 		mdb_env_set_mapsize(s->env, (size_t)s->opt.map_size);
 	unsigned flags = MDB_NOTLS;

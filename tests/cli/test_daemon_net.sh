@@ -103,8 +103,13 @@ refuse 'numeric' --listen 300.1.2.3:7000
 refuse 'brackets' --listen ::1:7000
 refuse 'token-file' --listen 127.0.0.1:7000
 refuse 'token-file' --insecure-tcp --listen 0.0.0.0:7000
-refuse '1 to 100000' --max-restores 1.5
-refuse '1 to 100000' --max-restores 2K
+refuse '1 to 256' --max-restores 1.5
+refuse '1 to 256' --max-restores 2K
+# each streaming restore holds one of the store's 512 reader slots, which
+# lookups, direct readers and k3cachectl share: past about 500, every lookup
+# would fail "too many readers"
+refuse "reader slots" --max-restores 257
+refuse "reader slots" --max-restores 1000
 refuse 'is over --max-restores' --max-restores 4 --max-restores-per-tenant 5
 refuse '1 to --max-restores' --max-restores-per-tenant 0
 refuse 'at most' --max-bytes 8388609T
