@@ -1059,11 +1059,14 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 
 /* --min-upload-rate, once a second: a publish's upload is measured over
  * K3D_RATE_WINDOW seconds in which the daemon was reading it (not while it
- * waited for in-flight memory or was paused by --yield-rate). */
+ * waited for in-flight memory or was paused by --yield-rate), the payload
+ * of a refused request too, skipped as it comes (a byte now and then held
+ * its connection for ever). */
 static int upload_too_slow(struct k3d_conn *c)
 {
 	uint64_t rate = c->srv->cfg.min_upload_rate;
-	if (!rate || (c->state != K3D_READ_PAYLOAD && c->state != K3D_READ_HEADER))
+	if (!rate || (c->state != K3D_READ_PAYLOAD && c->state != K3D_READ_HEADER &&
+	              c->state != K3D_DISCARD))
 		return 0;
 	/* a header too: one trickled in a byte at a time would hold its
 	 * buffer for ever, as each byte counts as progress */

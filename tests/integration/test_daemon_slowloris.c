@@ -4,7 +4,9 @@
  * the 30 MiB they announced, so a real 20 MiB publish goes through at once;
  * after 10 s under --min-upload-rate they are closed, counted, and leave
  * nothing held. Connections trickling a header are closed the same way, and
- * one reading a restore at a trickle under --min-download-rate. */
+ * ones trickling the payload of a publish refused at its header (skipped as
+ * it comes), and one reading a restore at a trickle under
+ * --min-download-rate. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +20,7 @@
 
 #define SLOW       100
 #define HDRS       10 /* connections trickling a header instead */
+#define REFUSED    5  /* and a publish refused (no such model), its payload skipped */
 #define SLOW_BYTES (UINT64_C(30) << 20)
 #define REAL_FLOAT (UINT32_C(5) << 20) /* 20 MiB of recurrent state */
 
@@ -117,6 +120,16 @@ static void test_slow_uploads_do_not_starve(void **state)
 		assert_int_equal(daemonutil_write_all(hfds[i], prefix, sizeof(prefix)), 0);
 		assert_int_equal(daemonutil_write_all(hfds[i], kib, sizeof(kib)), 0);
 	}
+	/* the payload of a refused publish is skipped as it comes, holding
+	 * nothing: a byte now and then held its connection for ever */
+	int rfds[REFUSED];
+	uint8_t nobody[32];
+	memset(nobody, 0xee, sizeof(nobody));
+	for (uint32_t i = 0; i < REFUSED; i++) {
+		rfds[i] = slow_upload(nobody, i);
+		assert_true(rfds[i] >= 0);
+		assert_int_equal(daemonutil_write_all(rfds[i], kib, sizeof(kib)), 0);
+	}
 	daemonutil_sleep_ms(300);
 	/* each holds its trial window, not its announced payload */
 	uint64_t held = counter(c, "inflight_bytes");
@@ -169,15 +182,20 @@ static void test_slow_uploads_do_not_starve(void **state)
 				close(hfds[i]);
 				hfds[i] = -1;
 			}
+		for (int i = 0; i < REFUSED; i++)
+			if (rfds[i] >= 0 && daemonutil_write_all(rfds[i], kib, sizeof(kib)) != 0) {
+				close(rfds[i]);
+				rfds[i] = -1;
+			}
 		if (rfd >= 0 && daemonutil_read_all(rfd, kib, sizeof(kib), 1000) != 0) {
 			close(rfd); /* closed by the daemon */
 			rfd = -1;
 		}
-		if (counter(c, "uploads_too_slow") - before >= SLOW + HDRS &&
+		if (counter(c, "uploads_too_slow") - before >= SLOW + HDRS + REFUSED &&
 		    counter(c, "downloads_too_slow") >= 1)
 			break;
 	}
-	assert_int_equal(counter(c, "uploads_too_slow") - before, SLOW + HDRS);
+	assert_int_equal(counter(c, "uploads_too_slow") - before, SLOW + HDRS + REFUSED);
 	assert_int_equal(counter(c, "downloads_too_slow"), 1);
 	assert_int_equal(counter(c, "timeouts"), timeouts0); /* each close counted once */
 	assert_int_equal(counter(c, "restores_streaming"), 0);
@@ -195,6 +213,11 @@ static void test_slow_uploads_do_not_starve(void **state)
 		if (hfds[i] >= 0) {
 			assert_true(daemonutil_closed(hfds[i], 5000));
 			close(hfds[i]);
+		}
+	for (int i = 0; i < REFUSED; i++)
+		if (rfds[i] >= 0) {
+			assert_true(daemonutil_closed(rfds[i], 5000));
+			close(rfds[i]);
 		}
 	k3cache_close(c);
 	k3cache_model_free(m);
