@@ -41,6 +41,17 @@ done
 # each sample is a flag and its value
 "$dir/prefix/sbin/k3cached" $(tr '\n' ' ' <<<"$shown") --help >/dev/null
 ok "k3cached takes every flag the example shows, with its sample value" $?
+# a range the example gives a flag is the one its --help gives (the example
+# said --max-restores 1 to 100000 once the daemon took 1 to 256)
+help=$("$dir/prefix/sbin/k3cached" --help)
+for f in $(sed -n 's/^#   \(--[a-z][a-z0-9-]*\).*$/\1/p' "$example"); do
+  ex=$(awk -v f="$f" '$0 ~ "^#   " f "( |$)" { on = 1; next } /^#   --/ || !/^#/ { on = 0 } on' \
+         "$example" | grep -o '[0-9][0-9]* to [0-9][0-9]*' | sort -u)
+  hp=$(awk -v f="$f" '$0 ~ "^  " f "( |$)" { on = 1; print; next } /^  --/ { on = 0 } on' \
+         <<<"$help" | grep -o '[0-9][0-9]* to [0-9][0-9]*' | sort -u)
+  { [ -z "$ex" ] || [ -z "$hp" ]; } && continue
+  [ "$ex" = "$hp" ]; ok "the example's $f takes ${ex//$'\n'/, }, as --help says: ${hp//$'\n'/, }" $?
+done
 for line in "$(grep '^K3CACHED_OPTS=' "$example")" "$(grep '^#K3CACHED_OPTS=' "$example" | cut -c2-)"; do
   opts=$(eval "$line"; echo "$K3CACHED_OPTS")
   # split as systemd splits $K3CACHED_OPTS
