@@ -415,15 +415,20 @@ static int entries_left(struct store *s)
 
 enum status_code store_lru_write_status(struct store *s, int rc, struct status *st)
 {
-	/* MAP_FULL with entries left: eviction's own write found no page, as
-	 * readers hold the pages it freed before */
-	if (rc == STORE_MAP_PINNED || (rc == MDB_MAP_FULL && entries_left(s)))
+	/* MAP_FULL while readers hold the pages eviction freed (its own write
+	 * found no page, entries left): BUSY, a retry may find them let go */
+	if (rc == STORE_MAP_PINNED || (rc == MDB_MAP_FULL && store_lru_pinned(s)))
 		return status_set(st, STATUS_BUSY,
 		                  "publish: the store's map is full, and readers pin the pages "
 		                  "eviction would free (%d restore(s) in progress here, %d "
 		                  "reader(s) in other processes, such as direct readers' views); "
 		                  "retry shortly",
 		                  (int)atomic_load(&s->open_snapshots), store_lru_other_readers(s));
+	if (rc == MDB_MAP_FULL && entries_left(s))
+		return status_set(st, STATUS_FULL,
+		                  "publish: the store's map is full and evicting did not make "
+		                  "room for this publish (no reader holds pages); evict entries "
+		                  "(k3cachectl evict) or give the store a larger --max-bytes");
 	if (rc == MDB_MAP_FULL)
 		return status_set(st, STATUS_FULL,
 		                  "publish: the store is full and nothing is left to evict");

@@ -79,8 +79,8 @@ int store_lru_write(struct store *s, uint64_t need, int (*op)(struct store *s, v
                     void *ctx, uint32_t *evicted);
 
 /* The status of a failed write: STORE_MAP_PINNED is BUSY, and so is
- * MDB_MAP_FULL while entries are left (eviction's own write found no page);
- * MDB_MAP_FULL on an empty store is FULL,
+ * MDB_MAP_FULL while readers pin pages (store_lru_pinned); other
+ * MDB_MAP_FULL is FULL, saying whether entries were left,
  * and so is a disk that refuses the write (ENOSPC, EDQUOT, or EIO with under
  * 64 MiB free), with the free space named. */
 enum status_code store_lru_write_status(struct store *s, int rc, struct status *st);
