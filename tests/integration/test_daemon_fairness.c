@@ -660,14 +660,17 @@ static void test_streamed_publish_out_of_memory_is_answered(void **state)
 		int closed = r ? 0 : daemonutil_closed(fd, 8000);
 		double took = daemonutil_now() - t0;
 		int was_hit = disarm(&f);
-		if (took > 2.5)
+		/* the stuck window was closed after 4 to 5 s (4 x --stall-timeout
+		 * 1s); a round takes milliseconds, and 3.5 s leaves a loaded
+		 * machine room */
+		if (took > 3.5)
 			print_message("allocation %ld failing: %s after %.1f s (upload %s)\n", n,
 			              r        ? "answered"
 			              : closed ? "closed"
 			                       : "nothing",
 			              took, sent ? "cut" : "whole");
 		assert_true(r || closed);
-		assert_true(took < 2.5);
+		assert_true(took < 3.5);
 		frame_response_free(r);
 		close(fd);
 		if (!was_hit)
