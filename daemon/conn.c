@@ -818,7 +818,7 @@ static void process(struct k3d_conn *c)
 			 * --max-inflight while its request lives; alone it goes
 			 * through whatever its size, as a payload does */
 			if (c->hlen > K3D_HEADER_FREE) {
-				uint64_t charge = (uint64_t)c->hlen * K3D_HEADER_CHARGE;
+				uint64_t charge = k3d_header_charge(c->hlen);
 				if (c->srv->header_bytes > 0 &&
 				    c->srv->header_bytes + charge > c->srv->cfg.max_inflight) {
 					struct status st;

@@ -247,10 +247,14 @@ void k3d_set_log_level(enum k3d_log level);
  * --token-file, before its Hello) may announce. */
 #define K3D_HELLO_HEADER_MAX (64u << 10)
 /* A header over this is charged to --max-inflight (k3d_server.header_bytes)
- * while its request lives: K3D_HEADER_CHARGE times its length, its bytes
- * and the tokens they decode to (4 bytes for a token of 1). */
-#define K3D_HEADER_FREE   (64u << 10)
-#define K3D_HEADER_CHARGE 5u
+ * while its request lives: k3d_header_charge(its length), all it may take:
+ * its bytes, its decoding's budget (frame_decode_budget) and the tokens
+ * path's array (4 bytes for a token of 1). */
+#define K3D_HEADER_FREE (64u << 10)
+static inline uint64_t k3d_header_charge(uint32_t hlen)
+{
+	return (uint64_t)hlen + (uint64_t)frame_decode_budget(hlen) + 4u * (uint64_t)hlen;
+}
 /* --min-upload-rate is averaged over this many seconds of reading. */
 #define K3D_RATE_WINDOW 10u
 /* A publish is charged --max-inflight for its whole payload only once this
